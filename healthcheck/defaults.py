@@ -1,0 +1,31 @@
+"""Every tunable default in one typed table; imports nothing from the project.
+
+    from healthcheck.defaults import DEFAULTS
+    DEFAULTS.forks  # 64
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Defaults:
+    forks: int = 64                      # hosts in flight at once
+    connect_timeout_s: float = 10.0      # TCP connect + SSH handshake + auth
+    command_timeout_s: float = 60.0      # per command, enforced on the node with `timeout`
+    kill_after_s: float = 5.0            # `timeout -k`: SIGKILL this long after SIGTERM
+    host_deadline_margin_s: float = 30.0  # host deadline = sum of command timeouts + this
+    output_cap_bytes: int = 4 * 1024 * 1024  # per command stream (stdout, stderr)
+    kernel_log_window_h: float = 24.0    # Xid look-back window
+    drain_max_fraction: float = 0.10     # circuit breaker: most of the fleet drained at once
+    drain_broken_run_fraction: float = 0.5  # a run with this share of ERROR hosts looks broken
+    busbw_excellent: float = 0.80        # fraction of expected busbw
+    busbw_acceptable: float = 0.60
+    busbw_warn: float = 0.50
+    history_keep_days: int = 30
+    regression_baseline_runs: int = 5
+    regression_drop_fraction: float = 0.10
+
+
+DEFAULTS = Defaults()

@@ -1,0 +1,168 @@
+"""Pure grading: a measurement against an expectation, against the fleet, with one message builder.
+
+    exp = profile.expect("gpu.count")
+    grade(exp, 7)                        # Status.FAIL
+    finding_from_expectation("gpu001", "gpu.count", exp, 7, source="nvidia-smi-q-x",
+                             remedy="Reseat or replace the missing GPU")
+
+Every finding built here says what was measured, what was expected (with the profile's source)
+and what to do, so messages are never copy-pasted per check.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections.abc import Iterable, Mapping
+from datetime import date
+from typing import Any
+
+from healthcheck.model import Finding, JSONScalar, Status
+from healthcheck.profiles import Expectation, Profile
+
+_OP_TEXT = {"eq": "==", "ne": "!=", "ge": ">=", "gt": ">", "le": "<=", "lt": "<", "in": "in",
+            "match": "matches", "between": "between"}
+
+
+class GradingError(ValueError):
+    """An expectation cannot be applied to a measurement (wrong type or unit)."""
+
+
+def compare(op: str, measured: Any, value: Any) -> bool:
+    """True when ``measured`` satisfies ``op value``."""
+    if op == "eq":
+        return _norm(measured) == _norm(value)
+    if op == "ne":
+        return _norm(measured) != _norm(value)
+    if op == "in":
+        return _norm(measured) in [_norm(v) for v in value]
+    if op == "match":
+        return re.search(str(value), str(measured)) is not None
+    if op == "between":
+        low, high = value
+        return float(low) <= float(measured) <= float(high)
+    try:
+        m, v = float(measured), float(value)
+    except (TypeError, ValueError) as exc:
+        raise GradingError(f"cannot compare {measured!r} {op} {value!r}") from exc
+    return {"ge": m >= v, "gt": m > v, "le": m <= v, "lt": m < v}[op]
+
+
+def _norm(x: Any) -> Any:
+    if isinstance(x, str):
+        return x.strip().lower()
+    if isinstance(x, float) and x.is_integer():
+        return int(x)
+    return x
+
+
+def expected_text(exp: Expectation, threshold: Any = None) -> str:
+    """Human form of the expectation: ``>= 80000 MiB``."""
+    value = exp.value if threshold is None else threshold
+    if exp.op == "between":
+        text = f"between {value[0]} and {value[1]}"
+    elif exp.op == "in":
+        text = "one of " + ", ".join(str(v) for v in value)
+    else:
+        text = f"{_OP_TEXT[exp.op]} {value}"
+    return f"{text} {exp.unit}" if exp.unit else text
+
+
+def grade(exp: Expectation, measured: Any) -> Status:
+    """PASS, WARN (only ``warn`` threshold violated) or the expectation's severity."""
+    if exp.bands:
+        return grade_bands(exp, float(measured))
+    if not compare(exp.op, measured, exp.value):
+        return Status(exp.severity)
+    if exp.warn is not None and not compare(exp.op, measured, exp.warn):
+        return Status.WARN
+    return Status.PASS
+
+
+def grade_bands(exp: Expectation, measured: float) -> Status:
+    """Fraction-of-expected grading (busbw, GFLOPS): >= acceptable PASS, >= warn WARN, else FAIL."""
+    bands = dict(exp.bands or {})
+    expected = float(exp.value)
+    if expected <= 0:
+        raise GradingError(f"{exp.key}: band grading needs a positive expected value")
+    ratio = measured / expected
+    if ratio >= bands.get("acceptable", 0.6):
+        return Status.PASS
+    if ratio >= bands.get("warn", 0.5):
+        return Status.WARN
+    return Status.FAIL
+
+
+def describe(check: str, component: str, measured: Any, unit: str | None, expected: str,
+             status: Status) -> str:
+    """The one message builder: ``gpu3: temperature 91 C, expected <= 87 C``."""
+    unit_text = f" {unit}" if unit and not str(expected).endswith(unit) else ""
+    what = check.split(".", 1)[-1].replace(".", " ").replace("_", " ")
+    prefix = f"{component}: " if component and component != "node" else ""
+    verb = "expected" if status is not Status.PASS else "within"
+    return f"{prefix}{what} {measured}{unit_text}, {verb} {expected}"
+
+
+def finding_from_expectation(host: str, check: str, exp: Expectation | None, measured: Any, *,
+                             source: str, remedy: str, component: str = "node",
+                             profile: Profile | None = None) -> Finding:
+    """Grade ``measured`` against ``exp``; a missing expectation is SKIP (never PASS)."""
+    if exp is None:
+        name = profile.name if profile else "(none)"
+        return Finding(host=host, check=check, component=component, status=Status.SKIP,
+                       value=_scalar(measured), message=f"no expectation for {check} in profile {name}",
+                       source=source)
+    try:
+        status = grade(exp, measured)
+    except (GradingError, TypeError, ValueError) as exc:
+        return Finding(host=host, check=check, component=component, status=Status.ERROR,
+                       value=_scalar(measured), expected=expected_text(exp), unit=exp.unit,
+                       message=f"cannot grade {check}: {exc}", source=source)
+    expected = expected_text(exp)
+    message = describe(check, component, measured, exp.unit, expected, status)
+    if status is not Status.PASS:
+        message += f" (source: {exp.source})"
+    return Finding(host=host, check=check, component=component, status=status,
+                   value=_scalar(measured), expected=expected, unit=exp.unit, message=message,
+                   remedy=remedy if status is not Status.PASS else None, source=source)
+
+
+def _scalar(x: Any) -> JSONScalar:
+    if x is None or isinstance(x, str | int | float | bool):
+        return x
+    return str(x)
+
+
+def apply_known_issues(findings: Iterable[Finding], profile: Profile, today: date) -> list[Finding]:
+    """Downgrade FAIL/ERROR findings covered by an active known issue to WARN, saying why."""
+    out = []
+    for f in findings:
+        issue = next((k for k in profile.known_issues
+                      if k.active(today) and f.check.startswith(k.check)
+                      and (not k.hosts or f.host in k.hosts)), None)
+        if issue and f.status in (Status.FAIL, Status.ERROR, Status.WARN):
+            until = f" until {issue.expires}" if issue.expires else ""
+            f = Finding(**{**f.__dict__, "status": Status.WARN,
+                           "message": f"{f.message} [known issue{until}: {issue.reason}]"})
+        out.append(f)
+    return out
+
+
+def fleet_outliers(values: Mapping[str, float], low_fraction: float = 0.9,
+                   min_hosts: int = 3) -> dict[str, float]:
+    """Hosts whose value is below ``low_fraction`` of the fleet median: host -> median."""
+    if len(values) < min_hosts:
+        return {}
+    median = statistics.median(values.values())
+    return {h: median for h, v in values.items() if median > 0 and v < low_fraction * median}
+
+
+def majority(values: Mapping[str, JSONScalar]) -> tuple[JSONScalar, dict[str, JSONScalar]]:
+    """The most common value and the hosts that differ from it (ties: the smaller value wins)."""
+    counts: dict[JSONScalar, int] = {}
+    for v in values.values():
+        counts[v] = counts.get(v, 0) + 1
+    if not counts:
+        return None, {}
+    top = sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))[0][0]
+    return top, {h: v for h, v in values.items() if v != top}

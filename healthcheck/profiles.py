@@ -1,0 +1,171 @@
+"""Hardware profiles: the expectations for one kind of node, loaded from YAML.
+
+    profile = load_profile("h100-sxm5-8x", search=[Path("inventories/profiles")])
+    profile.expect("gpu.count")  # Expectation(op='eq', value=8, unit='GPUs', source='...')
+
+A profile file::
+
+    name: h100-sxm5-8x
+    description: 8x H100 SXM5 80GB, NVSwitch
+    inherits: base-gpu-node            # optional: start from another profile's expectations
+    expect:
+      gpu.count: {op: eq, value: 8, unit: GPUs, source: "H100 datasheet"}
+      thermal.gpu_temp_c: {op: le, value: 87, warn: 80, unit: C, source: "..."}
+      nccl.all_reduce.busbw_gbps: {value: 480, unit: GB/s, bands: {acceptable: 0.6, warn: 0.5}, source: "..."}
+    settings: {...}                    # structured, non-graded facts (e.g. NCCL env, binary paths)
+    known_issues:
+      - {check: xid.13, reason: "app bug tracked in TICKET-1", expires: 2027-01-31}
+
+Every expectation must name its ``source``; a profile without one is rejected at load time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+OPS = ("eq", "ne", "ge", "gt", "le", "lt", "in", "match", "between")
+PROJECT_PROFILES = Path(__file__).resolve().parent.parent / "inventories" / "profiles"
+
+
+class ProfileError(ValueError):
+    """A profile file is malformed; the message names the file and the bad entry."""
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """One graded expectation. ``warn`` is an optional tighter threshold that gives WARN."""
+
+    key: str
+    source: str
+    op: str = "ge"
+    value: Any = None
+    unit: str | None = None
+    warn: Any = None
+    bands: Mapping[str, float] | None = None
+    severity: str = "FAIL"
+    required: bool = False
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class KnownIssue:
+    check: str
+    reason: str
+    expires: date | None = None
+    hosts: tuple[str, ...] = ()
+
+    def active(self, today: date) -> bool:
+        return self.expires is None or today <= self.expires
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str = ""
+    expectations: Mapping[str, Expectation] = field(default_factory=dict)
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    known_issues: tuple[KnownIssue, ...] = ()
+    path: str | None = None
+
+    def expect(self, key: str) -> Expectation | None:
+        return self.expectations.get(key)
+
+    def setting(self, dotted: str, default: Any = None) -> Any:
+        """A value from ``settings`` by dotted path, e.g. ``nccl.env``."""
+        node: Any = self.settings
+        for part in dotted.split("."):
+            if not isinstance(node, Mapping) or part not in node:
+                return default
+            node = node[part]
+        return node
+
+
+EMPTY_PROFILE = Profile(name="(none)", description="host has no profile")
+_EXPECTATION_KEYS = {"op", "value", "unit", "warn", "bands", "severity", "required", "note", "source"}
+_PROFILE_KEYS = {"name", "description", "inherits", "expect", "settings", "known_issues"}
+
+
+def _parse_expectation(path: Path, key: str, raw: Any) -> Expectation:
+    if not isinstance(raw, Mapping):
+        raise ProfileError(f"{path}: expectation {key!r} must be a mapping, got {raw!r}")
+    unknown = set(raw) - _EXPECTATION_KEYS
+    if unknown:
+        raise ProfileError(f"{path}: expectation {key!r} has unknown keys {sorted(unknown)}")
+    if not raw.get("source"):
+        raise ProfileError(f"{path}: expectation {key!r} has no source (every number cites one)")
+    op = raw.get("op", "ge")
+    if op not in OPS:
+        raise ProfileError(f"{path}: expectation {key!r} has unknown op {op!r} (one of {OPS})")
+    severity = str(raw.get("severity", "FAIL")).upper()
+    if severity not in ("FAIL", "WARN", "ERROR"):
+        raise ProfileError(f"{path}: expectation {key!r} has bad severity {severity!r}")
+    return Expectation(key=key, source=str(raw["source"]), op=op, value=raw.get("value"),
+                       unit=raw.get("unit"), warn=raw.get("warn"), bands=raw.get("bands"),
+                       severity=severity, required=bool(raw.get("required", False)),
+                       note=raw.get("note"))
+
+
+def _parse_known_issue(path: Path, raw: Any) -> KnownIssue:
+    if not isinstance(raw, Mapping) or "check" not in raw or "reason" not in raw:
+        raise ProfileError(f"{path}: known_issues entry needs check and reason: {raw!r}")
+    expires = raw.get("expires")
+    if isinstance(expires, str):
+        expires = date.fromisoformat(expires)
+    return KnownIssue(check=str(raw["check"]), reason=str(raw["reason"]), expires=expires,
+                      hosts=tuple(raw.get("hosts", ())))
+
+
+def find_profile_file(name: str, search: Sequence[Path]) -> Path:
+    for folder in [*search, PROJECT_PROFILES]:
+        candidate = Path(folder) / f"{name}.yaml"
+        if candidate.is_file():
+            return candidate
+    raise ProfileError(f"unknown profile {name!r} (looked in {[str(p) for p in [*search, PROJECT_PROFILES]]})")
+
+
+def load_profile(name: str, search: Sequence[Path] = (), _seen: tuple[str, ...] = ()) -> Profile:
+    """Load profile ``name`` (following ``inherits``) from the search path or the project's profiles."""
+    if name in _seen:
+        raise ProfileError(f"profile inheritance loop: {' -> '.join([*_seen, name])}")
+    path = find_profile_file(name, search)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(raw, Mapping):
+        raise ProfileError(f"{path}: top level must be a mapping")
+    unknown = set(raw) - _PROFILE_KEYS
+    if unknown:
+        raise ProfileError(f"{path}: unknown keys {sorted(unknown)} (allowed: {sorted(_PROFILE_KEYS)})")
+    base = load_profile(raw["inherits"], search, (*_seen, name)) if raw.get("inherits") else None
+    expectations = dict(base.expectations) if base else {}
+    for key, item in (raw.get("expect") or {}).items():
+        expectations[key] = _parse_expectation(path, key, item)
+    settings = _merge(base.settings if base else {}, raw.get("settings") or {})
+    issues = (base.known_issues if base else ()) + tuple(
+        _parse_known_issue(path, item) for item in raw.get("known_issues") or ())
+    return Profile(name=str(raw.get("name", name)), description=str(raw.get("description", "")),
+                   expectations=expectations, settings=settings, known_issues=issues, path=str(path))
+
+
+def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def available_profiles(search: Iterable[Path] = ()) -> list[str]:
+    names: set[str] = set()
+    for folder in [*search, PROJECT_PROFILES]:
+        names.update(p.stem for p in Path(folder).glob("*.yaml"))
+    return sorted(names)

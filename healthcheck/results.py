@@ -1,0 +1,117 @@
+"""The run's machine-readable result: ``results.json`` as typed values.
+
+    results = load_results(Path("runs/20261122T031500Z"))
+    results.hosts["gpu001"].verdict        # Status.FAIL
+    results.summary["by_verdict"]          # {"PASS": 3, "FAIL": 1, ...}
+
+Schema ``healthcheck.results/1`` (documented in docs/results-schema.md)::
+
+    {"schema": "healthcheck.results/1",
+     "run": {"id", "started", "finished", "duration_s", "mode", "probes", "inventory", "version", ...},
+     "summary": {"verdict", "hosts", "by_verdict": {status: n}, "findings_by_status": {status: n}},
+     "hosts": {name: {"verdict", "profile", "group", "address",
+                      "findings": [Finding...], "observations": {probe: <json>}}}}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from healthcheck.model import Finding, Status, host_verdict, worst
+
+SCHEMA = "healthcheck.results/1"
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Observations (dataclasses, tuples, enums) as plain JSON values."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Mapping):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set | frozenset):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, Status):
+        return obj.value
+    if isinstance(obj, bytes):
+        return obj.decode("utf-8", errors="replace")
+    if obj is None or isinstance(obj, str | int | float | bool):
+        return obj
+    return str(obj)
+
+
+@dataclass
+class HostResult:
+    name: str
+    findings: list[Finding] = field(default_factory=list)
+    observations: dict[str, Any] = field(default_factory=dict)
+    profile: str | None = None
+    group: str | None = None
+    address: str | None = None
+
+    @property
+    def verdict(self) -> Status:
+        return host_verdict(self.findings)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"verdict": self.verdict.value, "profile": self.profile, "group": self.group,
+                "address": self.address, "findings": [f.to_json() for f in self.findings],
+                "observations": to_jsonable(self.observations)}
+
+    @classmethod
+    def from_json(cls, name: str, obj: Mapping[str, Any]) -> HostResult:
+        return cls(name=name, findings=[Finding.from_json(f) for f in obj.get("findings", [])],
+                   observations=dict(obj.get("observations") or {}), profile=obj.get("profile"),
+                   group=obj.get("group"), address=obj.get("address"))
+
+
+@dataclass
+class RunResults:
+    run: dict[str, Any]
+    hosts: dict[str, HostResult]
+
+    @property
+    def verdict(self) -> Status:
+        return worst((h.verdict for h in self.hosts.values()), default=Status.ERROR)
+
+    def findings(self) -> Iterable[Finding]:
+        for host in self.hosts.values():
+            yield from host.findings
+
+    def summary(self) -> dict[str, Any]:
+        by_verdict = {s.value: 0 for s in Status}
+        by_status = {s.value: 0 for s in Status}
+        for host in self.hosts.values():
+            by_verdict[host.verdict.value] += 1
+            for f in host.findings:
+                by_status[f.status.value] += 1
+        return {"verdict": self.verdict.value, "hosts": len(self.hosts), "by_verdict": by_verdict,
+                "findings_by_status": by_status}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "run": self.run, "summary": self.summary(),
+                "hosts": {name: self.hosts[name].to_json() for name in sorted(self.hosts)}}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> RunResults:
+        if obj.get("schema") != SCHEMA:
+            raise ValueError(f"results.json has schema {obj.get('schema')!r}, expected {SCHEMA!r}")
+        return cls(run=dict(obj.get("run") or {}),
+                   hosts={n: HostResult.from_json(n, h) for n, h in (obj.get("hosts") or {}).items()})
+
+
+def load_results(run_dir: Path) -> RunResults:
+    return RunResults.from_json(json.loads((Path(run_dir) / "results.json").read_text()))
+
+
+def write_results(run_dir: Path, results: RunResults) -> Path:
+    """Write ``results.json`` atomically (temp file + rename)."""
+    path = Path(run_dir) / "results.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(results.to_json(), indent=1, sort_keys=False) + "\n")
+    tmp.replace(path)
+    return path
