@@ -23,6 +23,10 @@ class Defaults:
     busbw_excellent: float = 0.80        # fraction of expected busbw
     busbw_acceptable: float = 0.60
     busbw_warn: float = 0.50
+    bench_job_timeout_s: float = 1800.0  # one benchmark job (mpirun/srun), hung -> ERROR
+    bench_parallel_jobs: int = 16        # benchmark jobs on disjoint hosts launched at once
+    bench_pair_rounds: int = 3           # pair rounds in the acceptance plan (partners per node)
+    hpl_fleet_slow_fraction: float = 0.05  # HPL node slower than best by this -> WARN (DeepOps 1.05)
     history_keep_days: int = 30
     regression_baseline_runs: int = 5
     regression_drop_fraction: float = 0.10

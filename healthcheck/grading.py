@@ -97,7 +97,7 @@ def describe(check: str, component: str, measured: Any, unit: str | None, expect
              status: Status) -> str:
     """The one message builder: ``gpu3: temperature 91 C, expected <= 87 C``."""
     unit_text = f" {unit}" if unit and not str(expected).endswith(unit) else ""
-    what = check.split(".", 1)[-1].replace(".", " ").replace("_", " ")
+    what = check.replace(".", " ").replace("_", " ")
     prefix = f"{component}: " if component and component != "node" else ""
     verb = "expected" if status is not Status.PASS else "within"
     return f"{prefix}{what} {measured}{unit_text}, {verb} {expected}"

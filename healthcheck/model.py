@@ -18,7 +18,9 @@ JSONScalar = str | int | float | bool | None
 
 
 class Status(str, enum.Enum):
-    """Outcome of one check. Order (worst last): PASS < SKIP < WARN < ERROR < FAIL."""
+    """Outcome of one check. Order (worst last): PASS < SKIP < WARN < ERROR < FAIL.
+
+    FAIL ranks above ERROR: a host known to be bad is worse than one we could not judge."""
 
     PASS = "PASS"
     SKIP = "SKIP"
@@ -128,8 +130,26 @@ class Finding:
 
 
 def host_verdict(findings: Iterable[Finding]) -> Status:
-    """A host's verdict is its worst finding; a host with no finding at all is an ERROR."""
+    """A host's verdict is its worst finding, SKIPs aside (a SKIP is "not applicable", not a
+    grade): SKIP only when every finding is a SKIP, ERROR when there is no finding at all."""
     statuses = [f.status for f in findings]
     if not statuses:
         return Status.ERROR
-    return worst(statuses)
+    graded = [s for s in statuses if s is not Status.SKIP]
+    return worst(graded) if graded else Status.SKIP
+
+
+@dataclass(frozen=True)
+class HostCollection:
+    """Everything one host returned in its single exec: per-command results or a transport error.
+
+    ``transport_error`` is set when the host could not be reached or the exec broke off
+    (unreachable, auth failure, host key, deadline); ``results`` then holds whatever sections
+    finished before that. ``collected_at`` is an ISO-8601 UTC time (the grading clock for replay).
+    """
+
+    host: str
+    results: Mapping[str, CommandResult]
+    transport_error: str | None = None
+    duration_s: float = 0.0
+    collected_at: str = ""

@@ -126,7 +126,8 @@ def find_profile_file(name: str, search: Sequence[Path]) -> Path:
         candidate = Path(folder) / f"{name}.yaml"
         if candidate.is_file():
             return candidate
-    raise ProfileError(f"unknown profile {name!r} (looked in {[str(p) for p in [*search, PROJECT_PROFILES]]})")
+    looked = [str(p) for p in [*search, PROJECT_PROFILES]]
+    raise ProfileError(f"unknown profile {name!r} (looked in {looked})")
 
 
 def load_profile(name: str, search: Sequence[Path] = (), _seen: tuple[str, ...] = ()) -> Profile:

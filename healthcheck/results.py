@@ -76,7 +76,11 @@ class RunResults:
 
     @property
     def verdict(self) -> Status:
-        return worst((h.verdict for h in self.hosts.values()), default=Status.ERROR)
+        verdicts = [h.verdict for h in self.hosts.values()]
+        graded = [v for v in verdicts if v is not Status.SKIP]
+        if not verdicts:
+            return Status.ERROR
+        return worst(graded) if graded else Status.SKIP
 
     def findings(self) -> Iterable[Finding]:
         for host in self.hosts.values():

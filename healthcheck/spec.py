@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
-from healthcheck.model import CommandResult, Finding, Host, Status
+from healthcheck.model import CommandResult, Finding, Host, HostCollection, Status
 from healthcheck.profiles import Profile
 
 
@@ -78,6 +78,8 @@ class ProbeSpec:
     missing_tool_status: Status = Status.SKIP
     render_commands: Callable[[Mapping[str, Any]], Mapping[str, str]] | None = None
     unavailable: str | None = None  # set when a dependency is missing: selecting gives SKIP(why)
+    # per-command timeout (s) overriding the run's default, e.g. {"dcgmi-diag": 3600.0}
+    command_timeouts: Mapping[str, float] = field(default_factory=dict)
 
     def commands(self, options: Mapping[str, Any]) -> Mapping[str, str]:
         if self.render_commands is not None:
@@ -104,6 +106,22 @@ class FleetCheck(Protocol):
         self, observations: Mapping[str, Mapping[str, Any]], hosts: Mapping[str, Host],
         profiles: Mapping[str, Profile],
     ) -> list[Finding]: ...
+
+
+class Transport(Protocol):
+    """How commands reach a host (``local``, ``ssh``, ``replay``).
+
+    ``collect`` runs all ``commands`` in ONE remote exec and never raises for a host's failure: it
+    returns a ``HostCollection`` whose ``transport_error`` says why (unreachable, auth, host key,
+    deadline). ``run`` executes one ad-hoc command (benchmark launchers) the same way and returns
+    a ``CommandResult`` with ``transport_error`` set instead of raising.
+    """
+
+    name: str
+
+    def collect(self, host: Host, commands: Sequence[Any], deadline_s: float) -> HostCollection: ...
+
+    def run(self, host: Host, command: str, timeout_s: float, command_id: str = "adhoc") -> CommandResult: ...
 
 
 class Reporter(Protocol):

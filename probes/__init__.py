@@ -25,6 +25,10 @@ _FLEET: dict[str, FleetCheck] = {}
 BUILTIN = (
     "probes.system",
     "probes.gpu",
+    "probes.topology",
+    "probes.nvlink",
+    "probes.fabric",
+    "probes.xid",
 )
 
 

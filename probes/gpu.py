@@ -1,63 +1,85 @@
-"""GPU probe (spine version): how many GPUs the node sees, graded against its profile.
+"""GPU probe: what is wrong with each GPU, from ``nvidia-smi -q -x``, graded against the profile.
 
-    nvidia-smi -L  ->  GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)
+    registry.get("gpu").commands({})     # {'nvidia-smi-q-x': 'nvidia-smi -q -x'}
+    obs = parse_gpu({"nvidia-smi-q-x": result})
+    obs.gpus[0].name, obs.gpus[0].remap.pending      # ('NVIDIA H100 80GB HBM3', False)
+    evaluate_gpu(obs, ctx)                           # gpu.count, gpu.row_remap.pending, ...
+
+Sources, in order of preference when a capture bundle holds several: ``nvidia-smi-q-x`` (run
+live), text ``nvidia-smi-q`` (nvidia-bug-report logs), the default ``nvidia-smi`` table, and
+``nvidia-smi-l`` (``nvidia-smi -L``, count and names only). Local runs use
+``probes.nvml.collect_nvml()`` for the same observations. nvidia-smi's own failures (driver not
+loaded, GPU lost, InfoROM corrupted, a non-zero exit code) are observations graded FAIL, not
+parse errors; output that is neither a report nor a known error raises ``ParseError``.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+import dataclasses
+from collections.abc import Callable, Mapping
 
-from healthcheck.grading import finding_from_expectation
-from healthcheck.model import CommandResult, Finding, Status
-from healthcheck.spec import EvalContext, ParseError, ProbeSpec
+from healthcheck.model import CommandResult, Status
+from healthcheck.spec import ParseError, ProbeSpec
 from probes import register
+from probes.gpu_eval import evaluate_gpu
+from probes.gpu_model import GpuObservation, GpuObservations, observations_from_log
+from probes.nvidia_smi_list import parse_nvidia_smi_l, parse_nvidia_smi_table
+from probes.nvidia_smi_log import SmiLog, exit_code_error
+from probes.nvidia_smi_text import parse_nvidia_smi_q
+from probes.nvidia_smi_xml import parse_nvidia_smi_xml
 
-_GPU_LINE = re.compile(r"^GPU (?P<index>\d+): (?P<name>.+?) \(UUID: (?P<uuid>[^)]*)\)")
+COMMANDS = {"nvidia-smi-q-x": "nvidia-smi -q -x"}
+PARSERS: dict[str, Callable[[str], SmiLog]] = {
+    "nvidia-smi-q-x": parse_nvidia_smi_xml,
+    "nvidia-smi-q": parse_nvidia_smi_q,
+    "nvidia-smi": parse_nvidia_smi_table,
+    "nvidia-smi-l": parse_nvidia_smi_l,
+}
 
-
-@dataclass(frozen=True)
-class GpuListObservation:
-    count: int
-    names: tuple[str, ...]
-    error: str | None = None  # what nvidia-smi said when it could not list GPUs
-
-
-def parse_nvidia_smi_l(text: str, rc: int | None) -> GpuListObservation:
-    """``nvidia-smi -L`` (any driver): one ``GPU N: name (UUID: ...)`` line per GPU; MIG lines ignored."""
-    names = tuple(m["name"] for m in map(_GPU_LINE.match, text.splitlines()) if m)
-    if rc != 0 or (not names and text.strip()):
-        reason = text.strip().splitlines()[0] if text.strip() else f"exit code {rc}"
-        if rc == 0:
-            raise ParseError("nvidia-smi -L printed no GPU lines", text)
-        return GpuListObservation(count=len(names), names=names, error=reason)
-    return GpuListObservation(count=len(names), names=names)
+__all__ = ["COMMANDS", "PARSERS", "GpuObservation", "GpuObservations", "evaluate_gpu", "parse_gpu",
+           "parse_nvidia_smi_output"]
 
 
-def parse_gpu(outputs: Mapping[str, CommandResult]) -> GpuListObservation:
-    result = outputs["nvidia-smi-l"]
-    return parse_nvidia_smi_l(result.text + result.err_text, result.rc)
+def parse_nvidia_smi_output(command_id: str, text: str, rc: int | None) -> GpuObservations:
+    """One nvidia-smi output (stdout and stderr together) -> observations.
+
+    A non-zero exit code with nothing else recognisable becomes an ``exit_code`` error; a zero
+    exit code with an unparseable report raises ``ParseError``.
+    """
+    try:
+        log = PARSERS[command_id](text)
+    except ParseError:
+        error = exit_code_error(rc, text)
+        if error is None:
+            raise
+        return GpuObservations(source=command_id, count=0, errors=(error,))
+    obs = observations_from_log(log, command_id)
+    if rc not in (None, 0) and not obs.errors:
+        error = exit_code_error(rc, text)
+        obs = dataclasses.replace(obs, errors=(error,) if error else ())
+    if obs.errors and not obs.gpus and obs.count is not None:
+        obs = dataclasses.replace(obs, count=0)
+    if command_id in ("nvidia-smi-l", "nvidia-smi"):
+        obs = dataclasses.replace(obs, partial=True)
+    return obs
 
 
-def evaluate_gpu(obs: GpuListObservation, ctx: EvalContext) -> list[Finding]:
-    host = ctx.host.name
-    if obs.error:
-        return [Finding(host=host, check="gpu.driver", status=Status.FAIL, value=obs.error,
-                        message=f"nvidia-smi failed: {obs.error}", source="nvidia-smi-l",
-                        remedy="Check that the NVIDIA driver is loaded (lsmod | grep nvidia) and "
-                               "the GPUs are on the bus (lspci); reboot or reseat if not")]
-    return [finding_from_expectation(
-        host, "gpu.count", ctx.profile.expect("gpu.count"), obs.count, source="nvidia-smi-l",
-        profile=ctx.profile, remedy="A GPU is missing from the bus: check lspci and the kernel log "
-                                    "for Xid 79; reseat or replace the GPU")]
+def parse_gpu(outputs: Mapping[str, CommandResult]) -> GpuObservations:
+    """The best source present in ``outputs`` (see the module docstring for the order)."""
+    for command_id in PARSERS:
+        result = outputs.get(command_id)
+        if result is not None:
+            return parse_nvidia_smi_output(command_id, result.text + "\n" + result.err_text, result.rc)
+    raise ParseError(f"no nvidia-smi output among {sorted(outputs)}")
 
 
 PROBE = register(ProbeSpec(
     name="gpu",
-    description="GPU count from nvidia-smi -L against the profile",
-    command_map={"nvidia-smi-l": "nvidia-smi -L"},
+    description="nvidia-smi -q -x per GPU: count, model, memory, modes, PCIe, ECC, row remapping, "
+                "retired pages, thermals, clock events, power, fabric, reset/recovery",
+    command_map=COMMANDS,
     parse_fn=parse_gpu,
     evaluate_fn=evaluate_gpu,
+    accepts=("nvidia-smi-q", "nvidia-smi", "nvidia-smi-l"),
     missing_tool_status=Status.FAIL,
 ))

@@ -37,3 +37,23 @@ def corpus() -> Path:
 def fixture_text(relpath: str) -> str:
     """A project-owned fixture under tests/fixtures."""
     return (FIXTURES / relpath).read_text()
+
+
+@pytest.fixture
+def ssh_cluster_factory(tmp_path: Path):
+    """Start real sshd test hosts: ``cluster = ssh_cluster_factory(3)``; all stopped at teardown."""
+    from tests.sshhosts import SshCluster, sshd_available
+
+    if not sshd_available():
+        pytest.skip("OpenSSH sshd not installed (apt-get install openssh-server)")
+    started: list[SshCluster] = []
+
+    def make(count: int, names: list[str] | None = None, first_octet: int = 1) -> SshCluster:
+        cluster = SshCluster.start(tmp_path / f"cluster{len(started)}", count, names=names,
+                                   first_octet=first_octet)
+        started.append(cluster)
+        return cluster
+
+    yield make
+    for cluster in started:
+        cluster.stop()

@@ -1,0 +1,118 @@
+"""The benchmark registry: nccl-tests, HPL/HPCC, IMB and OSU, each a ``BenchmarkSpec`` value.
+
+    from benchmarks import registry
+    spec = registry.get("nccl")
+    spec.program(job, profile, options)      # Program(argv=("all_reduce_perf", "-b", ...), env={...})
+    spec.parse(text)                         # NcclTestResult (pure; ParseError on garbage)
+    spec.evaluate(job, result, ctx)          # [Finding, ...] for the hosts in the job
+
+A benchmark module calls ``register(BenchmarkSpec(...))`` at import; a duplicate name raises.
+Planning (``benchmarks.plan``), launching (``benchmarks.launch``), execution and replay
+(``benchmarks.run``) and pair attribution (``benchmarks.attribution``) are shared by all of them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from healthcheck.model import Finding, Host
+from healthcheck.profiles import Profile
+
+
+class RegistryError(KeyError):
+    """Duplicate or unknown benchmark name."""
+
+
+@dataclass(frozen=True)
+class Program:
+    """What one job runs on every rank, before a launcher (mpirun/srun) wraps it.
+
+    ``input_files`` are written into the job's working directory on the launcher host before the
+    launch (HPL.dat, hpccinf.txt); ``output_files`` are printed to stdout after it (hpccoutf.txt),
+    so every result ends up in the job's raw output.
+    """
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    input_files: Mapping[str, str] = field(default_factory=dict)
+    output_files: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class BenchContext:
+    """What a benchmark evaluator may know besides the parsed output of its job."""
+
+    profile: Profile
+    hosts: Mapping[str, Host]
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    """One benchmark tool.
+
+    ``tests(profile, options)`` names the tests one plan runs (``all_reduce_perf``, ``hpl``,
+    ``PingPong``); ``shapes`` maps a plan (``quick``, ``acceptance``) to the job shapes it runs
+    (``node``, ``pair``, ``rail``, ``cluster``); ``ranks_per_host(profile, shape)`` is the MPI
+    ranks per node. ``program`` is pure and builds argv/env/input files for one job. ``parse``
+    is pure (text -> result, ``ParseError`` on output it cannot understand); ``evaluate`` is pure
+    and checks correctness first (#wrong, residual, validation), then performance. ``fleet``
+    compares per-node results across hosts (None when the tool has no fleet check).
+    """
+
+    name: str
+    description: str
+    tests: Callable[[Profile, Mapping[str, Any]], tuple[str, ...]]
+    shapes: Mapping[str, tuple[str, ...]]
+    ranks_per_host: Callable[[Profile, str], int]
+    program: Callable[[Any, Profile, Mapping[str, Any]], Program]
+    parse: Callable[[str], Any]
+    evaluate: Callable[[Any, Any, BenchContext], list[Finding]]
+    metric: Callable[[Any], float | None] = lambda result: None
+    fleet: Callable[[Sequence[tuple[Any, Any]], BenchContext], list[Finding]] | None = None
+
+
+_SPECS: dict[str, BenchmarkSpec] = {}
+
+# Built-in benchmark modules, in the order they run.
+BUILTIN = ("benchmarks.nccl", "benchmarks.hpl", "benchmarks.imb", "benchmarks.osu")
+
+
+def register(spec: BenchmarkSpec) -> BenchmarkSpec:
+    if spec.name in _SPECS:
+        raise RegistryError(f"benchmark {spec.name!r} registered twice")
+    _SPECS[spec.name] = spec
+    return spec
+
+
+def _load_builtins() -> None:
+    for module in BUILTIN:
+        importlib.import_module(module)
+
+
+def all_benchmarks() -> list[BenchmarkSpec]:
+    _load_builtins()
+    return list(_SPECS.values())
+
+
+def get(name: str) -> BenchmarkSpec:
+    _load_builtins()
+    try:
+        return _SPECS[name]
+    except KeyError:
+        raise RegistryError(f"unknown benchmark {name!r} (known: {', '.join(sorted(_SPECS))})") from None
+
+
+def select(names: Sequence[str]) -> list[BenchmarkSpec]:
+    """Benchmarks by name, in the order given; unknown names raise."""
+    return [get(n) for n in names]
+
+
+def bench_setting(profile: Profile, options: Mapping[str, Any], dotted: str, default: Any = None) -> Any:
+    """A benchmark setting: ``options[dotted]`` (run options win), else profile ``settings.benchmarks``."""
+    if dotted in options:
+        return options[dotted]
+    return profile.setting(f"benchmarks.{dotted}", default)

@@ -1,0 +1,161 @@
+"""Blame from pair results: which node, or which link, makes pairs fail.
+
+    results = [PairResult("j1", ("n1", "n2"), ok=False), PairResult("j2", ("n1", "n3"), ok=False),
+               PairResult("j3", ("n2", "n3"), ok=True), PairResult("j4", ("n1", "n4"), ok=False, retest=True)]
+    nodes, pairs = attribute(results)
+    nodes["n1"].verdict      # 'bad': failed with n2 and n3, and again with known-good n4 (retest)
+
+Rules (pure, no I/O):
+- a node that fails with ``min_partners`` (2) or more different partners is a *suspect*; so is a
+  node whose only pairs failed (nothing clears it);
+- a *known-good* node passed with at least one partner and failed with none (first pass);
+- a suspect is declared *bad* only after it failed a retest against a known-good partner; one that
+  passes its retest is *flaky*; one that could not be retested stays *suspect* (unconfirmed);
+- a failed pair between two nodes that both passed with other partners points at the *link*
+  (cable, switch port or route between them), not at either node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from healthcheck.model import Finding, Status
+
+
+@dataclass(frozen=True)
+class PairResult:
+    job_id: str
+    hosts: tuple[str, str]
+    ok: bool
+    retest: bool = False
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class NodeBlame:
+    host: str
+    verdict: str  # good | bad | flaky | suspect | unknown
+    failed_with: tuple[str, ...]
+    passed_with: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class PairBlame:
+    job_id: str
+    hosts: tuple[str, str]
+    blame: str  # none | node | link | unknown
+    blamed: tuple[str, ...]
+    reason: str
+
+
+def _partners(results: Iterable[PairResult]) -> dict[str, tuple[set[str], set[str]]]:
+    table: dict[str, tuple[set[str], set[str]]] = {}
+    for r in results:
+        a, b = r.hosts
+        for me, other in ((a, b), (b, a)):
+            passed, failed = table.setdefault(me, (set(), set()))
+            (passed if r.ok else failed).add(other)
+    return table
+
+
+def retest_candidates(results: Sequence[PairResult], min_partners: int = 2) -> tuple[list[str], list[str]]:
+    """(suspects to retest, known-good partners) from the first-pass pair results."""
+    table = _partners(r for r in results if not r.retest)
+    good = sorted(h for h, (passed, failed) in table.items() if passed and not failed)
+    suspects = sorted(h for h, (passed, failed) in table.items()
+                      if len(failed) >= min_partners or (failed and not passed))
+    return suspects, good
+
+
+def attribute(results: Sequence[PairResult], min_partners: int = 2) -> tuple[dict[str, NodeBlame], list[PairBlame]]:
+    """Per node verdicts and per failed-pair blame, using retests to confirm suspects."""
+    first = [r for r in results if not r.retest]
+    suspects, good = retest_candidates(first, min_partners)
+    table = _partners(first)
+    nodes: dict[str, NodeBlame] = {}
+    for host, (passed, failed) in sorted(table.items()):
+        retests = [r for r in results if r.retest and host in r.hosts and _other(r, host) in good]
+        nodes[host] = _node_verdict(host, passed, failed, host in suspects, retests)
+    pairs = [_pair_blame(r, nodes) for r in results if not r.ok]
+    return nodes, pairs
+
+
+def _other(result: PairResult, host: str) -> str:
+    a, b = result.hosts
+    return b if a == host else a
+
+
+def _node_verdict(host: str, passed: set[str], failed: set[str], suspect: bool,
+                  retests: list[PairResult]) -> NodeBlame:
+    fw, pw = tuple(sorted(failed)), tuple(sorted(passed))
+    failed_text = f"failed with {', '.join(fw)}" if fw else ""
+    if not suspect:  # passed with someone and failed with fewer than min_partners: the node is fine
+        reason = f"passed with {', '.join(pw)}" + (f"; {failed_text} (blamed on the partner or link)" if fw else "")
+        return NodeBlame(host, "good", fw, pw, reason)
+    bad_retests = [r for r in retests if not r.ok]
+    if bad_retests:
+        partner = _other(bad_retests[0], host)
+        return NodeBlame(host, "bad", fw, pw, f"{failed_text}; the retest with known-good {partner} failed too")
+    if retests:
+        partner = _other(retests[0], host)
+        return NodeBlame(host, "flaky", fw, pw, f"{failed_text}, but passed the retest with known-good {partner}")
+    return NodeBlame(host, "suspect", fw, pw, f"{failed_text}; no known-good partner to confirm")
+
+
+def _pair_blame(result: PairResult, nodes: dict[str, NodeBlame]) -> PairBlame:
+    a, b = result.hosts
+    verdicts = {h: nodes[h].verdict if h in nodes else "unknown" for h in result.hosts}
+    for level in ("bad", "suspect"):
+        blamed = tuple(h for h in result.hosts if verdicts[h] == level)
+        if blamed:
+            return PairBlame(result.job_id, result.hosts, "node", blamed,
+                             "; ".join(f"{h} {nodes[h].reason}" for h in blamed))
+    cleared = [h for h in result.hosts if h in nodes and set(nodes[h].passed_with) - {_other(result, h)}]
+    if len(cleared) == 2 and "flaky" not in verdicts.values():
+        return PairBlame(result.job_id, result.hosts, "link", (),
+                         f"{a} and {b} both passed with other partners: the link or route between them")
+    return PairBlame(result.job_id, result.hosts, "unknown", result.hosts,
+                     "not enough pairs to tell the node from the link")
+
+
+_NODE_REMEDY = ("This node fails with several partners and again with a known-good one: drain it and "
+                "check its NICs/HCAs (ibstat, error counters, firmware), GPUs and cables")
+_LINK_REMEDY = ("Both nodes pass with other partners: check the cables, switch ports and routing between "
+                "these two nodes (ibdiagnet, port counters on the path)")
+
+
+def attribution_findings(base: str, nodes: dict[str, NodeBlame], pairs: Sequence[PairBlame],
+                         component: str = "node") -> list[Finding]:
+    """Per node (``<base>.node``) and per link (``<base>.link``) findings from an attribution."""
+    status = {"good": Status.PASS, "bad": Status.FAIL, "flaky": Status.WARN, "suspect": Status.WARN,
+              "unknown": Status.WARN}
+    out = [Finding(host=h, check=f"{base}.node", status=status[n.verdict], component=component,
+                   value=len(n.failed_with), expected="0 failing partners", unit="partners",
+                   message=f"{h}: {n.verdict}: {n.reason}", source="attribution",
+                   remedy=None if n.verdict == "good" else _NODE_REMEDY) for h, n in sorted(nodes.items())]
+    for pair in pairs:
+        if pair.blame == "link":
+            out += [Finding(host=h, check=f"{base}.link", status=Status.WARN, component=f"link {'-'.join(pair.hosts)}",
+                            message=f"link {'-'.join(pair.hosts)}: {pair.reason}", source=pair.job_id,
+                            remedy=_LINK_REMEDY) for h in pair.hosts]
+    return out
+
+
+def apply_blame(findings: Sequence[Finding], pairs: Sequence[PairBlame]) -> list[Finding]:
+    """Re-state a failed pair's findings on a host the attribution cleared (PASS) or for a link (WARN)."""
+    by_job = {p.job_id: p for p in pairs}
+    out = []
+    for f in findings:
+        pair = by_job.get(f.source or "")
+        if pair is None or f.status not in (Status.FAIL, Status.ERROR, Status.WARN):
+            out.append(f)
+        elif pair.blame == "node" and f.host not in pair.blamed:
+            out.append(replace(f, status=Status.PASS, remedy=None,
+                               message=f"{f.message} [attributed to {', '.join(pair.blamed)}: {pair.reason}]"))
+        elif pair.blame == "link":
+            out.append(replace(f, status=Status.WARN, message=f"{f.message} [attributed to the link: {pair.reason}]"))
+        else:
+            out.append(f)
+    return out

@@ -1,0 +1,152 @@
+"""Pure grading of benchmark job outcomes: job-level errors, each tool's evaluator, fleet checks,
+and pair attribution.
+
+    findings, observations = grade_outcomes(outcomes, hosts, profiles, options)
+
+A transport error, a hung job (timeout) or output no parser understands is an ERROR for every
+host in the job; an exit code alone never passes (a non-zero rc with clean-looking output is an
+ERROR too). Pair and rail jobs are attributed (``benchmarks.attribution``): a failed pair is
+re-stated as PASS for the partner the attribution cleared, WARN when the link is to blame.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import benchmarks
+from benchmarks import BenchContext, BenchmarkSpec
+from benchmarks.attribution import PairResult, apply_blame, attribute, attribution_findings
+from benchmarks.launch import TIMEOUT_EXIT_CODES, parse_launcher_errors
+from benchmarks.plan import Job
+from healthcheck.model import Finding, Host, Status, worst
+from healthcheck.profiles import EMPTY_PROFILE, Profile
+from healthcheck.results import to_jsonable
+from healthcheck.spec import ParseError
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """What one job returned on its launcher host (stdout/stderr as text)."""
+
+    job: Job
+    launcher: str
+    command: str
+    rc: int | None
+    timed_out: bool
+    transport_error: str | None
+    duration_s: float
+    stdout: str
+    stderr: str
+
+    def manifest_entry(self) -> dict[str, Any]:
+        return {"job": self.job.to_json(), "launcher": self.launcher, "command": self.command, "rc": self.rc,
+                "timed_out": self.timed_out, "transport_error": self.transport_error,
+                "duration_s": round(self.duration_s, 3)}
+
+
+def profile_for(host: Host, profiles: Mapping[str, Profile]) -> Profile:
+    """A host's profile from ``profiles`` keyed by host name or by profile name."""
+    return profiles.get(host.name) or profiles.get(host.profile or "") or EMPTY_PROFILE
+
+
+def check_base(job: Job) -> str:
+    """``nccl.all_reduce``, ``osu.latency``, ``hpl``, ``imb``: the prefix of a job's check ids."""
+    if job.benchmark == "nccl":
+        return "nccl." + re.sub(r"_perf(_mpi)?$", "", job.test)
+    if job.benchmark == "osu":
+        return "osu." + job.test.removeprefix("osu_")
+    return job.benchmark
+
+
+_JOB_REMEDY = ("Check the launcher output in raw/_jobs/<job>.err: ssh between the nodes, the benchmark "
+               "binary and MPI installation, and the job timeout")
+
+
+def grade_job(outcome: JobOutcome, spec: BenchmarkSpec, ctx: BenchContext) -> tuple[list[Finding], Any]:
+    """Findings for the hosts of one job, and its parsed result (None when it could not be parsed)."""
+    job = outcome.job
+
+    def error(message: str) -> list[Finding]:
+        return [Finding(host=h, check=f"{check_base(job)}.job", status=Status.ERROR, component=job.component,
+                        message=f"{job.prefix}{message}", remedy=_JOB_REMEDY, source=job.job_id) for h in job.hosts]
+
+    if outcome.transport_error:
+        return error(f"could not run the job on launcher {outcome.launcher}: {outcome.transport_error}"), None
+    text = outcome.stdout + "\n" + outcome.stderr
+    if outcome.timed_out or outcome.rc in TIMEOUT_EXIT_CODES:
+        return error(f"job hung: no result within {job.timeout_s:g} s (rc {outcome.rc}), killed"), None
+    try:
+        parsed = spec.parse(text)
+    except ParseError as exc:
+        launcher = parse_launcher_errors(text)
+        why = "; ".join(e.message for e in launcher[:3]) if launcher else f"unreadable output: {exc}"
+        tail = (outcome.stderr.strip().splitlines() or [""])[-1][:200]
+        return error(f"{why} (rc {outcome.rc}){f'; stderr: {tail}' if tail and not launcher else ''}"), None
+    findings = spec.evaluate(job, parsed, ctx)
+    if outcome.rc not in (0, None) and not any(f.status in (Status.FAIL, Status.ERROR) for f in findings):
+        findings += error(f"the launcher exited with rc {outcome.rc} although the output looked complete")
+    return findings, parsed
+
+
+def job_ok(findings: Sequence[Finding]) -> bool:
+    return not any(f.status in (Status.FAIL, Status.ERROR) for f in findings)
+
+
+def _pair_group(job: Job) -> tuple[str, str, str, str | None] | None:
+    return (job.benchmark, job.test, job.shape, job.rail) if job.shape in ("pair", "rail") else None
+
+
+def pair_results(graded: Sequence[tuple[JobOutcome, list[Finding]]]) -> dict[tuple[str, str, str, str | None],
+                                                                            list[PairResult]]:
+    groups: dict[tuple[str, str, str, str | None], list[PairResult]] = {}
+    for outcome, findings in graded:
+        key = _pair_group(outcome.job)
+        if key is not None and len(outcome.job.hosts) == 2:
+            a, b = outcome.job.hosts
+            groups.setdefault(key, []).append(PairResult(outcome.job.job_id, (a, b), job_ok(findings),
+                                                         retest=outcome.job.retest_of is not None))
+    return groups
+
+
+def grade_outcomes(outcomes: Sequence[JobOutcome], hosts: Sequence[Host], profiles: Mapping[str, Profile],
+                   options: Mapping[str, Any]) -> tuple[list[Finding], dict[str, dict[str, Any]]]:
+    """All findings of all jobs (fleet and attribution included), and per-host observations."""
+    by_name = {h.name: h for h in hosts}
+    graded: list[tuple[JobOutcome, list[Finding]]] = []
+    parsed_by_bench: dict[tuple[str, str], list[tuple[Job, Any]]] = {}
+    observations: dict[str, dict[str, Any]] = {}
+    for outcome in outcomes:
+        job = outcome.job
+        spec = benchmarks.get(job.benchmark)
+        profile = profile_for(by_name.get(job.hosts[0], Host(job.hosts[0])), profiles)
+        ctx = BenchContext(profile, by_name, options)
+        findings, parsed = grade_job(outcome, spec, ctx)
+        graded.append((outcome, findings))
+        if parsed is not None:
+            parsed_by_bench.setdefault((job.benchmark, profile.name), []).append((job, parsed))
+        summary = {"job_id": job.job_id, "test": job.test, "shape": job.shape, "hosts": list(job.hosts),
+                   "rail": job.rail, "retest_of": job.retest_of, "rc": outcome.rc,
+                   "duration_s": round(outcome.duration_s, 3),
+                   "metric": spec.metric(parsed) if parsed is not None else None,
+                   "status": worst((f.status for f in findings), default=Status.ERROR).value,
+                   "result": to_jsonable(parsed) if parsed is not None and options.get("keep_parsed") else None}
+        for h in job.hosts:
+            observations.setdefault(h, {"benchmarks": {}})["benchmarks"].setdefault(job.benchmark, []).append(summary)
+    findings: list[Finding] = []
+    blames = []
+    for (bench, test, shape, rail), results in pair_results(graded).items():
+        nodes, pairs = attribute(results)
+        base = f"{check_base(Job('', bench, test, shape, (), 1))}.{'rails' if shape == 'rail' else 'pairs'}"
+        findings += attribution_findings(base, nodes, pairs, component=f"rail {rail}" if rail else "node")
+        blames += pairs
+    for _outcome, job_findings in graded:
+        findings += apply_blame(job_findings, blames)
+    for (bench, profile_name), parsed in parsed_by_bench.items():
+        spec = benchmarks.get(bench)
+        if spec.fleet is not None:
+            profile = next((p for p in profiles.values() if p.name == profile_name), EMPTY_PROFILE)
+            findings += spec.fleet(parsed, BenchContext(profile, by_name, options))
+    return findings, observations

@@ -1,0 +1,171 @@
+"""Plans: which hosts each benchmark job runs on, and in which stage.
+
+    pair_rounds(["n1", "n2", "n3", "n4"], rounds=3)
+    # [[("n1", "n4"), ("n2", "n3")], [("n1", "n3"), ("n4", "n2")], [("n1", "n2"), ("n3", "n4")]]
+
+Shapes: ``node`` (every node alone: NVLink all-reduce over its GPUs, single-node HPL), ``pair``
+(disjoint node pairs in rounds, the circle method, so every round uses each node at most once and
+no pair repeats), ``rail`` (the pairs again, one job per rail/HCA), ``cluster`` (all nodes at
+once). Stages run in order; the runner packs the jobs of one stage into batches of disjoint hosts
+that run together. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+SHAPES = ("node", "pair", "rail", "cluster")
+# Stage order of the shapes; retests (pairs against a known-good partner) come after all pairs.
+_STAGE_BASE = {"node": 0, "pair": 100, "rail": 500, "retest": 900, "cluster": 1000}
+
+
+@dataclass(frozen=True)
+class Job:
+    """One launch of one benchmark test on a set of hosts.
+
+    ``job_id`` is stable and filename-safe (it names ``raw/_jobs/<job_id>.out``); ``retest_of``
+    names the failed pair job a retest checks; ``rail`` is the HCA a per-rail job is pinned to.
+    """
+
+    job_id: str
+    benchmark: str
+    test: str
+    shape: str
+    hosts: tuple[str, ...]
+    ranks_per_host: int
+    stage: int = 0
+    rail: str | None = None
+    retest_of: str | None = None
+    timeout_s: float = 1800.0
+
+    @property
+    def ranks(self) -> int:
+        return self.ranks_per_host * len(self.hosts)
+
+    @property
+    def component(self) -> str:
+        """How findings name this job: ``node``, ``pair a-b``, ``rail mlx5_0 a-b``, ``cluster (N nodes)``."""
+        if self.shape == "node":
+            return "node"
+        if self.shape == "cluster":
+            return f"cluster ({len(self.hosts)} nodes)"
+        pair = "-".join(self.hosts)
+        return f"rail {self.rail} {pair}" if self.rail else f"pair {pair}"
+
+    @property
+    def prefix(self) -> str:
+        """Message prefix naming the job's hosts: empty for a single-node job, ``pair a-b: `` else."""
+        return "" if self.shape == "node" else f"{self.component}: "
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["hosts"] = list(self.hosts)
+        return out
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> Job:
+        known = {k: obj[k] for k in cls.__dataclass_fields__ if k in obj}
+        known["hosts"] = tuple(known.get("hosts", ()))
+        return cls(**known)
+
+
+def per_node(hosts: Sequence[str]) -> list[tuple[str]]:
+    return [(h,) for h in hosts]
+
+
+def cluster(hosts: Sequence[str]) -> list[tuple[str, ...]]:
+    return [tuple(hosts)] if len(hosts) >= 2 else []
+
+
+def pair_rounds(hosts: Sequence[str], rounds: int) -> list[list[tuple[str, str]]]:
+    """Up to ``rounds`` rounds of disjoint pairs (circle method); an odd node sits out in turn."""
+    ring: list[str | None] = list(hosts)
+    if len(ring) < 2:
+        return []
+    if len(ring) % 2:
+        ring.append(None)
+    n = len(ring)
+    out: list[list[tuple[str, str]]] = []
+    for _ in range(min(rounds, n - 1)):
+        pairs = [(ring[i], ring[n - 1 - i]) for i in range(n // 2)]
+        out.append([(a, b) for a, b in pairs if a is not None and b is not None])
+        ring = [ring[0], ring[-1], *ring[1:-1]]
+    return out
+
+
+def retest_pairs(suspects: Sequence[str], good: Sequence[str],
+                 tried: Iterable[tuple[str, str]]) -> list[list[tuple[str, str]]]:
+    """Stages of (suspect, known-good partner) pairs, preferring partners not tried before.
+
+    A known-good node may serve several suspects, one per stage; a suspect with no known-good
+    node left is not retested (attribution then leaves it unconfirmed).
+    """
+    if not good:
+        return []
+    seen = {frozenset(p) for p in tried}
+    stages: list[list[tuple[str, str]]] = []
+    for suspect in suspects:
+        others = [g for g in good if g != suspect]
+        candidates = [g for g in others if frozenset((suspect, g)) not in seen] or others
+        if not candidates:
+            continue
+        for stage in stages:
+            used = {h for pair in stage for h in pair}
+            free = [g for g in candidates if g not in used]
+            if suspect not in used and free:
+                stage.append((suspect, free[0]))
+                break
+        else:
+            stages.append([(suspect, candidates[0])])
+    return stages
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def job_id(benchmark: str, test: str, shape: str, hosts: Sequence[str], rail: str | None = None,
+           retest: bool = False) -> str:
+    """A stable, filename-safe id: ``nccl-all_reduce_perf-pair-node01-node02``."""
+    where = f"{len(hosts)}nodes-{hosts[0]}" if shape == "cluster" else "-".join(hosts)
+    parts = [benchmark, test, "retest" if retest else shape, *([rail] if rail else []), where]
+    return _UNSAFE.sub("_", "-".join(parts))
+
+
+def stage_of(shape: str, round_index: int = 0) -> int:
+    return _STAGE_BASE[shape] + round_index
+
+
+def plan_jobs(benchmark: str, tests: Sequence[str], shapes: Sequence[str], hosts: Sequence[str],
+              ranks_per_host: Mapping[str, int], *, pair_round_count: int = 1,
+              rails: Sequence[str] = (), timeout_s: float = 1800.0) -> list[Job]:
+    """Every job of one benchmark for the given shapes, in stage order."""
+    jobs: list[Job] = []
+
+    def add(test: str, shape: str, group: Sequence[str], stage: int, rail: str | None = None) -> None:
+        jobs.append(Job(job_id=job_id(benchmark, test, shape, group, rail), benchmark=benchmark,
+                        test=test, shape=shape, hosts=tuple(group), stage=stage, rail=rail,
+                        ranks_per_host=ranks_per_host[shape], timeout_s=timeout_s))
+
+    for shape in shapes:
+        for test in tests:
+            if shape == "node":
+                for group in per_node(hosts):
+                    add(test, shape, group, stage_of("node"))
+            elif shape == "cluster":
+                for group in cluster(hosts):
+                    add(test, shape, group, stage_of("cluster"))
+            elif shape == "pair":
+                for index, pairs in enumerate(pair_rounds(hosts, pair_round_count)):
+                    for group in pairs:
+                        add(test, shape, group, stage_of("pair", index))
+            elif shape == "rail":
+                for index, pairs in enumerate(pair_rounds(hosts, pair_round_count)):
+                    for r, rail in enumerate(rails):
+                        for group in pairs:
+                            add(test, shape, group, stage_of("rail", index * max(1, len(rails)) + r), rail)
+            else:
+                raise ValueError(f"unknown job shape {shape!r} (one of {SHAPES})")
+    return sorted(jobs, key=lambda j: j.stage)

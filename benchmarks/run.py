@@ -1,0 +1,161 @@
+"""Run benchmark jobs on a launcher host, keep their raw output, grade them, attribute pair failures.
+
+    findings, observations = execute_benchmarks(run_dir, hosts, profiles, transport,
+                                                {"benchmarks": ["nccl", "hpl"], "plan": "acceptance"},
+                                                failed_hosts={"gpu007"})
+    findings, observations = replay_benchmarks(run_dir, hosts, profiles, options)   # no launch
+
+Every job's output is stored as ``raw/_jobs/<job_id>.out|.err|.rc`` with ``raw/_jobs/manifest.json``
+(the job, launcher host, script, rc, timeout, transport error, duration), so a run can be re-graded
+by ``replay_benchmarks``. A job that hangs past its timeout is an ERROR for every host in it. Pair
+jobs whose failure points at a node are retested against a known-good partner before the node
+is declared bad (``benchmarks.attribution``). ``profiles`` maps host names or profile names to
+``Profile``s. This module is the only one in ``benchmarks/`` that does I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import benchmarks
+from benchmarks import BenchContext, BenchmarkSpec, bench_setting
+from benchmarks.attribution import PairResult, apply_blame, attribute, attribution_findings, retest_candidates
+from benchmarks.launch import TIMEOUT_EXIT_CODES, LauncherSettings, hostfile_text, launch_script, launcher_argv
+from benchmarks.launch import parse_launcher_errors
+from benchmarks.plan import Job, job_id, plan_jobs, retest_pairs, stage_of
+from healthcheck.defaults import DEFAULTS
+from healthcheck.model import CommandResult, Finding, Host, Status, worst
+from healthcheck.profiles import EMPTY_PROFILE, Profile
+from healthcheck.results import to_jsonable
+from healthcheck.spec import ParseError
+
+JOBS_DIR = Path("raw") / "_jobs"
+LOCAL = "local"
+
+
+# --- planning ---------------------------------------------------------------------------------
+
+def plan_benchmark(spec: BenchmarkSpec, hosts: Sequence[Host], profile: Profile,
+                   options: Mapping[str, Any]) -> list[Job]:
+    """The jobs of one benchmark over hosts that share ``profile`` (first pass, no retests)."""
+    plan = str(options.get("plan", "quick"))
+    shapes = list(options.get(f"{spec.name}.shapes") or spec.shapes.get(plan) or spec.shapes["quick"])
+    rails = [str(r) for r in bench_setting(profile, options, f"{spec.name}.rails", []) or []]
+    if (options.get("per_rail") or bench_setting(profile, options, f"{spec.name}.per_rail", False)) and rails:
+        shapes.append("rail")
+    rounds = int(options.get("pair_rounds") or (DEFAULTS.bench_pair_rounds if plan == "acceptance" else 1))
+    timeout = float(bench_setting(profile, options, f"{spec.name}.timeout_s", DEFAULTS.bench_job_timeout_s))
+    ranks = {shape: int(spec.ranks_per_host(profile, shape, options)) for shape in ("node", "pair", "rail", "cluster")}
+    return plan_jobs(spec.name, spec.tests(profile, options), shapes, [h.name for h in hosts], ranks,
+                     pair_round_count=rounds, rails=rails, timeout_s=timeout)
+
+
+def _groups(hosts: Sequence[Host], profiles: Mapping[str, Profile]) -> list[tuple[Profile, list[Host]]]:
+    groups: dict[str, tuple[Profile, list[Host]]] = {}
+    for host in hosts:
+        profile = profile_for(host, profiles)
+        groups.setdefault(profile.name, (profile, []))[1].append(host)
+    return list(groups.values())
+
+
+# --- execution --------------------------------------------------------------------------------
+
+def _launch(job: Job, hosts: Mapping[str, Host], profile: Profile, spec: BenchmarkSpec, transport: Any,
+            options: Mapping[str, Any]) -> JobOutcome:
+    raw = {**(profile.setting("benchmarks.launcher", {}) or {}), **(options.get("launcher") or {})}
+    settings = LauncherSettings.from_mapping(raw)
+    program = spec.program(job, profile, options)
+    nodes = [_node_address(hosts[h], settings) for h in job.hosts]
+    argv = launcher_argv(program, nodes=nodes, ranks_per_host=job.ranks_per_host, timeout_s=job.timeout_s,
+                         settings=settings)
+    script = launch_script(argv, program, hostfile_text(nodes, job.ranks_per_host), settings)
+    launcher_name = str(options.get("launcher_host") or job.hosts[0])
+    launcher = Host(LOCAL, transport="local") if launcher_name == LOCAL else hosts.get(launcher_name, Host(launcher_name))
+    runner = _local_transport() if launcher_name == LOCAL else transport
+    result: CommandResult = runner.run(launcher, script, job.timeout_s + settings.grace_s, command_id=job.job_id)
+    return JobOutcome(job=job, launcher=launcher_name, command=script, rc=result.rc, timed_out=result.timed_out,
+                      transport_error=result.transport_error, duration_s=result.duration_s,
+                      stdout=result.text, stderr=result.err_text)
+
+
+def _node_address(host: Host, settings: LauncherSettings) -> str:
+    return host.address or host.name if settings.host_field == "address" else host.name
+
+
+def _local_transport() -> Any:
+    from healthcheck.transport import open_transport
+    return open_transport("local")
+
+
+def _waves(jobs: Sequence[Job]) -> list[list[Job]]:
+    """Jobs in stage order, packed into waves whose jobs touch disjoint hosts."""
+    waves: list[list[Job]] = []
+    for stage in sorted({j.stage for j in jobs}):
+        pending = [j for j in jobs if j.stage == stage]
+        while pending:
+            used: set[str] = set()
+            wave = []
+            for job in pending:
+                if used.isdisjoint(job.hosts):
+                    wave.append(job)
+                    used.update(job.hosts)
+            waves.append(wave)
+            pending = [j for j in pending if j not in wave]
+    return waves
+
+
+def _run_jobs(run_dir: Path, jobs: Sequence[Job], hosts: Mapping[str, Host], profile: Profile,
+              transport: Any, options: Mapping[str, Any], manifest: list[dict[str, Any]]) -> list[JobOutcome]:
+    outcomes: list[JobOutcome] = []
+    parallel = int(options.get("parallel_jobs") or DEFAULTS.bench_parallel_jobs)
+    for wave in _waves(jobs):
+        with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(wave)))) as pool:
+            done = list(pool.map(lambda j: _launch(j, hosts, profile, benchmarks.get(j.benchmark), transport,
+                                                   options), wave))
+        for outcome in done:
+            store_outcome(run_dir, outcome, manifest)
+        outcomes += done
+    return outcomes
+
+
+def store_outcome(run_dir: Path, outcome: JobOutcome, manifest: list[dict[str, Any]]) -> None:
+    """Write ``raw/_jobs/<job_id>.out|.err|.rc`` and rewrite the manifest (atomically)."""
+    folder = Path(run_dir) / JOBS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = folder / outcome.job.job_id
+    stem.with_suffix(".out").write_text(outcome.stdout)
+    stem.with_suffix(".err").write_text(outcome.stderr)
+    stem.with_suffix(".rc").write_text("" if outcome.rc is None else f"{outcome.rc}\n")
+    manifest[:] = [e for e in manifest if e["job"]["job_id"] != outcome.job.job_id] + [outcome.manifest_entry()]
+    tmp = folder / "manifest.json.tmp"
+    tmp.write_text(json.dumps({"schema": "healthcheck.bench-jobs/1", "jobs": manifest}, indent=1) + "\n")
+    tmp.replace(folder / "manifest.json")
+
+
+def load_outcomes(run_dir: Path) -> list[JobOutcome]:
+    """Every stored job of a run directory, in execution order (empty when none ran)."""
+    folder = Path(run_dir) / JOBS_DIR
+    manifest = folder / "manifest.json"
+    if not manifest.is_file():
+        return []
+    outcomes = []
+    for entry in json.loads(manifest.read_text()).get("jobs", []):
+        job = Job.from_json(entry["job"])
+        stem = folder / job.job_id
+
+        def read(suffix: str, stem: Path = stem) -> str:
+            path = stem.with_suffix(suffix)
+            return path.read_bytes().decode("utf-8", errors="replace") if path.is_file() else ""
+
+        outcomes.append(JobOutcome(job=job, launcher=entry.get("launcher", ""), command=entry.get("command", ""),
+                                   rc=entry.get("rc"), timed_out=bool(entry.get("timed_out")),
+                                   transport_error=entry.get("transport_error"),
+                                   duration_s=float(entry.get("duration_s") or 0.0),
+                                   stdout=read(".out"), stderr=read(".err")))
+    return outcomes

@@ -1,0 +1,165 @@
+"""Inventory: hosts, groups and per-host variables from YAML, hostlists expanded with NodeSet.
+
+    inv = load_inventory(Path("inventories/example.yaml"))
+    [h.name for h in inv.hosts]     # ['gpu001', 'gpu002', ...]
+
+File format::
+
+    defaults:                        # vars for every host
+      user: root
+      profile: h100-sxm5-8x
+    groups:
+      gpu:
+        hosts: gpu[001-064]          # hostlist expression(s): a string or a list
+        vars: {port: 22}
+    hosts:                           # optional per-host entries (refine a grouped host or add one)
+      gpu003: {address: 10.1.0.3}
+    controller: slurm-ctl01          # optional: where drain commands run (issue: drain)
+
+Host vars: see ``KNOWN_VARS``; anything else is an error naming the file and the entry, so a
+typo like ``adress`` never silently falls back to DNS. Free-form values go under ``extra``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+
+from healthcheck.model import Host
+
+TOP_KEYS = ("defaults", "groups", "hosts", "controller")
+GROUP_KEYS = ("hosts", "vars")
+KNOWN_VARS = ("address", "user", "port", "profile", "transport", "slurm_node", "k8s_node", "rail",
+              "xid_ignore", "mounts", "services", "labels", "extra")
+TRANSPORTS = ("ssh", "local")
+
+
+class InventoryError(ValueError):
+    """A malformed inventory; the message names the file and the offending entry."""
+
+
+@dataclass(frozen=True)
+class Inventory:
+    path: str
+    hosts: tuple[Host, ...]
+    controller: str | None = None
+    groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def host(self, name: str) -> Host:
+        for h in self.hosts:
+            if h.name == name:
+                return h
+        raise KeyError(name)
+
+
+def expand_hostlist(expr: Any, where: str) -> list[str]:
+    """Expand ``gpu[001-004]``, ``a,b`` or a list of those; errors name the bad token."""
+    items = expr if isinstance(expr, list) else [expr]
+    names: list[str] = []
+    for item in items:
+        if not isinstance(item, str | int) or str(item).strip() == "":
+            raise InventoryError(f"{where}: host entry {item!r} is not a hostname or hostlist")
+        text = str(item).strip()
+        if "[" not in text and "," not in text:
+            names.append(text)
+            continue
+        try:
+            names.extend(NodeSet(text, autostep=None))
+        except NodeSetParseError as exc:
+            raise InventoryError(f"{where}: bad hostlist {text!r}: {exc}") from exc
+    return names
+
+
+def _check_name(name: str, where: str) -> None:
+    if name.startswith((".", "-")) or "/" in name or any(c.isspace() or ord(c) < 32 for c in name):
+        raise InventoryError(f"{where}: host name {name!r} is not usable (no '/', whitespace, "
+                             "control characters, or leading '.'/'-')")
+
+
+def _check_vars(raw: Any, where: str) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise InventoryError(f"{where}: vars must be a mapping, got {raw!r}")
+    for key in raw:
+        if key not in KNOWN_VARS:
+            hint = difflib.get_close_matches(str(key), KNOWN_VARS, n=1)
+            more = f" (did you mean {hint[0]!r}?)" if hint else f" (known: {', '.join(KNOWN_VARS)})"
+            raise InventoryError(f"{where}: unknown var {key!r}{more}")
+    if "port" in raw and not (isinstance(raw["port"], int) and 0 < raw["port"] < 65536):
+        raise InventoryError(f"{where}: port {raw['port']!r} is not a TCP port")
+    if "transport" in raw and raw["transport"] not in TRANSPORTS:
+        raise InventoryError(f"{where}: transport {raw['transport']!r} is not one of {TRANSPORTS}")
+    return dict(raw)
+
+
+def _make_host(name: str, group: str | None, values: Mapping[str, Any]) -> Host:
+    extra = {k: v for k, v in values.items()
+             if k not in ("address", "user", "port", "profile", "transport")}
+    return Host(name=name, address=values.get("address"), user=values.get("user"),
+                port=values.get("port"), profile=values.get("profile"), group=group,
+                transport=values.get("transport", "ssh"), vars=extra)
+
+
+def parse_inventory(raw: Any, path: str, known_profiles: Sequence[str] | None = None) -> Inventory:
+    """Build an ``Inventory`` from parsed YAML; ``known_profiles`` enables the profile-name check."""
+    if not isinstance(raw, Mapping):
+        raise InventoryError(f"{path}: top level must be a mapping with {', '.join(TOP_KEYS)}")
+    for key in raw:
+        if key not in TOP_KEYS:
+            raise InventoryError(f"{path}: unknown key {key!r} (allowed: {', '.join(TOP_KEYS)})")
+    defaults = _check_vars(raw.get("defaults"), f"{path}: defaults")
+    placed: dict[str, tuple[str | None, dict[str, Any]]] = {}
+    groups: dict[str, tuple[str, ...]] = {}
+    for gname, group in (raw.get("groups") or {}).items():
+        where = f"{path}: groups.{gname}"
+        if not isinstance(group, Mapping):
+            raise InventoryError(f"{where}: must be a mapping with hosts and vars")
+        for key in group:
+            if key not in GROUP_KEYS:
+                raise InventoryError(f"{where}: unknown key {key!r} (allowed: {', '.join(GROUP_KEYS)})")
+        if "hosts" not in group:
+            raise InventoryError(f"{where}: has no hosts")
+        gvars = _check_vars(group.get("vars"), f"{where}.vars")
+        names = expand_hostlist(group["hosts"], where)
+        groups[str(gname)] = tuple(names)
+        for name in names:
+            _check_name(name, where)
+            if name in placed:
+                raise InventoryError(f"{where}: duplicate host {name!r} (already in group "
+                                     f"{placed[name][0]!r})")
+            placed[name] = (str(gname), {**defaults, **gvars})
+    for expr, hvars in (raw.get("hosts") or {}).items():
+        where = f"{path}: hosts.{expr}"
+        values = _check_vars(hvars, where)
+        for name in expand_hostlist(expr, where):
+            _check_name(name, where)
+            group, base = placed.get(name, (None, dict(defaults)))
+            placed[name] = (group, {**base, **values})
+    if not placed:
+        raise InventoryError(f"{path}: defines no hosts")
+    hosts = tuple(_make_host(n, g, v) for n, (g, v) in placed.items())
+    if known_profiles is not None:
+        for h in hosts:
+            if h.profile is not None and h.profile not in known_profiles:
+                hint = difflib.get_close_matches(h.profile, known_profiles, n=1)
+                raise InventoryError(f"{path}: host {h.name!r} has unknown profile {h.profile!r}"
+                                     + (f" (did you mean {hint[0]!r}?)" if hint else ""))
+    return Inventory(path=path, hosts=hosts, controller=raw.get("controller"), groups=groups)
+
+
+def load_inventory(path: Path, known_profiles: Sequence[str] | None = None) -> Inventory:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError as exc:
+        raise InventoryError(f"inventory {path} does not exist") from exc
+    except yaml.YAMLError as exc:
+        raise InventoryError(f"{path}: not valid YAML: {exc}") from exc
+    return parse_inventory(raw, str(path), known_profiles)

@@ -1,0 +1,213 @@
+"""One run, end to end: inventory -> plan -> transport -> raw outputs -> grade -> fleet -> reports.
+
+    outcome = execute_run(RunOptions(inventory=Path("inventories/example.yaml"), out=Path("runs")))
+    outcome.run_dir, outcome.results.verdict
+
+Live runs (ssh/local) and replays share everything after collection, so ``--replay`` of a run
+gives the same verdicts. Raw outputs and findings are on disk as each host completes.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import healthcheck
+import probes as probe_registry
+from healthcheck.defaults import DEFAULTS
+from healthcheck.inventory import Inventory, load_inventory
+from healthcheck.model import Finding, Host, HostCollection
+from healthcheck.profiles import EMPTY_PROFILE, Profile, available_profiles, load_profile
+from healthcheck.progress import ProgressDisplay
+from healthcheck.results import HostResult, RunResults, load_results, write_results
+from healthcheck.rundir import FindingsLog, new_run_dir, read_bundle, write_collection, write_json
+from healthcheck.runner import Runner, host_deadline, plan_commands
+from healthcheck.stages import grade_host
+from healthcheck.transport import open_transport
+
+
+@dataclass
+class RunOptions:
+    """Everything a run needs; the CLI fills it, tests and ``sweep`` build it directly."""
+
+    inventory: Path | None = None
+    replay: Path | None = None
+    local: bool = False
+    out: Path | None = None
+    run_dir: Path | None = None
+    forks: int = DEFAULTS.forks
+    timeout_s: float = DEFAULTS.command_timeout_s
+    connect_timeout_s: float = DEFAULTS.connect_timeout_s
+    deadline_s: float | None = None
+    output_cap_bytes: int = DEFAULTS.output_cap_bytes
+    probes: Sequence[str] | None = None
+    skip_probes: Sequence[str] = ()
+    ssh_config: Path | None = None
+    accept_new_host_keys: bool = False
+    profile: str | None = None            # override (or default for bundles without an inventory)
+    profile_dirs: Sequence[Path] = ()
+    limit: Sequence[str] | None = None    # only these host names
+    previous: Path | None = None          # earlier run dir: counters' growth is measured against it
+    progress: bool = False
+    benchmarks: Sequence[str] = ()
+    plan: str = "quick"
+    probe_options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunOutcome:
+    run_dir: Path
+    results: RunResults
+    report_error: str | None = None
+
+
+def _profile_search(opts: RunOptions) -> list[Path]:
+    dirs = list(opts.profile_dirs)
+    if opts.inventory is not None:
+        dirs.append(Path(opts.inventory).resolve().parent / "profiles")
+    return dirs
+
+
+def _hosts(opts: RunOptions, search: Sequence[Path]) -> tuple[list[Host], Inventory | None]:
+    known = available_profiles(search)
+    if opts.inventory is not None:
+        inv = load_inventory(opts.inventory, known_profiles=known)
+        hosts = list(inv.hosts)
+    elif opts.replay is not None:
+        inv = None
+        hosts = _replay_hosts(opts.replay)
+    elif opts.local:
+        inv, hosts = None, [Host(name=platform.node() or "localhost", transport="local")]
+    else:
+        raise ValueError("give an inventory (-i), --replay DIR or --local")
+    if opts.profile:
+        hosts = [Host(**{**h.__dict__, "profile": opts.profile}) for h in hosts]
+    if opts.local:
+        hosts = [Host(**{**h.__dict__, "transport": "local"}) for h in hosts]
+    if opts.limit is not None:
+        wanted = set(opts.limit)
+        hosts = [h for h in hosts if h.name in wanted]
+    return hosts, inv
+
+
+def _replay_hosts(bundle: Path) -> list[Host]:
+    """Hosts of a bundle: from its manifest when it is a run directory, else its raw/ folders."""
+    manifest = Path(bundle) / "manifest.json"
+    if manifest.is_file():
+        listed = json.loads(manifest.read_text()).get("hosts", [])
+        return [Host(**{**h, "vars": h.get("vars") or {}}) for h in listed]
+    return [Host(name=name) for name in read_bundle(bundle)]
+
+
+def _load_profiles(hosts: Sequence[Host], search: Sequence[Path]) -> dict[str, Profile]:
+    return {name: load_profile(name, search) for name in sorted({h.profile for h in hosts if h.profile})}
+
+
+def _previous_observations(previous: Path | None) -> dict[str, dict[str, Any]]:
+    if previous is None or not (Path(previous) / "results.json").is_file():
+        return {}
+    prior = load_results(Path(previous))
+    return {name: h.observations for name, h in prior.hosts.items()}
+
+
+def _manifest(opts: RunOptions, hosts: Sequence[Host], profiles: Mapping[str, Profile],
+              commands: Sequence[Any], mode: str, started: datetime) -> dict[str, Any]:
+    args = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(opts).items()}
+    return {"healthcheck_version": healthcheck.__version__, "python": sys.version.split()[0],
+            "started": started.isoformat(timespec="seconds"), "mode": mode, "args": args,
+            "hosts": [h.to_json() for h in hosts],
+            "profiles": {n: {"path": p.path, "expectations": {k: asdict(e) for k, e in p.expectations.items()}}
+                         for n, p in profiles.items()},
+            "commands": [{"id": c.id, "line": c.line, "timeout_s": c.timeout_s} for c in commands]}
+
+
+def execute_run(opts: RunOptions) -> RunOutcome:
+    """Run (or replay) a sweep and write the whole run directory. Raises only on bad setup."""
+    started = datetime.now(timezone.utc)
+    clock = time.monotonic()
+    search = _profile_search(opts)
+    hosts, _inventory = _hosts(opts, search)
+    profiles = _load_profiles(hosts, search)
+    selected = probe_registry.select(opts.probes, opts.skip_probes)
+    options = {"kernel_log_window_h": DEFAULTS.kernel_log_window_h, **opts.probe_options}
+    commands = plan_commands(selected, options, opts.timeout_s)
+    mode = "replay" if opts.replay is not None else ("local" if opts.local else "ssh")
+    transport = open_transport(mode, ssh_config_path=opts.ssh_config,
+                               accept_new_host_keys=opts.accept_new_host_keys,
+                               connect_timeout_s=opts.connect_timeout_s, cap=opts.output_cap_bytes,
+                               bundle=opts.replay)
+    run_dir = new_run_dir(opts.out, opts.run_dir)
+    write_json(run_dir / "manifest.json", _manifest(opts, hosts, profiles, commands, mode, started))
+    previous = _previous_observations(opts.previous)
+    log = FindingsLog(run_dir)
+
+    def grade(host: Host, collection: HostCollection) -> HostResult:
+        profile = profiles.get(host.profile or "", EMPTY_PROFILE)
+        findings, observations = grade_host(host, collection, selected, profile, mode,
+                                            previous.get(host.name), options)
+        log.append(findings)
+        return HostResult(name=host.name, findings=findings, observations=observations,
+                          profile=host.profile, group=host.group, address=host.address)
+
+    deadline = opts.deadline_s or host_deadline(commands, DEFAULTS.kill_after_s, DEFAULTS.host_deadline_margin_s)
+    with ProgressDisplay(total=len(hosts), enabled=opts.progress) as progress:
+        runner = Runner(transport, commands, opts.forks, deadline, listeners=[progress],
+                        on_collected=lambda c: write_collection(run_dir, c))
+        host_results = runner.run(hosts, grade)
+    if opts.replay is not None:
+        _copy_job_outputs(Path(opts.replay), run_dir)
+    fleet_findings = _fleet(host_results, hosts, profiles)
+    log.append(fleet_findings)
+    for f in fleet_findings:
+        host_results[f.host].findings.append(f)
+    finished = datetime.now(timezone.utc)
+    run_info = {"id": run_dir.name, "started": started.isoformat(timespec="seconds"),
+                "finished": finished.isoformat(timespec="seconds"),
+                "duration_s": round(time.monotonic() - clock, 3), "mode": mode,
+                "probes": [p.name for p in selected], "inventory": str(opts.inventory or ""),
+                "replay_of": str(opts.replay or ""), "version": healthcheck.__version__,
+                "profiles": sorted(profiles)}
+    ordered = {h.name: host_results[h.name] for h in hosts if h.name in host_results}
+    results = RunResults(run=run_info, hosts=ordered)
+    write_results(run_dir, results)
+    report_error = None
+    try:
+        render_reports(run_dir)
+    except Exception as exc:  # results.json is on disk; `healthcheck report` can retry
+        report_error = f"{type(exc).__name__}: {exc}"
+        print(f"healthcheck: reports not rendered ({report_error}); results.json is complete",
+              file=sys.stderr)
+    return RunOutcome(run_dir=run_dir, results=results, report_error=report_error)
+
+
+def _fleet(host_results: Mapping[str, HostResult], hosts: Sequence[Host],
+           profiles: Mapping[str, Profile]) -> list[Finding]:
+    observations = {name: r.observations for name, r in host_results.items() if r.observations}
+    by_name = {h.name: h for h in hosts}
+    findings: list[Finding] = []
+    for check in probe_registry.fleet_checks():
+        findings.extend(f for f in check.evaluate_fleet(observations, by_name, profiles) if f.host in host_results)
+    return findings
+
+
+def _copy_job_outputs(bundle: Path, run_dir: Path) -> None:
+    """Replays keep the bundle's raw outputs beside the new results, so the new run is a bundle too."""
+    for host_dir in (bundle / "raw").glob("*") if (bundle / "raw").is_dir() else []:
+        target = run_dir / "raw" / host_dir.name
+        if host_dir.is_dir() and not target.exists():
+            shutil.copytree(host_dir, target)
+
+
+def render_reports(run_dir: Path) -> list[Path]:
+    """Write report.html, junit.xml, metrics.prom, summary.md (the reports package)."""
+    import reports
+
+    return reports.write_all(run_dir)

@@ -1,0 +1,147 @@
+"""The run directory on disk, which is also the capture-bundle format.
+
+    <run>/manifest.json                      args, hosts, profiles as used, versions
+    <run>/raw/<host>/<command_id>.out|.err|.rc   exactly what the host returned (.rc: exit code)
+    <run>/raw/<host>/_host.json              transport error, timings, per-command flags
+    <run>/findings.jsonl                     one finding per line, appended as each host completes
+    <run>/results.json                       see healthcheck/results.py
+
+A hand-made bundle needs only ``raw/<host>/<command_id>.out``; a missing ``.rc`` reads as 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from healthcheck.model import CommandResult, Finding, HostCollection
+
+HOST_META = "_host.json"
+
+
+class RunDirError(ValueError):
+    pass
+
+
+def new_run_dir(out: Path | None, run_dir: Path | None) -> Path:
+    """``run_dir`` exactly (must be absent or empty), else ``out/<UTC timestamp>``."""
+    if run_dir is None:
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        run_dir = Path(out or "runs") / stamp
+        suffix = 1
+        while run_dir.exists():
+            run_dir = Path(out or "runs") / f"{stamp}-{suffix}"
+            suffix += 1
+    run_dir = Path(run_dir)
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise RunDirError(f"run directory {run_dir} exists and is not empty")
+    (run_dir / "raw").mkdir(parents=True, exist_ok=True)
+    return run_dir
+
+
+def _safe_component(name: str) -> str:
+    if not name or name.startswith(".") or "/" in name or "\x00" in name:
+        raise RunDirError(f"unsafe name for a file in the run directory: {name!r}")
+    return name
+
+
+def write_collection(run_dir: Path, collection: HostCollection) -> None:
+    """Write one host's raw outputs (exact bytes) and its metadata."""
+    folder = Path(run_dir) / "raw" / _safe_component(collection.host)
+    folder.mkdir(parents=True, exist_ok=True)
+    meta: dict[str, Any] = {"transport_error": collection.transport_error,
+                            "duration_s": collection.duration_s,
+                            "collected_at": collection.collected_at, "commands": {}}
+    for cid, result in collection.results.items():
+        cid = _safe_component(cid)
+        meta["commands"][cid] = {"timed_out": result.timed_out,
+                                 "transport_error": result.transport_error,
+                                 "duration_s": result.duration_s,
+                                 "stdout_truncated": result.stdout_truncated,
+                                 "stderr_truncated": result.stderr_truncated}
+        if result.transport_error is not None and result.rc is None:
+            continue
+        (folder / f"{cid}.out").write_bytes(result.stdout)
+        (folder / f"{cid}.err").write_bytes(result.stderr)
+        (folder / f"{cid}.rc").write_text("" if result.rc is None else f"{result.rc}\n")
+    (folder / HOST_META).write_text(json.dumps(meta, indent=1) + "\n")
+
+
+def read_host(folder: Path) -> HostCollection:
+    """One host's outputs from a run directory or a hand-made bundle."""
+    host = folder.name
+    meta = json.loads((folder / HOST_META).read_text()) if (folder / HOST_META).is_file() else {}
+    flags = meta.get("commands", {})
+    results: dict[str, CommandResult] = {}
+    for out in sorted(folder.glob("*.out")):
+        cid = out.name[:-4]
+        rc_file, err_file = folder / f"{cid}.rc", folder / f"{cid}.err"
+        rc_text = rc_file.read_text().strip() if rc_file.is_file() else "0"
+        f = flags.get(cid, {})
+        results[cid] = CommandResult(
+            host=host, command_id=cid, stdout=out.read_bytes(),
+            stderr=err_file.read_bytes() if err_file.is_file() else b"",
+            rc=int(rc_text) if rc_text.lstrip("-").isdigit() else None,
+            duration_s=float(f.get("duration_s", 0.0)), timed_out=bool(f.get("timed_out", False)),
+            transport_error=f.get("transport_error"),
+            stdout_truncated=bool(f.get("stdout_truncated", False)),
+            stderr_truncated=bool(f.get("stderr_truncated", False)))
+    for cid, f in flags.items():  # commands that never produced output (host unreachable, deadline)
+        if cid not in results and f.get("transport_error"):
+            results[cid] = CommandResult(host=host, command_id=cid, timed_out=bool(f.get("timed_out")),
+                                         transport_error=f["transport_error"])
+    return HostCollection(host=host, results=results, transport_error=meta.get("transport_error"),
+                          duration_s=float(meta.get("duration_s", 0.0)),
+                          collected_at=meta.get("collected_at", ""))
+
+
+def read_bundle(path: Path) -> dict[str, HostCollection]:
+    """Every host under ``path/raw`` (or ``path`` itself when it has no raw/ folder)."""
+    path = Path(path)
+    raw = path / "raw" if (path / "raw").is_dir() else path
+    if not raw.is_dir():
+        raise RunDirError(f"{path} is not a run directory or capture bundle (no raw/ folder)")
+    hosts = {d.name: read_host(d) for d in sorted(raw.iterdir())
+             if d.is_dir() and not d.name.startswith(("_", "."))}
+    if not hosts:
+        raise RunDirError(f"{raw} holds no host folders")
+    return hosts
+
+
+class FindingsLog:
+    """``findings.jsonl``: appended (and flushed to the kernel) as each host completes."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = Path(run_dir) / "findings.jsonl"
+        self._lock = threading.Lock()
+
+    def append(self, findings: Iterable[Finding]) -> None:
+        data = "".join(json.dumps(f.to_json(), sort_keys=True) + "\n" for f in findings).encode()
+        with self._lock:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+
+    def read(self) -> list[Finding]:
+        if not self.path.is_file():
+            return []
+        out = []
+        for line in self.path.read_text().splitlines():
+            try:
+                out.append(Finding.from_json(json.loads(line)))
+            except (ValueError, KeyError):
+                continue  # a line cut by a kill mid-write
+        return out
+
+
+def write_json(path: Path, obj: Any) -> None:
+    tmp = Path(str(path) + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1, default=str) + "\n")
+    tmp.replace(path)

@@ -1,0 +1,112 @@
+"""Fan-out: a bounded number of hosts in flight, each collected with one exec, graded, and
+written to disk the moment it completes.
+
+    runner = Runner(transport, probes, commands, forks=64, listeners=[progress])
+    host_results = runner.run(hosts, grade=grade_one)
+
+Listeners get ``on_host_start(host)`` and ``on_host_done(host, result)`` (the findings.jsonl
+appender and the progress display are listeners).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import Any, Protocol
+
+from healthcheck.model import Finding, Host, HostCollection, Status
+from healthcheck.results import HostResult
+from healthcheck.spec import Probe, Transport
+from healthcheck.transport.script import Command
+
+
+class CommandConflictError(ValueError):
+    pass
+
+
+class Listener(Protocol):
+    def on_host_start(self, host: Host) -> None: ...
+
+    def on_host_done(self, host: Host, result: HostResult) -> None: ...
+
+
+def plan_commands(probes: Sequence[Probe], options: Mapping[str, Any], timeout_s: float) -> list[Command]:
+    """The union of the probes' commands, each id once; one id with two command lines is a bug."""
+    commands: dict[str, Command] = {}
+    for probe in probes:
+        timeouts = getattr(probe, "command_timeouts", None) or {}
+        for cid, line in probe.commands(options).items():
+            cmd = Command(cid, line, float(timeouts.get(cid, timeout_s)))
+            known = commands.get(cid)
+            if known is not None and known.line != line:
+                raise CommandConflictError(f"command id {cid!r} has two command lines: {known.line!r} "
+                                           f"and {line!r} (probe {probe.name})")
+            if known is None or cmd.timeout_s > known.timeout_s:
+                commands[cid] = cmd
+    return list(commands.values())
+
+
+def host_deadline(commands: Sequence[Command], kill_after_s: float, margin_s: float) -> float:
+    return sum(c.timeout_s + kill_after_s for c in commands) + margin_s
+
+
+GradeFn = Callable[[Host, HostCollection], HostResult]
+CollectedFn = Callable[[HostCollection], None]
+
+
+class Runner:
+    def __init__(self, transport: Transport, commands: Sequence[Command], forks: int,
+                 deadline_s: float, listeners: Sequence[Listener] = (),
+                 on_collected: CollectedFn | None = None) -> None:
+        self.transport = transport
+        self.commands = list(commands)
+        self.forks = max(1, forks)
+        self.deadline_s = deadline_s
+        self.listeners = list(listeners)
+        self.on_collected = on_collected
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        """Ask the runner not to start more hosts (Ctrl-C)."""
+        self._stop.set()
+
+    def _one(self, host: Host, grade: GradeFn) -> HostResult:
+        for listener in self.listeners:
+            listener.on_host_start(host)
+        try:
+            collection = self.transport.collect(host, self.commands, self.deadline_s)
+        except Exception as exc:  # a transport bug must not end the sweep
+            collection = HostCollection(host=host.name, results={},
+                                        transport_error=f"transport crashed: {type(exc).__name__}: {exc}")
+        if self.on_collected is not None:
+            self.on_collected(collection)
+        try:
+            result = grade(host, collection)
+        except Exception as exc:
+            result = HostResult(name=host.name, profile=host.profile, group=host.group, findings=[
+                Finding(host=host.name, check="host.grade", status=Status.ERROR,
+                        message=f"grading crashed: {type(exc).__name__}: {exc}",
+                        remedy="A healthcheck bug: attach the run directory's raw outputs")])
+        for listener in self.listeners:
+            listener.on_host_done(host, result)
+        return result
+
+    def run(self, hosts: Sequence[Host], grade: GradeFn) -> dict[str, HostResult]:
+        results: dict[str, HostResult] = {}
+        with ThreadPoolExecutor(max_workers=min(self.forks, max(1, len(hosts))),
+                                thread_name_prefix="hc-host") as pool:
+            futures = {}
+            try:
+                for host in hosts:
+                    if self._stop.is_set():
+                        break
+                    futures[pool.submit(self._one, host, grade)] = host
+                for future in as_completed(futures):
+                    results[futures[future].name] = future.result()
+            except KeyboardInterrupt:
+                self._stop.set()
+                for future in futures:
+                    future.cancel()
+                raise
+        return results

@@ -1,0 +1,121 @@
+"""A finished run seen against the history: regression findings, ``changes`` and ``trends``, recorded.
+
+    record = annotate_and_record(run_dir, Path("/var/lib/healthcheck"))
+    record.changes["new_failures"]      # [{"host": "gpu007", "verdict": "FAIL", "was": "PASS", ...}]
+
+What it adds to the run's ``results.json`` (the rest of the schema is unchanged):
+
+- ``history.*`` WARN findings in the hosts' findings (see ``healthcheck.regression``), also
+  appended to ``findings.jsonl``;
+- ``"changes"``: what changed since the previous recorded run::
+
+      {"previous_run": "20261121T031500Z" | null,
+       "new_failures":  [{"host", "verdict", "was" (null: not in the previous run), "checks": [...]}],
+       "recovered":     [{"host", "verdict", "was", "checks": [checks that failed before]}],
+       "still_failing": [{"host", "verdict", "was", "checks", "new_checks",
+                          "runs": consecutive failing runs, this one included}],
+       "new_hosts": [...], "missing_hosts": [...]}
+
+  (failing = verdict FAIL or ERROR; ``checks`` are the FAIL/ERROR check ids);
+- ``"trends"``: the key metrics of the last N runs, one value per host and metric per run
+  (worst component: lowest busbw, hottest GPU; counters: total), ``null`` where absent::
+
+      {"runs": [{"id", "started", "verdict"}, ... oldest first, this run last],
+       "metrics": {"gpu.temp_c": {"metric": "temperature", "unit": "C"}, ...},
+       "hosts": {"gpu001": {"gpu.temp_c": [41.0, 43.0, null, 44.0], ...}}}
+
+Re-annotating a run replaces its earlier ``history.*`` findings and its record in the index.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from healthcheck.defaults import DEFAULTS
+from healthcheck.history import RUNS_DIR, HistoryIndex
+from healthcheck.model import Finding
+from healthcheck.regression import (
+    diff_verdicts,
+    extract_measurements,
+    growth_findings,
+    host_states,
+    regression_findings,
+)
+from healthcheck.results import load_results
+
+TREND_RUNS = 14
+
+
+@dataclass
+class SweepRecord:
+    run_id: str
+    seq: int
+    changes: dict[str, Any]
+    trends: dict[str, Any]
+    findings: list[Finding] = field(default_factory=list)
+    pruned: list[str] = field(default_factory=list)
+
+
+def annotate_and_record(run_dir: Path, history_dir: Path, *,
+                        baseline_runs: int = DEFAULTS.regression_baseline_runs,
+                        drop_fraction: float = DEFAULTS.regression_drop_fraction,
+                        keep_days: float = DEFAULTS.history_keep_days, trend_runs: int = TREND_RUNS,
+                        now: datetime | None = None) -> SweepRecord:
+    """Grade ``run_dir`` against the history in ``history_dir``, record it, prune, rewrite results.json."""
+    run_dir = Path(run_dir)
+    document = json.loads((run_dir / "results.json").read_text())
+    results = load_results(run_dir)
+    for host in results.hosts.values():
+        host.findings = [f for f in host.findings if not f.check.startswith("history.")]
+    run_id = str(results.run.get("id") or run_dir.name)
+    results.run.setdefault("id", run_id)
+    with HistoryIndex.open(history_dir) as index:
+        existing = index.seq_of(run_id)
+        measurements = extract_measurements(results)
+        added = regression_findings(measurements, index.baselines(existing, baseline_runs), drop_fraction)
+        added += growth_findings(measurements, index.previous_counters(existing))
+        for f in added:
+            results.hosts[f.host].findings.append(f)
+        previous = next(iter(index.runs(limit=1, before_seq=existing)), None)
+        before = index.host_states(previous.seq) if previous else None
+        current = host_states(results)
+        still = [h for h, s in current.items() if s.failed and before and h in before and before[h].failed]
+        streaks = {h: n + 1 for h, n in index.failing_streaks(still, existing).items()}
+        changes = diff_verdicts(before, current, previous.run_id if previous else None, streaks)
+        seq = index.record(results, run_dir, measurements, seq=existing)
+        trends = index.trends(trend_runs, upto_seq=seq)
+        pruned = index.prune(keep_days, now or datetime.now(timezone.utc), keep_seq=seq,
+                             runs_root=Path(history_dir) / RUNS_DIR)
+    _write_document(run_dir, {**document, **results.to_json(), "changes": changes, "trends": trends})
+    _append_findings(run_dir, added)
+    return SweepRecord(run_id=run_id, seq=seq, changes=changes, trends=trends, findings=added, pruned=pruned)
+
+
+def _write_document(run_dir: Path, document: dict[str, Any]) -> None:
+    path = run_dir / "results.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(document, indent=1) + "\n")
+    tmp.replace(path)
+
+
+def _append_findings(run_dir: Path, findings: list[Finding]) -> None:
+    path = run_dir / "findings.jsonl"
+    kept = []
+    if path.is_file():  # drop history findings of an earlier annotation of this run
+        kept = [line for line in path.read_text().splitlines()
+                if line.strip() and not _is_history(line)]
+    lines = kept + [json.dumps(f.to_json(), sort_keys=True) for f in findings]
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(line + "\n" for line in lines))
+    tmp.replace(path)
+
+
+def _is_history(line: str) -> bool:
+    try:
+        return str(json.loads(line).get("check", "")).startswith("history.")
+    except (ValueError, AttributeError):
+        return False

@@ -1,0 +1,35 @@
+"""Transports: how a command reaches a host. All return the same ``HostCollection``/``CommandResult``.
+
+    transport = open_transport("ssh", ssh_config_path=Path("ssh_config"))
+    transport.run(host, "hostname", timeout_s=10)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from healthcheck.defaults import DEFAULTS
+from healthcheck.spec import Transport
+from healthcheck.transport.local import LocalTransport
+from healthcheck.transport.replay import ReplayTransport
+from healthcheck.transport.script import Command
+from healthcheck.transport.ssh import SshTransport
+from healthcheck.transport.sshconfig import load_ssh_config
+
+__all__ = ["Command", "LocalTransport", "ReplayTransport", "SshTransport", "open_transport"]
+
+
+def open_transport(kind: str, *, ssh_config_path: Path | None = None, accept_new_host_keys: bool = False,
+                   connect_timeout_s: float = DEFAULTS.connect_timeout_s,
+                   cap: int = DEFAULTS.output_cap_bytes, bundle: Path | None = None) -> Transport:
+    """A transport by name: ``ssh``, ``local`` or ``replay`` (needs ``bundle``)."""
+    if kind == "ssh":
+        return SshTransport(load_ssh_config(ssh_config_path), accept_new_host_keys=accept_new_host_keys,
+                            connect_timeout_s=connect_timeout_s, cap=cap)
+    if kind == "local":
+        return LocalTransport(cap=cap)
+    if kind == "replay":
+        if bundle is None:
+            raise ValueError("the replay transport needs a bundle directory")
+        return ReplayTransport(bundle)
+    raise ValueError(f"unknown transport {kind!r} (ssh, local, replay)")

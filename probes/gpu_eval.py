@@ -1,0 +1,166 @@
+"""Grade GPU observations: nvidia-smi errors, inventory, configuration, PCIe, power, fabric, reset.
+
+    findings = evaluate_gpu(observations, ctx)   # every check, every GPU; PASSes folded per check
+
+Memory health, thermals and clock events are in ``probes/gpu_eval_health.py``. Thresholds come
+from the host's profile (``gpu.*`` expectations, each with its source); a check whose
+expectation is missing is SKIP. Profile-free rules use only what the GPU itself reports
+(its own max PCIe width, its own fabric state, the driver's reset/recovery flags).
+"""
+
+from __future__ import annotations
+
+from healthcheck.grading import finding_from_expectation
+from healthcheck.model import Finding, Status
+from healthcheck.spec import EvalContext
+from probes.gpu_eval_health import evaluate_gpu_health
+from probes.gpu_findings import collapse, gpu_finding, graded
+from probes.gpu_model import GpuObservation, GpuObservations
+from probes.nvidia_smi_log import SmiError
+
+_ERROR_CHECKS = {"gpu_lost": "gpu.lost", "inforom_corrupted": "gpu.inforom"}
+_ERROR_REMEDY = {
+    "driver_not_loaded": "The NVIDIA kernel module is not loaded: check `lsmod | grep nvidia`, `dmesg | grep "
+                         "NVRM` and DKMS for the running kernel; reinstall the driver or reboot",
+    "driver_mismatch": "The driver libraries were upgraded but the old kernel module is still loaded: drain "
+                       "the node and reboot (or reload the nvidia modules)",
+    "nvml_init": "NVML could not start: check `dmesg | grep NVRM`, the driver install and /dev/nvidia*",
+    "no_devices": "The driver sees no GPU: check `lspci | grep -i nvidia` and `dmesg | grep NVRM` "
+                  "(RmInitAdapter failed); reseat the GPUs or check BIOS (Above 4G decoding)",
+    "exit_code": "nvidia-smi failed: run it by hand on the node and check `dmesg | grep NVRM`",
+    "gpu_lost": "The GPU fell off the bus or stopped responding: drain the node, check the kernel log for "
+                "Xid 79/119, reboot; if it recurs, reseat or replace the GPU",
+    "inforom_corrupted": "The GPU's InfoROM is corrupted (ECC and retirement records cannot be trusted): "
+                         "drain, run `dcgmi diag -r 1`, and open an RMA with the vendor",
+}
+REMEDY_MISSING = "A GPU is missing: check `lspci | grep -i nvidia` and the kernel log for Xid 79; reseat or replace"
+REMEDY_MODEL = "The GPU model differs from the profile: check the inventory's profile for this host"
+REMEDY_MEMORY = "The GPU reports less memory than its model has: check for a wrong SKU or a faulty GPU (RMA)"
+REMEDY_PERSISTENCE = "Enable persistence mode (`nvidia-smi -pm 1`, or the nvidia-persistenced service)"
+REMEDY_MIG = "Set the MIG mode the profile expects (`nvidia-smi -mig 0|1`) and reset the GPU"
+REMEDY_ECC_MODE = "Enable ECC (`nvidia-smi -e 1`) and reboot; a pending change needs a reboot to apply"
+REMEDY_WIDTH = ("The PCIe link trained below its width: reseat the GPU or its riser/cable, check the slot and "
+                "BIOS; if it persists after a cold boot, replace the riser or the GPU")
+REMEDY_GEN = ("The PCIe link runs below its generation under load: check BIOS PCIe settings, risers and "
+              "retimers; reseat the GPU")
+REMEDY_GEN_MAX = "The slot or BIOS limits the PCIe generation: check the BIOS link-speed setting and the riser"
+REMEDY_REPLAYS = "PCIe replays indicate a marginal link: check `dmesg` for AER errors, reseat the GPU/riser"
+REMEDY_POWER = "The GPU power limit is below the profile: reset it (`nvidia-smi -pl`), check BMC power capping"
+REMEDY_FABRIC = ("The GPU is not registered with the NVSwitch fabric: check `systemctl status nvidia-fabricmanager`"
+                 " (same version as the driver), start it, and re-check; CUDA fails until fabric is Completed")
+REMEDY_RESET = "The driver says this GPU needs a reset: drain the node and run `nvidia-smi -r -i N`, or reboot"
+REMEDY_UNREADABLE = ("nvidia-smi could not read this GPU (\"Unknown Error\"): it is in an error state; check "
+                     "the kernel log for Xid 48/79/119, drain and reset the GPU or reboot")
+REMEDY_FAN = "A fan reports an error: check the fan and the chassis airflow"
+
+
+def evaluate_gpu(obs: GpuObservations, ctx: EvalContext) -> list[Finding]:
+    """Every GPU finding for one host: errors first, then node-level, then per-GPU checks folded."""
+    findings = [_error_finding(e, obs, ctx) for e in obs.errors]
+    if obs.count is not None:
+        findings.append(finding_from_expectation(
+            ctx.host.name, "gpu.count", ctx.profile.expect("gpu.count"), obs.count, source=obs.source,
+            profile=ctx.profile, remedy=REMEDY_MISSING))
+    for check, value in (("gpu.driver_version", obs.driver_version), ("gpu.cuda_version", obs.cuda_version)):
+        exp = ctx.profile.expect(check)
+        if exp is not None and value is not None:
+            findings.append(finding_from_expectation(
+                ctx.host.name, check, exp, value, source=obs.source, profile=ctx.profile,
+                remedy="Install the driver version the profile expects on this node"))
+    per_gpu: list[Finding | None] = []
+    for gpu in obs.gpus:
+        per_gpu += _inventory(obs, gpu, ctx) + _pcie(obs, gpu, ctx) + _state(obs, gpu, ctx)
+        per_gpu += evaluate_gpu_health(obs, gpu, ctx)
+    return findings + collapse(per_gpu, len(obs.gpus))
+
+
+def _error_finding(error: SmiError, obs: GpuObservations, ctx: EvalContext) -> Finding:
+    check = _ERROR_CHECKS.get(error.kind, "gpu.driver")
+    where = f"GPU {error.bus_id}" if error.bus_id else "node"
+    return Finding(host=ctx.host.name, check=check, status=Status.FAIL,
+                   component=f"gpu {error.bus_id}" if error.bus_id else "node", value=error.message,
+                   expected="no nvidia-smi error", message=f"{where}: nvidia-smi reports: {error.message}",
+                   remedy=_ERROR_REMEDY[error.kind], source=obs.source)
+
+
+def _inventory(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[Finding | None]:
+    out = [graded(ctx, obs, gpu, "gpu.model", gpu.name, REMEDY_MODEL),
+           graded(ctx, obs, gpu, "gpu.memory_mib", gpu.memory_total_mib, REMEDY_MEMORY),
+           graded(ctx, obs, gpu, "gpu.persistence_mode", gpu.persistence_mode, REMEDY_PERSISTENCE),
+           graded(ctx, obs, gpu, "gpu.mig_mode", gpu.mig_current, REMEDY_MIG,
+                  detail=f"{gpu.mig_devices} MIG devices" if gpu.mig_devices else ""),
+           graded(ctx, obs, gpu, "gpu.ecc_mode", gpu.ecc_current, REMEDY_ECC_MODE),
+           graded(ctx, obs, gpu, "gpu.vbios", gpu.vbios, "Flash the VBIOS version the profile expects",
+                  optional=True),
+           graded(ctx, obs, gpu, "gpu.power_limit_w", gpu.power_limit_w, REMEDY_POWER),
+           graded(ctx, obs, gpu, "gpu.power_draw_w", gpu.power_draw_w, REMEDY_POWER, optional=True)]
+    for check, current, pending, remedy in (("gpu.mig_mode.pending", gpu.mig_current, gpu.mig_pending, REMEDY_MIG),
+                                            ("gpu.ecc_mode.pending", gpu.ecc_current, gpu.ecc_pending,
+                                             REMEDY_ECC_MODE)):
+        if current is not None and pending is not None and current != pending:
+            out.append(gpu_finding(ctx, obs, gpu, check, Status.WARN, pending, current, remedy=remedy,
+                                   message=f"mode change pending: {current} now, {pending} after reset/reboot"))
+    return out
+
+
+def _pcie(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[Finding | None]:
+    out: list[Finding | None] = [
+        graded(ctx, obs, gpu, "gpu.pcie.gen_max", gpu.pcie_gen_max, REMEDY_GEN_MAX),
+        graded(ctx, obs, gpu, "gpu.pcie.replays", gpu.pcie_replays, REMEDY_REPLAYS)]
+    width_exp = ctx.profile.expect("gpu.pcie.width")
+    if width_exp is not None:
+        out.append(graded(ctx, obs, gpu, "gpu.pcie.width", gpu.pcie_width_current, REMEDY_WIDTH, width_exp,
+                          detail=f"max x{gpu.pcie_width_max}" if gpu.pcie_width_max else ""))
+    elif gpu.pcie_width_current is not None and gpu.pcie_width_max is not None:
+        bad = gpu.pcie_width_current < gpu.pcie_width_max
+        out.append(gpu_finding(
+            ctx, obs, gpu, "gpu.pcie.width", Status.FAIL if bad else Status.PASS, gpu.pcie_width_current,
+            f"== {gpu.pcie_width_max} (the GPU's max width)", unit="lanes", remedy=REMEDY_WIDTH,
+            message=(f"PCIe link downtrained to x{gpu.pcie_width_current} of x{gpu.pcie_width_max}" if bad
+                     else f"PCIe x{gpu.pcie_width_current}")))
+    if gpu.pcie_gen_current is not None and gpu.pcie_gen_max is not None:
+        loaded = (gpu.utilization_pct or 0) > 0
+        if not loaded:
+            status, message = Status.SKIP, (f"PCIe Gen{gpu.pcie_gen_current} of Gen{gpu.pcie_gen_max} at idle "
+                                            "(not graded: idle links drop their generation to save power)")
+        elif gpu.pcie_gen_current < gpu.pcie_gen_max:
+            status, message = Status.FAIL, (f"PCIe Gen{gpu.pcie_gen_current} of Gen{gpu.pcie_gen_max} at "
+                                            f"{gpu.utilization_pct}% utilization")
+        else:
+            status, message = Status.PASS, f"PCIe Gen{gpu.pcie_gen_current} under load"
+        out.append(gpu_finding(ctx, obs, gpu, "gpu.pcie.gen", status, gpu.pcie_gen_current,
+                               f"== {gpu.pcie_gen_max} under load", remedy=REMEDY_GEN, message=message))
+    return out
+
+
+def _state(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[Finding | None]:
+    """Fabric registration, the driver's reset/recovery flags, unreadable fields, fan errors."""
+    out: list[Finding | None] = []
+    if gpu.fabric_state is not None:
+        ok = gpu.fabric_state.lower() == "completed" and (gpu.fabric_status or "success").lower() == "success"
+        out.append(gpu_finding(ctx, obs, gpu, "gpu.fabric", Status.PASS if ok else Status.FAIL,
+                               f"{gpu.fabric_state}/{gpu.fabric_status}", "Completed/Success",
+                               remedy=REMEDY_FABRIC,
+                               message=f"fabric state {gpu.fabric_state}, status {gpu.fabric_status}"))
+    elif ctx.profile.expect("gpu.fabric") is not None and not obs.partial:
+        out.append(gpu_finding(ctx, obs, gpu, "gpu.fabric", Status.SKIP, None, "Completed/Success",
+                               message=f"fabric state not reported by {obs.source} (driver too old?)"))
+    flags = [name for name, on in (("reset required", gpu.reset_required),
+                                   ("drain and reset recommended", gpu.drain_and_reset_recommended)) if on]
+    if gpu.reset_required is not None or flags:
+        out.append(gpu_finding(ctx, obs, gpu, "gpu.reset_required", Status.FAIL if flags else Status.PASS,
+                               ", ".join(flags) or "No", "No", remedy=REMEDY_RESET,
+                               message=f"driver flags: {', '.join(flags)}" if flags else "no reset required"))
+    if gpu.recovery_action is not None:
+        bad = gpu.recovery_action.lower() != "none"
+        out.append(gpu_finding(ctx, obs, gpu, "gpu.recovery_action", Status.FAIL if bad else Status.PASS,
+                               gpu.recovery_action, "None", remedy=REMEDY_RESET,
+                               message=f"GPU recovery action: {gpu.recovery_action}"))
+    if gpu.unreadable:
+        out.append(gpu_finding(ctx, obs, gpu, "gpu.unreadable", Status.FAIL, ", ".join(gpu.unreadable),
+                               "readable", remedy=REMEDY_UNREADABLE,
+                               message=f"nvidia-smi printed an error instead of {', '.join(gpu.unreadable)}"))
+    if gpu.fan_speed is not None and gpu.fan_speed.upper().startswith("ERR"):
+        out.append(gpu_finding(ctx, obs, gpu, "gpu.fan", Status.FAIL, gpu.fan_speed, "a fan speed",
+                               remedy=REMEDY_FAN, message=f"fan reports {gpu.fan_speed}"))
+    return out

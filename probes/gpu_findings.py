@@ -1,0 +1,112 @@
+"""Finding builders shared by the GPU evaluators: one finding per GPU, folded per check.
+
+    f = gpu_finding(ctx, obs, gpu, "gpu.row_remap.pending", Status.FAIL, True, "No",
+                    message="row remap pending", remedy=REMEDY)
+    collapse(findings, n_gpus=8)   # keeps every non-PASS GPU finding, folds the PASSes into one
+
+Every bad GPU keeps its own finding (component ``gpu3``); GPUs that pass the same check are
+folded into one node-level PASS that states the range of values, so an 8-GPU host does not
+produce 8 identical lines per check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from healthcheck.grading import expected_text, finding_from_expectation, grade
+from healthcheck.model import Finding, JSONScalar, Status
+from healthcheck.profiles import Expectation
+from healthcheck.spec import EvalContext
+from probes.gpu_model import GpuObservation, GpuObservations
+
+
+def component(gpu: GpuObservation) -> str:
+    return f"gpu{gpu.index}"
+
+
+def label(gpu: GpuObservation) -> str:
+    """``gpu3 (00000000:9B:00.0)`` for messages."""
+    return f"gpu{gpu.index} ({gpu.bus_id})" if gpu.bus_id else f"gpu{gpu.index}"
+
+
+def gpu_finding(ctx: EvalContext, obs: GpuObservations, gpu: GpuObservation, check: str, status: Status,
+                value: JSONScalar, expected: JSONScalar, *, message: str, remedy: str | None = None,
+                unit: str | None = None) -> Finding:
+    """A finding about one GPU; ``message`` is prefixed with the GPU and its bus id."""
+    return Finding(host=ctx.host.name, check=check, status=status, component=component(gpu),
+                   value=value, expected=expected, unit=unit, message=f"{label(gpu)}: {message}",
+                   remedy=remedy if status is not Status.PASS else None, source=obs.source)
+
+
+def graded(ctx: EvalContext, obs: GpuObservations, gpu: GpuObservation, check: str, measured: Any,
+           remedy: str, exp: Expectation | None = None, detail: str = "",
+           optional: bool = False) -> Finding | None:
+    """``measured`` against the profile expectation ``check`` (SKIP when the profile has none).
+
+    Returns None when the value was not reported and the output is a subset (``obs.partial``) or
+    the profile does not ask for it, and when an ``optional`` check has no expectation, so absent
+    fields and optional checks do not flood the report with SKIPs.
+    """
+    exp = exp or ctx.profile.expect(check)
+    if exp is None and optional:
+        return None
+    if measured is None:
+        if obs.partial or exp is None:
+            return None
+        return gpu_finding(ctx, obs, gpu, check, Status.SKIP, None, expected_text(exp),
+                           message=f"{_what(check)} not reported by {obs.source}")
+    f = finding_from_expectation(ctx.host.name, check, exp, measured, source=obs.source, remedy=remedy,
+                                 component=component(gpu), profile=ctx.profile)
+    message = f.message.replace(f"{component(gpu)}: ", f"{label(gpu)}: ", 1)
+    if not message.startswith(label(gpu)):
+        message = f"{label(gpu)}: {message}"
+    return Finding(**{**f.__dict__, "message": message + (f" ({detail})" if detail else "")})
+
+
+def grade_value(exp: Expectation | None, measured: Any) -> Status | None:
+    """The status of ``measured`` against ``exp`` (None without an expectation or a value)."""
+    if exp is None or measured is None:
+        return None
+    return grade(exp, measured)
+
+
+def collapse(findings: Iterable[Finding | None], n_gpus: int) -> list[Finding]:
+    """Per check: keep non-PASS findings, fold PASS (and SKIP) findings into one node-level finding."""
+    groups: dict[str, list[Finding]] = {}
+    for f in findings:
+        if f is not None:
+            groups.setdefault(f.check, []).append(f)
+    out: list[Finding] = []
+    for check, group in groups.items():
+        out.extend(f for f in group if f.status not in (Status.PASS, Status.SKIP) or f.component == "node")
+        for status in (Status.PASS, Status.SKIP):
+            same = [f for f in group if f.status is status and f.component != "node"]
+            if len(same) == 1:
+                out.append(same[0])
+            elif same:
+                out.append(_fold(check, status, same, n_gpus))
+    return out
+
+
+def _fold(check: str, status: Status, group: list[Finding], n_gpus: int) -> Finding:
+    first = group[0]
+    values = [f.value for f in group]
+    numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    if numbers and len(numbers) == len(values) and min(numbers) != max(numbers):
+        shown: JSONScalar = f"{min(numbers):g}-{max(numbers):g}"
+    else:
+        shown = values[0] if len(set(map(str, values))) == 1 else "mixed"
+    who = f"all {n_gpus} GPUs" if len(group) == n_gpus else ",".join(f.component for f in group)
+    unit = f" {first.unit}" if first.unit else ""
+    if status is Status.PASS:
+        message = f"{who}: {_what(check)} {shown}{unit}" + (f", within {first.expected}" if first.expected else "")
+    else:
+        message = f"{who}: {first.message.split(': ', 1)[-1]}"
+    return Finding(host=first.host, check=check, status=status, component="node",
+                   value=shown if isinstance(shown, str) else first.value, expected=first.expected,
+                   unit=first.unit, message=message, source=first.source)
+
+
+def _what(check: str) -> str:
+    return check.split(".", 1)[-1].replace(".", " ").replace("_", " ")

@@ -1,0 +1,195 @@
+"""Pure parsers for InfiniBand/RoCE state: sysfs "path:value" dumps, ``ibstat``, ``/proc/modules``.
+
+    parse_ib_sysfs("/sys/class/infiniband/mlx5_0/ports/1/rate:400 Gb/sec (4X NDR)\\n# ib-sysfs end\\n")
+    parse_ibstat("CA 'mlx5_0'\\n\\tCA type: MT4129\\n\\tPort 1:\\n\\t\\tState: Active\\n...")
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from healthcheck.spec import ParseError
+
+# Width in bits of the IBA PortCounters error counters that sysfs exposes (IBA spec vol. 1,
+# PortCounters attribute): they saturate at 2**bits - 1, so growth cannot be seen past that.
+COUNTER_BITS = {
+    "symbol_error": 16, "link_error_recovery": 8, "link_downed": 8, "port_rcv_errors": 16,
+    "port_rcv_remote_physical_errors": 16, "port_rcv_switch_relay_errors": 16, "port_xmit_discards": 16,
+    "port_xmit_constraint_errors": 8, "port_rcv_constraint_errors": 8, "local_link_integrity_errors": 4,
+    "excessive_buffer_overrun_errors": 4, "VL15_dropped": 16,
+}
+_STATE_WORDS = {"active": "ACTIVE", "down": "DOWN", "initializing": "INIT", "init": "INIT",
+                "armed": "ARMED", "active_defer": "ACTIVE_DEFER"}
+_SYSFS_LINE = re.compile(r"^(?P<path>\S*?class/infiniband/(?P<dev>[^/:]+)/(?:ports/(?P<port>\d+)/)?"
+                         r"(?P<attr>[^:]+)):(?P<value>.*)$")
+_RATE = re.compile(r"^(?P<gbps>\d+(?:\.\d+)?) Gb/sec(?: \((?P<width>\d+X)(?: (?P<speed>[A-Za-z0-9]+))?\))?")
+
+
+@dataclass(frozen=True)
+class IbPort:
+    device: str
+    port: int
+    state: str | None = None          # ACTIVE, DOWN, INIT, ARMED
+    phys_state: str | None = None     # LinkUp, Disabled, Polling, ...
+    rate_gbps: float | None = None
+    width: str | None = None          # 4X, 2X, 1X
+    speed: str | None = None          # NDR, HDR, EDR, ...
+    rate_text: str | None = None      # as the tool printed it, e.g. "400 Gb/sec (4X NDR)"
+    link_layer: str | None = None     # InfiniBand or Ethernet
+    counters: Mapping[str, int] = field(default_factory=dict)
+    hw_counters: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.device}/{self.port}"
+
+
+@dataclass(frozen=True)
+class IbDevice:
+    name: str
+    hca_type: str | None = None
+    fw_ver: str | None = None
+    board_id: str | None = None
+    ports: tuple[IbPort, ...] = ()
+
+
+@dataclass(frozen=True)
+class IbstatPanic:
+    message: str
+    device: str | None = None
+
+
+@dataclass(frozen=True)
+class IbstatReport:
+    devices: tuple[IbDevice, ...]
+    panic: IbstatPanic | None = None
+
+
+@dataclass(frozen=True)
+class IbObservation:
+    devices: tuple[IbDevice, ...]
+    source: str                                  # command id the devices came from
+    ibstat_error: IbstatPanic | None = None
+    peermem_modules: tuple[str, ...] | None = None  # None: /proc/modules not read
+
+
+def _state(text: str) -> str:
+    """``4: ACTIVE`` (sysfs) or ``Active`` (ibstat) -> ``ACTIVE``."""
+    word = text.split(":", 1)[-1].strip()
+    return _STATE_WORDS.get(word.lower(), word.upper())
+
+
+def _phys_state(text: str) -> str:
+    """``5: LinkUp`` (sysfs) or ``LinkUp`` (ibstat) -> ``LinkUp``."""
+    return text.split(":", 1)[-1].strip()
+
+
+def parse_rate(text: str) -> tuple[float | None, str | None, str | None]:
+    """sysfs ``rate``: ``400 Gb/sec (4X NDR)`` -> (400.0, "4X", "NDR"); old kernels print ``10 Gb/sec (4X)``."""
+    m = _RATE.match(text.strip())
+    if not m:
+        return None, None, None
+    return float(m["gbps"]), m["width"], m["speed"]
+
+
+def parse_ib_sysfs(text: str) -> tuple[IbDevice, ...]:
+    """``grep -H`` lines of /sys/class/infiniband files (any path prefix), in the layout of the corpus file
+    ``ib/sysfs-class-infiniband-h100-cx7-ndr-counters``. The command prints a closing ``# ib-sysfs end``
+    line (or ``# ib-sysfs: no ... devices``); output without either is truncated and raises ParseError.
+    Non-numeric counter values (a driver printing ``N/A``) are dropped.
+    """
+    if "# ib-sysfs: no " in text:
+        return ()
+    if "# ib-sysfs end" not in text:
+        raise ParseError("ib-sysfs output is truncated (no closing '# ib-sysfs end' line)", text[-200:])
+    devices: dict[str, dict[str, str]] = {}
+    ports: dict[tuple[str, int], dict[str, str]] = {}
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        m = _SYSFS_LINE.match(line)
+        if m is None:
+            raise ParseError("ib-sysfs line is not '<sysfs path>:<value>'", line)
+        dev, attr, value = m["dev"], m["attr"], m["value"].strip()
+        devices.setdefault(dev, {})
+        if m["port"] is None:
+            devices[dev][attr] = value
+        else:
+            ports.setdefault((dev, int(m["port"])), {})[attr] = value
+    return tuple(IbDevice(name=dev, hca_type=attrs.get("hca_type"), fw_ver=attrs.get("fw_ver"),
+                          board_id=attrs.get("board_id"),
+                          ports=tuple(_sysfs_port(d, p, ports[(d, p)]) for d, p in sorted(ports) if d == dev))
+                 for dev, attrs in sorted(devices.items(), key=lambda kv: _natural(kv[0])))
+
+
+def _sysfs_port(dev: str, port: int, attrs: Mapping[str, str]) -> IbPort:
+    rate = attrs.get("rate")
+    gbps, width, speed = parse_rate(rate) if rate else (None, None, None)
+    return IbPort(device=dev, port=port,
+                  state=_state(attrs["state"]) if "state" in attrs else None,
+                  phys_state=_phys_state(attrs["phys_state"]) if "phys_state" in attrs else None,
+                  rate_gbps=gbps, width=width, speed=speed, rate_text=rate,
+                  link_layer=attrs.get("link_layer"),
+                  counters=_ints(attrs, "counters/"), hw_counters=_ints(attrs, "hw_counters/"))
+
+
+def _ints(attrs: Mapping[str, str], prefix: str) -> dict[str, int]:
+    return {k[len(prefix):]: int(v) for k, v in attrs.items() if k.startswith(prefix) and v.isdigit()}
+
+
+def _natural(name: str) -> tuple[str, int]:
+    m = re.match(r"^(.*?)(\d+)$", name)
+    return (m[1], int(m[2])) if m else (name, -1)
+
+
+_CA = re.compile(r"^CA '(?P<name>[^']+)'\s*$")
+_PORT = re.compile(r"^\s+Port (?P<port>\d+):\s*$")
+_KV = re.compile(r"^\s+(?P<key>[A-Za-z][A-Za-z ]*?):\s*(?P<value>.*?)\s*$")
+_PANIC = re.compile(r"^ibpanic: (?P<msg>.*?)\s*$")
+_PANIC_DEV = re.compile(r"IB device '(?P<dev>[^']+)'")
+
+
+def parse_ibstat(text: str) -> IbstatReport:
+    """``ibstat`` (infiniband-diags, any version; tab or space indentation; ``ibstat -s`` without port
+    blocks). An ``ibpanic: ...`` line (ibstat exits 255, corpus ``ibstat-a100-azure-ibpanic-exit255``) is
+    returned as ``panic`` next to the devices printed before it. No ``CA '...'`` line in non-empty output
+    raises ParseError.
+    """
+    cas: list[dict] = []
+    panic = None
+    port: dict | None = None
+    for line in text.splitlines():
+        if m := _PANIC.match(line):
+            dev = _PANIC_DEV.search(m["msg"])
+            panic = IbstatPanic(message=m["msg"], device=dev["dev"] if dev else None)
+        elif m := _CA.match(line):
+            cas.append({"name": m["name"], "attrs": {}, "ports": []})
+            port = None
+        elif (m := _PORT.match(line)) and cas:
+            port = {"port": int(m["port"])}
+            cas[-1]["ports"].append(port)
+        elif (m := _KV.match(line)) and cas:
+            (port if port is not None else cas[-1]["attrs"])[m["key"]] = m["value"]
+    if not cas and panic is None and text.strip():
+        raise ParseError("ibstat output has no \"CA '<name>'\" line", text)
+    devices = tuple(IbDevice(name=ca["name"], hca_type=ca["attrs"].get("CA type"),
+                             fw_ver=ca["attrs"].get("Firmware version"),
+                             ports=tuple(_ibstat_port(ca["name"], p) for p in ca["ports"]))
+                    for ca in cas)
+    return IbstatReport(devices=devices, panic=panic)
+
+
+def _ibstat_port(dev: str, attrs: Mapping) -> IbPort:
+    rate = attrs.get("Rate")
+    return IbPort(device=dev, port=attrs["port"],
+                  state=_state(attrs["State"]) if "State" in attrs else None,
+                  phys_state=_phys_state(attrs["Physical state"]) if "Physical state" in attrs else None,
+                  rate_gbps=float(rate) if rate and re.fullmatch(r"\d+(\.\d+)?", rate) else None,
+                  rate_text=f"{rate} Gb/sec" if rate else None, link_layer=attrs.get("Link layer"))
+
+
+def parse_proc_modules(text: str) -> set[str]:
+    """``/proc/modules``: the first field of every line is a loaded module's name."""
+    return {line.split()[0] for line in text.splitlines() if line.strip()}

@@ -1,0 +1,233 @@
+"""InfiniBand / RoCE probe: HCAs and ports from sysfs (and ``ibstat``), graded against the profile.
+
+    ib-sysfs   -> /sys/class/infiniband/mlx5_0/ports/1/rate:400 Gb/sec (4X NDR)     (one "path:value" line
+                  per sysfs file, as ``grep -H``; a closing "# ib-sysfs end" line proves completeness)
+    ibstat     -> CA 'mlx5_0' / Port 1: / State: Active / Rate: 400 / Link layer: InfiniBand
+    proc-modules -> nvidia_peermem 16384 0 - Live 0x0000000000000000 (GPUDirect RDMA)
+
+sysfs is preferred (it carries width, speed and error counters); ``ibstat`` is the fallback for
+capture bundles without sysfs, and its ``ibpanic`` abort is reported naming the device. Error
+counters are graded absolutely and by their growth since the previous run (``ctx.previous``).
+Parsers live in ``probes/ib_parse.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from healthcheck.grading import expected_text, finding_from_expectation, grade
+from healthcheck.model import CommandResult, Finding, Status
+from healthcheck.profiles import Expectation
+from healthcheck.spec import EvalContext, ParseError, ProbeSpec
+from probes import register
+from probes.ib_parse import (
+    COUNTER_BITS,
+    IbDevice,
+    IbObservation,
+    IbPort,
+    parse_ib_sysfs,
+    parse_ibstat,
+    parse_proc_modules,
+)
+
+_SYSFS_FILES = ("fw_ver", "hca_type", "board_id", "ports/*/state", "ports/*/phys_state", "ports/*/rate",
+                "ports/*/link_layer", "ports/*/counters/*", "ports/*/hw_counters/*")
+IB_SYSFS = ("if ls -d /sys/class/infiniband/*/ports >/dev/null 2>&1; then grep -H -s . "
+            + " ".join(f"/sys/class/infiniband/*/{f}" for f in _SYSFS_FILES)
+            + "; echo '# ib-sysfs end'; else echo '# ib-sysfs: no /sys/class/infiniband devices'; fi")
+COMMANDS = {
+    "ib-sysfs": IB_SYSFS,
+    "ibstat": "if command -v ibstat >/dev/null 2>&1; then ibstat; else echo 'healthcheck: ibstat not installed'; fi",
+    "proc-modules": "cat /proc/modules",
+}
+PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
+_REMEDY_LINK = ("Check the cable and transceiver of this port (reseat, then swap), the switch port, and "
+                "`mlxlink -d <dev> -m`; a Down/Polling port has no peer or a bad cable")
+_REMEDY_RATE = ("The link trained below its rated width or speed: reseat or replace the cable/transceiver, "
+                "check the switch port, then retrain the link (`mlxlink -d <dev> -a TG`)")
+_REMEDY_COUNTER = ("Physical-layer errors point at the cable or transceiver: check `mlxlink -m` BER, "
+                   "reseat or replace the cable; clear counters (`perfquery -x -R`) and re-check")
+
+
+def parse_infiniband(outputs: Mapping[str, CommandResult]) -> IbObservation:
+    devices: tuple[IbDevice, ...] = ()
+    source = None
+    sysfs = outputs.get("ib-sysfs")
+    if sysfs is not None and sysfs.rc in (0, 2):
+        devices = parse_ib_sysfs(sysfs.text)
+        source = "ib-sysfs"
+    ibstat_error = None
+    ibstat = outputs.get("ibstat")
+    if ibstat is not None and "healthcheck: ibstat not installed" not in ibstat.text:
+        parsed = parse_ibstat(ibstat.text + ibstat.err_text)
+        ibstat_error = parsed.panic
+        if not devices and parsed.devices:
+            devices, source = parsed.devices, "ibstat"
+    if source is None and ibstat_error is None and sysfs is not None:
+        raise ParseError(f"ib-sysfs exited {sysfs.rc} and ibstat gave nothing usable", sysfs.err_text)
+    modules = outputs.get("proc-modules")
+    peermem = None
+    if modules is not None and modules.rc == 0:
+        loaded = parse_proc_modules(modules.text)
+        peermem = tuple(m for m in PEERMEM_MODULES if m in loaded)
+    return IbObservation(devices=devices, source=source or "ibstat", ibstat_error=ibstat_error,
+                         peermem_modules=peermem)
+
+
+def fabric_devices(devices: tuple[IbDevice, ...], exp: Expectation | None) -> tuple[IbDevice, ...]:
+    """The HCAs that form the graded fabric: those whose type matches ``ib.hca.type`` (all without it)."""
+    if exp is None:
+        return devices
+    wanted = exp.value if isinstance(exp.value, list | tuple) else [exp.value]
+    types = {str(t).lower() for t in wanted}
+    return tuple(d for d in devices if (d.hca_type or "").lower() in types)
+
+
+def evaluate_infiniband(obs: IbObservation, ctx: EvalContext) -> list[Finding]:
+    host, profile = ctx.host.name, ctx.profile
+    source = obs.source
+    findings: list[Finding] = []
+    if obs.ibstat_error:
+        findings.append(Finding(
+            host=host, check="ib.ibstat", component=obs.ibstat_error.device or "node", status=Status.FAIL,
+            value=obs.ibstat_error.message, source="ibstat",
+            message=f"ibstat aborted: {obs.ibstat_error.message}",
+            remedy="An HCA listed by the kernel could not be read: check dmesg for mlx5_core errors on "
+                   "it, reload the driver (openibd restart) or reseat/replace the adapter"))
+    if not any(k.startswith("ib.") for k in profile.expectations) and not obs.devices:
+        findings.append(Finding(host=host, check="ib.hca.count", status=Status.SKIP, value=0, source=source,
+                                message=f"no InfiniBand/RoCE devices, and profile {profile.name} expects none"))
+        return findings
+    fabric = fabric_devices(obs.devices, profile.expect("ib.hca.type"))
+    ports = [p for d in fabric for p in d.ports]
+    remedy = "An HCA or port is missing: check lspci for the adapter, dmesg for mlx5_core, and the firmware"
+    findings.append(finding_from_expectation(host, "ib.hca.count", profile.expect("ib.hca.count"), len(fabric),
+                                             source=source, remedy=remedy, profile=profile))
+    if obs.source == "ib-sysfs" or any(d.ports for d in fabric):
+        findings.append(finding_from_expectation(host, "ib.port.count", profile.expect("ib.port.count"),
+                                                 len(ports), source=source, remedy=remedy, profile=profile))
+    previous = previous_counters(ctx.previous.get("infiniband"))
+    for port in ports:
+        findings += _port_findings(host, port, ctx, source)
+        findings += _counter_findings(host, port, ctx, source, previous.get(port.name))
+    findings += _gpudirect_findings(host, obs, ctx)
+    return findings
+
+
+def _port_findings(host: str, port: IbPort, ctx: EvalContext, source: str) -> list[Finding]:
+    profile = ctx.profile
+    out = [_combined(host, "ib.port.state", port.name, source, _REMEDY_LINK, [
+        ("state", port.state, profile.expect("ib.port.state")),
+        ("physical state", port.phys_state, profile.expect("ib.port.phys_state"))])]
+    out.append(_combined(host, "ib.port.rate", port.name, source, _REMEDY_RATE, [
+        ("rate", port.rate_gbps, profile.expect("ib.port.rate_gbps")),
+        ("width", port.width, profile.expect("ib.port.width")),
+        ("speed", port.speed, profile.expect("ib.port.speed"))], shown=port.rate_text))
+    out.append(finding_from_expectation(
+        host, "ib.port.link_layer", profile.expect("ib.port.link_layer"), port.link_layer, source=source,
+        component=port.name, profile=profile,
+        remedy="The port runs the wrong protocol: set LINK_TYPE_P1 with mlxconfig (IB=1, ETH=2) and reboot"))
+    return out
+
+
+def _combined(host: str, check: str, component: str, source: str, remedy: str,
+              parts: list[tuple[str, Any, Expectation | None]], shown: str | None = None) -> Finding:
+    """One finding for several facets of a port (state + physical state; rate + width + speed)."""
+    graded = [(label, value, exp) for label, value, exp in parts if exp is not None]
+    measured = shown or " / ".join(str(v) for _, v, _ in parts if v is not None)
+    if not graded:
+        return Finding(host=host, check=check, component=component, status=Status.SKIP, value=measured,
+                       source=source, message=f"{component}: no expectation for {check} in the profile")
+    statuses, bad, expected = [], [], []
+    for label, value, exp in graded:
+        status = Status.ERROR if value is None else grade(exp, value)
+        statuses.append(status)
+        expected.append(expected_text(exp))
+        if status is not Status.PASS:
+            bad.append(f"{label} {value if value is not None else 'unknown'} instead of {exp.value}")
+    status = max(statuses, key=lambda s: s.rank)
+    what = check.split(".")[-1]
+    if status is Status.PASS:
+        message = f"{component}: {what} {measured}"
+    else:
+        sources = sorted({exp.source for _, _, exp in graded})
+        message = f"{component}: {what} {measured}: {'; '.join(bad)} (source: {'; '.join(sources)})"
+    return Finding(host=host, check=check, component=component, status=status, value=measured,
+                   expected=", ".join(expected), message=message, source=source,
+                   remedy=None if status is Status.PASS else remedy)
+
+
+def previous_counters(previous: Any) -> dict[str, dict[str, int]]:
+    """Port name -> counters from the previous run's observation (its JSON form)."""
+    out: dict[str, dict[str, int]] = {}
+    if not isinstance(previous, Mapping):
+        return out
+    for device in previous.get("devices") or ():
+        for port in (device or {}).get("ports") or ():
+            name = f"{port.get('device')}/{port.get('port')}"
+            out[name] = {k: v for k, v in (port.get("counters") or {}).items() if isinstance(v, int)}
+    return out
+
+
+def _counter_findings(host: str, port: IbPort, ctx: EvalContext, source: str,
+                      before: Mapping[str, int] | None) -> list[Finding]:
+    findings, checked = [], 0
+    for name, value in sorted(port.counters.items()):
+        saturated = COUNTER_BITS.get(name) is not None and value >= (1 << COUNTER_BITS[name]) - 1
+        note = f" (saturated at its {COUNTER_BITS.get(name)}-bit maximum: the true count is higher)" \
+            if saturated else ""
+        exp = ctx.profile.expect(f"ib.counter.{name}")
+        if exp is not None:
+            checked += 1
+            f = finding_from_expectation(host, f"ib.counter.{name}", exp, value, source=source,
+                                         component=port.name, remedy=_REMEDY_COUNTER, profile=ctx.profile)
+            if f.status is not Status.PASS:
+                findings.append(_with_note(f, note))
+        growth_exp = ctx.profile.expect(f"ib.counter_growth.{name}")
+        if growth_exp is None or before is None or name not in before:
+            continue
+        checked += 1
+        growth = value - before[name] if value >= before[name] else value  # a drop means a counter reset
+        f = finding_from_expectation(host, f"ib.counter_growth.{name}", growth_exp, growth, source=source,
+                                     component=port.name, remedy=_REMEDY_COUNTER, profile=ctx.profile)
+        if f.status is not Status.PASS:
+            flap = " since the previous run: the link is flapping" if name == "link_downed" else \
+                " since the previous run"
+            findings.append(_with_note(f, flap + note))
+    if checked and not findings:
+        findings.append(Finding(host=host, check="ib.port.counters", component=port.name, status=Status.PASS,
+                                value=checked, source=source,
+                                message=f"{port.name}: {checked} error-counter checks within thresholds"))
+    return findings
+
+
+def _with_note(f: Finding, note: str) -> Finding:
+    if not note:
+        return f
+    head, sep, tail = f.message.partition(" (source:")
+    return Finding(**{**f.__dict__, "message": head + note + sep + tail})
+
+
+def _gpudirect_findings(host: str, obs: IbObservation, ctx: EvalContext) -> list[Finding]:
+    exp = ctx.profile.expect("ib.gpudirect_rdma")
+    if exp is None:
+        return []
+    if obs.peermem_modules is None:
+        return [Finding(host=host, check="ib.gpudirect_rdma", status=Status.ERROR, source="proc-modules",
+                        message="could not read /proc/modules to check for nvidia_peermem")]
+    loaded = bool(obs.peermem_modules)
+    f = finding_from_expectation(
+        host, "ib.gpudirect_rdma", exp, loaded, source="proc-modules", profile=ctx.profile,
+        remedy="Load the GPUDirect RDMA module: `modprobe nvidia-peermem` (and add it to /etc/modules-load.d)")
+    detail = ", ".join(obs.peermem_modules) if loaded else "neither nvidia_peermem nor nv_peer_mem loaded"
+    return [Finding(**{**f.__dict__, "message": f"{f.message} ({detail})"})]
+
+
+PROBE = register(ProbeSpec(
+    name="infiniband",
+    description="InfiniBand/RoCE HCAs and ports: state, rate/width, link layer, error counters, peermem",
+    command_map=COMMANDS,
+    parse_fn=parse_infiniband,
+    evaluate_fn=evaluate_infiniband,
+))

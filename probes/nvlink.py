@@ -1,0 +1,261 @@
+"""NVLink probe: per GPU and link, state and speed (``nvidia-smi nvlink -s``) and error counters
+(``nvidia-smi nvlink -e``), with the counters' growth since the previous run.
+
+    GPU 3: Tesla V100-SXM2-32GB (UUID: ...)          GPU 0: NVIDIA H100 80GB HBM3 (UUID: ...)
+             Link 0: 25.781 GB/s                               Link 0: Replay Errors: 0
+             Link 3: <inactive>                                Link 0: Recovery Errors: 0
+                                                               Link 0: CRC Errors: 0
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from healthcheck.grading import expected_text, finding_from_expectation
+from healthcheck.model import CommandResult, Finding, Status
+from healthcheck.spec import EvalContext, ParseError, ProbeSpec
+from probes import register
+
+STATUS_ID, ERRORS_ID = "nvidia-smi-nvlink-s", "nvidia-smi-nvlink-e"
+_GPU = re.compile(r"^GPU (?P<index>\d+): (?P<name>.+?)(?: \(UUID: [^)]*\))?\s*$")
+_SPEED = re.compile(r"^Link (?P<link>\d+): (?:(?P<gbps>\d+(?:\.\d+)?) GB/s|(?P<inactive><inactive>))$", re.I)
+_COUNTER = re.compile(r"^Link (?P<link>\d+): (?P<name>[A-Za-z][A-Za-z ]*?): (?P<value>\d+|N/A)$")
+# Publisher elisions in the corpus ('...', '[...]', a markdown fence) and prompt lines, never tool output.
+_NOISE = re.compile(r"^(?:\.{3,}|\[\.\.\.\]|```|\$ .*|> .*|nvidia-smi .*)$")
+_STATES = (  # (pattern, state) for a GPU whose links nvidia-smi cannot list
+    (re.compile(r"all links are inactive", re.I), "all_inactive"),
+    (re.compile(r"not supported for Devices in MIG mode", re.I), "mig"),
+    (re.compile(r"does not have or support Nvlink", re.I), "no_nvlink"),
+)
+COUNTERS = ("replay", "recovery", "crc")
+
+
+@dataclass(frozen=True)
+class LinkState:
+    link: int
+    active: bool
+    speed_gbps: float | None = None  # GB/s as nvidia-smi prints it; None when inactive
+
+
+@dataclass(frozen=True)
+class LinkCounters:
+    """Counters since driver load; CRC is flit + data where the driver splits them."""
+
+    gpu: int
+    link: int
+    replay: int | None = None
+    recovery: int | None = None
+    crc: int | None = None
+
+
+@dataclass(frozen=True)
+class GpuLinks:
+    """``state``: ``ok`` (links listed), ``all_inactive``, ``mig`` or ``no_nvlink``."""
+
+    index: int
+    name: str
+    state: str
+    links: tuple[LinkState, ...] = ()
+
+
+@dataclass(frozen=True)
+class NvLinkObservation:
+    gpus: tuple[GpuLinks, ...]
+    counters: tuple[LinkCounters, ...] = ()
+    counters_read: bool = False
+
+
+def _blocks(text: str, tool: str) -> Iterator[tuple[int, str, list[str]]]:
+    """(gpu index, name, stripped body lines) per ``GPU N:`` block; junk outside a block raises."""
+    current: tuple[int, str, list[str]] | None = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or _NOISE.match(line):
+            continue
+        m = _GPU.match(line)
+        if m:
+            if current:
+                yield current
+            current = (int(m["index"]), m["name"], [])
+        elif current is None:
+            raise ParseError(f"{tool}: line before any 'GPU N:' header: {line!r}", text)
+        else:
+            current[2].append(line)
+    if current:
+        yield current
+
+
+def parse_nvidia_smi_nvlink_s(text: str) -> tuple[GpuLinks, ...]:
+    """``nvidia-smi nvlink -s`` (drivers 450-59x; corpus nvlink/*status*, *inactive*, *mig*, l40s).
+
+    Link lines are ``Link N: 26.562 GB/s`` or ``Link N: <inactive>`` (any indentation); a GPU whose
+    links cannot be listed carries a state (all inactive, any casing; MIG; no NVLink). Empty output
+    (what some drivers print on GPUs without NVLink) gives no GPUs. An unknown line raises.
+    """
+    gpus = []
+    for index, name, body in _blocks(text, "nvlink -s"):
+        state = next((s for pat, s in _STATES for line in body if pat.search(line)), None)
+        if state:
+            gpus.append(GpuLinks(index=index, name=name, state=state))
+            continue
+        links = []
+        for line in body:
+            m = _SPEED.match(line)
+            if not m:
+                raise ParseError(f"nvlink -s GPU {index}: unexpected line {line!r}", line)
+            links.append(LinkState(link=int(m["link"]), active=not m["inactive"],
+                                   speed_gbps=float(m["gbps"]) if m["gbps"] else None))
+        if not links:
+            raise ParseError(f"nvlink -s GPU {index}: no link lines (truncated?)", text)
+        gpus.append(GpuLinks(index=index, name=name, state="ok", links=tuple(links)))
+    if not gpus and text.strip():
+        raise ParseError("nvlink -s: no 'GPU N:' block", text)
+    return tuple(gpus)
+
+
+def parse_nvidia_smi_nvlink_e(text: str) -> tuple[LinkCounters, ...]:
+    """``nvidia-smi nvlink -e`` (corpus ``nvlink/h100-nvlink-e-error-counters-elided``).
+
+    ``Link N: Replay Errors: 0`` / ``Recovery Errors`` / ``CRC Errors`` (drivers that split CRC
+    into flit and data counters are summed); ``N/A`` is None; GPU-level messages (MIG, no NVLink,
+    all inactive) give no counters for that GPU. Unknown counter names are ignored.
+    """
+    out = []
+    for index, _name, body in _blocks(text, "nvlink -e"):
+        if any(pat.search(line) for pat, _ in _STATES for line in body):
+            continue
+        per_link: dict[int, dict[str, int | None]] = {}
+        for line in body:
+            m = _COUNTER.match(line)
+            if not m:
+                raise ParseError(f"nvlink -e GPU {index}: unexpected line {line!r}", line)
+            kind = next((k for k in COUNTERS if k in m["name"].lower()), None)
+            if kind is None:
+                continue
+            value = None if m["value"] == "N/A" else int(m["value"])
+            slot = per_link.setdefault(int(m["link"]), {})
+            prev = slot.get(kind)
+            slot[kind] = value if prev is None else prev + (value or 0)
+        out.extend(LinkCounters(gpu=index, link=link, **vals) for link, vals in sorted(per_link.items()))
+    return tuple(out)
+
+
+def parse_nvlink(outputs: Mapping[str, CommandResult]) -> NvLinkObservation:
+    status = outputs.get(STATUS_ID)
+    if status is None:
+        raise ParseError(f"{STATUS_ID} output missing")
+    text = status.text + ("\n" + status.err_text if status.rc != 0 else "")
+    gpus = parse_nvidia_smi_nvlink_s(text)
+    if status.rc != 0 and not gpus:
+        raise ParseError(f"nvidia-smi nvlink -s failed (rc {status.rc})", text)
+    errors = outputs.get(ERRORS_ID)
+    read = errors is not None and errors.rc == 0
+    counters = parse_nvidia_smi_nvlink_e(errors.text) if read and errors is not None else ()
+    return NvLinkObservation(gpus=gpus, counters=counters, counters_read=read)
+
+
+REMEDY_LINK = ("Reset the GPU (nvidia-smi -r) or reboot and re-check `nvidia-smi nvlink -s`; if the link "
+               "stays down or slow, check the kernel log for Xid 74/144-150, reseat the GPU/baseboard, "
+               "then RMA")
+REMEDY_COUNTERS = ("NVLink errors are accumulating: check the kernel log for Xid 74, run `dcgmi diag -r 3`; "
+                   "recurring errors on one link after a reset point at the GPU or baseboard (RMA)")
+
+
+def _expected_links(ctx: EvalContext) -> int | None:
+    exp = ctx.profile.expect("nvlink.links")
+    return None if exp is None or exp.value is None else int(exp.value)
+
+
+def _grade_gpu(gpu: GpuLinks, ctx: EvalContext) -> list[Finding]:
+    host, comp = ctx.host.name, f"gpu{gpu.index}"
+    exp = ctx.profile.expect("nvlink.links")
+    if gpu.state == "mig":
+        return [Finding(host=host, check="nvlink.links", component=comp, status=Status.SKIP, source=STATUS_ID,
+                        message=f"{comp}: NVLink cannot be queried in MIG mode")]
+    if gpu.state in ("no_nvlink", "all_inactive"):
+        what = "reports no NVLink support" if gpu.state == "no_nvlink" else "has all NVLinks inactive"
+        f = finding_from_expectation(host, "nvlink.links", exp, 0, source=STATUS_ID, remedy=REMEDY_LINK,
+                                     component=comp, profile=ctx.profile)
+        return [Finding(**{**f.__dict__, "message": f"{comp} {what}; {f.message}"})]
+    out = [Finding(host=host, check="nvlink.link.active", component=f"{comp} link {ln.link}",
+                   status=Status.FAIL, value="inactive", expected="active", source=STATUS_ID,
+                   remedy=REMEDY_LINK, message=f"{comp} link {ln.link} is <inactive>")
+           for ln in gpu.links if not ln.active]
+    active = sum(ln.active for ln in gpu.links)
+    out.append(finding_from_expectation(host, "nvlink.links", exp, active, source=STATUS_ID,
+                                        remedy=REMEDY_LINK, component=comp, profile=ctx.profile))
+    speed = ctx.profile.expect("nvlink.link.speed_gbps")
+    for ln in gpu.links:
+        if ln.active and speed is not None:
+            f = finding_from_expectation(host, "nvlink.link.speed_gbps", speed, ln.speed_gbps,
+                                         source=STATUS_ID, remedy=REMEDY_LINK,
+                                         component=f"{comp} link {ln.link}", profile=ctx.profile)
+            if f.status is not Status.PASS:
+                out.append(f)
+    return out
+
+
+def _previous_counters(ctx: EvalContext) -> dict[tuple[int, int], Mapping[str, Any]]:
+    prev = ctx.previous.get("nvlink") or {}
+    return {(int(c["gpu"]), int(c["link"])): c for c in prev.get("counters") or ()
+            if isinstance(c, Mapping) and "gpu" in c and "link" in c}
+
+
+def _grade_counters(obs: NvLinkObservation, ctx: EvalContext) -> list[Finding]:
+    host, previous = ctx.host.name, _previous_counters(ctx)
+    out: list[Finding] = []
+    for kind in COUNTERS:
+        for check, growth in ((f"nvlink.errors.{kind}", False), (f"nvlink.errors.{kind}.growth", True)):
+            exp = ctx.profile.expect(check)
+            if exp is None or (growth and not previous):
+                continue
+            bad, graded = [], 0
+            for c in obs.counters:
+                value = getattr(c, kind)
+                if value is None:
+                    continue
+                note = "since driver load"
+                if growth:
+                    before = previous.get((c.gpu, c.link), {}).get(kind)
+                    if before is None:
+                        continue
+                    value, note = (value - before, "since the previous run") if value >= before else \
+                        (value, "since a counter reset after the previous run")
+                graded += 1
+                f = finding_from_expectation(host, check, exp, value, source=ERRORS_ID,
+                                             remedy=REMEDY_COUNTERS, component=f"gpu{c.gpu} link {c.link}",
+                                             profile=ctx.profile)
+                if f.status is not Status.PASS:
+                    bad.append(Finding(**{**f.__dict__, "message": f"{f.message} ({note})"}))
+            out.extend(bad or [Finding(host=host, check=check, status=Status.PASS, source=ERRORS_ID,
+                                       value=graded, expected=expected_text(exp),
+                                       message=f"{kind} errors {expected_text(exp)} on all {graded} links")])
+    return out
+
+
+def evaluate_nvlink(obs: NvLinkObservation, ctx: EvalContext) -> list[Finding]:
+    """Every inactive or slow link, short GPU and counter over threshold; GPUs without NVLink SKIP."""
+    host, expected = ctx.host.name, _expected_links(ctx)
+    if expected == 0:
+        return [Finding(host=host, check="nvlink.links", status=Status.SKIP, source=STATUS_ID,
+                        message=f"profile {ctx.profile.name} has no NVLink (nvlink.links == 0)")]
+    if not obs.gpus:
+        f = finding_from_expectation(host, "nvlink.links", ctx.profile.expect("nvlink.links"), 0,
+                                     source=STATUS_ID, remedy=REMEDY_LINK, profile=ctx.profile)
+        return [Finding(**{**f.__dict__, "message": f"nvidia-smi nvlink -s listed no GPU; {f.message}"})]
+    out = [f for gpu in obs.gpus for f in _grade_gpu(gpu, ctx)]
+    if obs.counters_read:
+        out.extend(_grade_counters(obs, ctx))
+    return out
+
+
+PROBE = register(ProbeSpec(
+    name="nvlink",
+    description="nvidia-smi nvlink -s/-e: every link active at its generation's rate; error counters, growth",
+    command_map={STATUS_ID: "nvidia-smi nvlink -s", ERRORS_ID: "nvidia-smi nvlink -e"},
+    parse_fn=parse_nvlink,
+    evaluate_fn=evaluate_nvlink,
+))

@@ -1,0 +1,244 @@
+"""Xid probe: NVRM Xid, NVSwitch SXid and GPU-lost events in the kernel log over a window,
+graded per GPU and Xid with the catalog's meaning and action (probes/xid_catalog.yaml).
+
+    kernel-log               journalctl -k over the window (dmesg -T, then raw dmesg, without journalctl)
+    nvidia-smi-gpu-pci       nvidia-smi --query-gpu=index,pci.bus_id,uuid --format=csv,noheader
+    nvidia-smi-remapped-rows nvidia-smi --query-remapped-rows=gpu_uuid,remapped_rows.pending,... (Xid 63/64)
+
+    -> Finding(check="xid.79", component="gpu3", status=FAIL, value=1, unit="events",
+               message="gpu3 (PCI 0000:a1:00): Xid 79 GPU_HAS_FALLEN_OFF_THE_BUS x1 in the last 24 h ...")
+"""
+
+from __future__ import annotations
+
+import functools
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from healthcheck.defaults import DEFAULTS
+from healthcheck.model import CommandResult, Finding, Status
+from healthcheck.spec import EvalContext, ParseError, ProbeSpec
+from probes import register
+from probes.kernel_log import KernelLog, WindowedGroup, in_window, normalize_pci, parse_kernel_log
+
+LOG_ID, PCI_ID, REMAP_ID = "kernel-log", "nvidia-smi-gpu-pci", "nvidia-smi-remapped-rows"
+CATALOG_PATH = Path(__file__).with_name("xid_catalog.yaml")
+NVLINK5 = range(144, 151)
+
+
+def kernel_log_command(options: Mapping[str, Any]) -> str:
+    """One POSIX sh line: a header with the node's uptime (to place raw dmesg times), then the
+    kernel log of the current boot over the window, from journalctl or else dmesg -T or raw dmesg.
+    ``LC_ALL=C TZ=UTC`` make the timestamps English and UTC."""
+    hours = float(options.get("kernel_log_window_h", DEFAULTS.kernel_log_window_h))
+    since = shlex.quote(f"-{max(1, round(hours * 3600))}s")
+    return ("export LC_ALL=C TZ=UTC; up=$(cut -d' ' -f1 /proc/uptime 2>/dev/null); "
+            "if command -v journalctl >/dev/null 2>&1; then "
+            'echo "# kernel-log source=journalctl uptime_s=$up"; '
+            f"journalctl -k --utc --no-pager -o short --since {since}; "
+            'else echo "# kernel-log source=dmesg uptime_s=$up"; dmesg -T 2>/dev/null || dmesg; fi')
+
+
+def xid_commands(options: Mapping[str, Any]) -> dict[str, str]:
+    return {LOG_ID: kernel_log_command(options),
+            PCI_ID: "nvidia-smi --query-gpu=index,pci.bus_id,uuid --format=csv,noheader",
+            REMAP_ID: "nvidia-smi --query-remapped-rows=gpu_uuid,remapped_rows.pending,remapped_rows.failure "
+                      "--format=csv,noheader"}
+
+
+@dataclass(frozen=True)
+class GpuAddress:
+    index: int
+    pci: str
+    uuid: str | None = None
+
+
+@dataclass(frozen=True)
+class RemapState:
+    uuid: str
+    pending: bool | None
+    failure: bool | None
+
+
+@dataclass(frozen=True)
+class XidObservation:
+    log: KernelLog
+    gpus: tuple[GpuAddress, ...] = ()
+    remap: tuple[RemapState, ...] = ()
+
+
+def _csv_rows(result: CommandResult | None, ncols: int) -> list[list[str]]:
+    """Rows of a ``--format=csv,noheader`` query; [] when absent or failed (mapping is best effort)."""
+    if result is None or result.rc != 0:
+        return []
+    rows = [[c.strip() for c in line.split(",")] for line in result.text.splitlines() if line.strip()]
+    return [r for r in rows if len(r) >= ncols and r[0][:1].isalnum()
+            and not r[0].startswith(("index", "gpu_"))]  # a header line, when one was printed
+
+
+def _yes_no(text: str) -> bool | None:
+    word = text.split()[0].lower() if text.split() else ""
+    return {"yes": True, "no": False}.get(word)
+
+
+def parse_xid(outputs: Mapping[str, CommandResult]) -> XidObservation:
+    result = outputs.get(LOG_ID)
+    if result is None:
+        raise ParseError(f"{LOG_ID} output missing")
+    log = parse_kernel_log(result.text + "\n" + result.err_text)
+    if result.rc != 0 and not log.groups and log.unreadable is None:
+        raise ParseError(f"kernel log command failed (rc {result.rc})", result.err_text or result.text)
+    gpus = tuple(GpuAddress(int(r[0]), pci, r[2] if len(r) > 2 else None)
+                 for r in _csv_rows(outputs.get(PCI_ID), 2)
+                 if r[0].isdigit() and (pci := normalize_pci(r[1])))
+    remap = tuple(RemapState(r[0], _yes_no(r[1]), _yes_no(r[2])) for r in _csv_rows(outputs.get(REMAP_ID), 3))
+    return XidObservation(log=log, gpus=gpus, remap=remap)
+
+
+@functools.cache
+def load_catalog(path: Path = CATALOG_PATH) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text())
+
+
+def _ignored(ctx: EvalContext) -> set[int]:
+    raw = list(ctx.profile.setting("xid.ignore", []) or [])
+    host_vars = ctx.host.vars or {}
+    raw += list(host_vars.get("xid_ignore", []) or [])
+    nested = host_vars.get("xid")
+    raw += list(nested.get("ignore", []) or []) if isinstance(nested, Mapping) else []
+    return {int(x) for x in raw}
+
+
+def _when(wg: WindowedGroup) -> str:
+    def iso(t: datetime | None) -> str:
+        return t.strftime("%Y-%m-%dT%H:%M:%SZ") if t else "?"
+    span = f"first {iso(wg.first)}, last {iso(wg.last)}" if wg.first else "time unknown"
+    return span + ("; some lines had no timestamp" if wg.untimed and wg.first else "")
+
+
+class _Grader:
+    """Grades the windowed groups of one host; holds the lookups they share."""
+
+    def __init__(self, obs: XidObservation, ctx: EvalContext, window_h: float) -> None:
+        self.obs, self.ctx, self.window_h = obs, ctx, window_h
+        self.catalog = load_catalog()
+        self.index = {g.pci: g.index for g in obs.gpus}
+        by_uuid = {g.uuid: g.pci for g in obs.gpus if g.uuid}
+        self.remap = {by_uuid[r.uuid]: r for r in obs.remap if r.uuid in by_uuid}
+        self.groups = [wg for wg in in_window(obs.log, ctx.now, window_h) if wg.count]
+        self.recovery = {wg.group.pci: wg.group.actions[-1] for wg in self.groups
+                         if wg.group.code == 154 and wg.group.actions}
+
+    def component(self, pci: str | None) -> str:
+        if pci in self.index:
+            return f"gpu{self.index[pci]}"
+        return f"gpu {pci}" if pci else "node"
+
+    def finding(self, wg: WindowedGroup, check: str, status: Status, action: str, what: str,
+                remedy: str, component: str | None = None) -> Finding:
+        g = wg.group
+        comp = component or self.component(g.pci)
+        where = f"{comp} (PCI {g.pci})" if g.pci and g.pci not in comp else comp
+        links = f" link {', '.join(map(str, g.links))}" if g.links else ""
+        return Finding(
+            host=self.ctx.host.name, check=check, component=comp, status=status, value=wg.count,
+            unit="events", expected=f"none in {self.window_h:g} h", source=LOG_ID, remedy=remedy,
+            message=f"{where}{links}: {what} x{wg.count} in the last {self.window_h:g} h ({_when(wg)}); "
+                    f"action: {action}. e.g. {g.sample}")
+
+    def xid(self, wg: WindowedGroup) -> Finding:
+        g = wg.group
+        entry = self.catalog["xids"].get(g.code)
+        if entry is None:
+            return self.finding(wg, f"xid.{g.code}", Status.WARN, "contact support",
+                                f"Xid {g.code} (not in the catalog)",
+                                "Look the Xid up in NVIDIA's Xid catalog and collect nvidia-bug-report.sh")
+        status, action = Status(entry["severity"]), entry["action"]
+        what = f"Xid {g.code} {entry['mnemonic']} ({entry['meaning']}; {entry['class']})"
+        remedy = entry["remedy"]
+        state = self.remap.get(g.pci)
+        if g.code in (63, 64) and state is not None:
+            if state.failure:
+                status, action, what = Status.FAIL, "drain and RMA", what + "; row remapping FAILED"
+            elif state.pending:
+                status, what = Status.FAIL, what + "; row remap pending until the GPU is reset"
+            elif g.code == 63 and state.pending is False:
+                status, action, what = Status.WARN, "none", what + "; remap already applied (pending No)"
+        if g.code in NVLINK5 and "Fatal" not in g.severities and g.pci not in self.recovery:
+            status, action, what = Status.WARN, "restart app", what + "; driver says Nonfatal, no Xid 154"
+        if g.code == 154:
+            named = g.actions[-1] if g.actions else "unknown"
+            action = self.catalog["recovery_actions"].get(named, "reset GPU")
+            status = Status.WARN if action == "none" else Status.FAIL
+            what += f"; recovery action now {named!r}"
+        elif g.pci in self.recovery:
+            what += f"; driver recovery action {self.recovery[g.pci]!r} (Xid 154)"
+        return self.finding(wg, f"xid.{g.code}", status, action, what, remedy)
+
+    def sxid(self, wg: WindowedGroup) -> Finding:
+        g = wg.group
+        fatal = "Fatal" in g.severities
+        return self.finding(
+            wg, f"fabric.sxid.{g.code}", Status.FAIL if fatal else Status.WARN,
+            "reboot node" if fatal else "none",
+            f"NVSwitch SXid {g.code} ({'/'.join(g.severities) or 'severity unknown'})",
+            "Fatal NVSwitch error: drain and reboot the node (resets the NVSwitch fabric), check "
+            "/var/log/fabricmanager.log; contact the vendor if it recurs" if fatal else
+            "Non-fatal NVSwitch error: watch for repeats on the same link; check /var/log/fabricmanager.log",
+            component=g.device)
+
+    def gpu_lost(self, wg: WindowedGroup, with_79: set[str | None]) -> Finding | None:
+        if wg.group.pci in with_79 or (wg.group.pci is None and with_79):
+            return None  # the Xid 79 finding already covers it
+        return self.finding(wg, "xid.gpu_lost", Status.FAIL, "reboot node",
+                            "GPU lost from the bus, no Xid line (fallen off the bus / NV_ERR_GPU_IS_LOST)",
+                            self.catalog["xids"][79]["remedy"])
+
+
+def evaluate_xid(obs: XidObservation, ctx: EvalContext) -> list[Finding]:
+    """One finding per GPU and Xid (per NVSwitch and SXid) in the window; ignored Xids SKIP."""
+    host = ctx.host.name
+    window_h = float(ctx.options.get("kernel_log_window_h", DEFAULTS.kernel_log_window_h))
+    if obs.log.unreadable:
+        return [Finding(host=host, check="xid.kernel_log", status=Status.ERROR, source=LOG_ID,
+                        message=f"kernel log not readable: {obs.log.unreadable}",
+                        remedy="Run the sweep as root or a user in the adm/systemd-journal group")]
+    grader, ignored = _Grader(obs, ctx, window_h), _ignored(ctx)
+    with_79 = {wg.group.pci for wg in grader.groups if wg.group.kind == "xid" and wg.group.code == 79}
+    out: list[Finding] = []
+    for wg in grader.groups:
+        g = wg.group
+        if g.kind == "xid" and g.code in ignored:
+            out.append(Finding(host=host, check=f"xid.{g.code}", component=grader.component(g.pci),
+                               status=Status.SKIP, value=wg.count, unit="events", source=LOG_ID,
+                               message=f"Xid {g.code} x{wg.count} ignored "
+                                       f"(settings.xid.ignore / host var xid_ignore)"))
+        elif g.kind == "xid":
+            out.append(grader.xid(wg))
+        elif g.kind == "sxid":
+            out.append(grader.sxid(wg))
+        elif (f := grader.gpu_lost(wg, with_79)) is not None:
+            out.append(f)
+    if not out:
+        older = sum(wg.older for wg in in_window(obs.log, ctx.now, window_h))
+        note = f" ({older} older events outside the window)" if older else ""
+        out.append(Finding(host=host, check="xid.events", status=Status.PASS, value=0, unit="events",
+                           expected=f"none in {window_h:g} h", source=LOG_ID,
+                           message=f"no Xid, SXid or GPU-lost event in the last {window_h:g} h{note}"))
+    return out
+
+
+PROBE = register(ProbeSpec(
+    name="xid",
+    description="Xid / SXid / GPU-lost events in the kernel log over a window, with the catalog's action",
+    command_map=xid_commands({}),
+    render_commands=xid_commands,
+    parse_fn=parse_xid,
+    evaluate_fn=evaluate_xid,
+))

@@ -1,0 +1,77 @@
+"""Report writers: every output format of a finished run, from the same results.
+
+    import reports
+    reports.write_all(Path("runs/20261122T031500Z"))
+    # -> [.../report.html, .../junit.xml, .../metrics.prom, .../summary.md]
+
+Each format is one module that registers a ``ReporterSpec`` (name -> render function and file
+name). ``write_all`` loads ``results.json`` once and writes every registered format.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from reports.digest import RunDigest, load_digest
+
+
+class ReporterError(KeyError):
+    """Duplicate or unknown reporter name."""
+
+
+@dataclass(frozen=True)
+class ReporterSpec:
+    """One output format: ``render`` turns the run's digest into the file's bytes.
+
+    Implements ``healthcheck.spec.Reporter``: ``write(run_dir)`` loads the run and writes one file.
+    """
+
+    name: str
+    filename: str
+    render: Callable[[RunDigest], bytes]
+
+    def write(self, run_dir: Path) -> Path:
+        return self.write_digest(load_digest(Path(run_dir)))
+
+    def write_digest(self, digest: RunDigest) -> Path:
+        path = digest.run_dir / self.filename
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(self.render(digest))
+        tmp.replace(path)
+        return path
+
+
+_REPORTERS: dict[str, ReporterSpec] = {}
+
+# Built-in formats, in the order they are written.
+BUILTIN = ("reports.html", "reports.junit", "reports.prometheus", "reports.markdown")
+
+
+def register(spec: ReporterSpec) -> ReporterSpec:
+    if spec.name in _REPORTERS:
+        raise ReporterError(f"reporter {spec.name!r} registered twice")
+    _REPORTERS[spec.name] = spec
+    return spec
+
+
+def all_reporters() -> list[ReporterSpec]:
+    for module in BUILTIN:
+        importlib.import_module(module)
+    return list(_REPORTERS.values())
+
+
+def get(name: str) -> ReporterSpec:
+    for spec in all_reporters():
+        if spec.name == name:
+            return spec
+    raise ReporterError(f"unknown reporter {name!r}; known: {', '.join(sorted(_REPORTERS))}")
+
+
+def write_all(run_dir: Path, names: list[str] | None = None) -> list[Path]:
+    """Write every registered format (or only ``names``) into ``run_dir``; returns the files."""
+    digest = load_digest(Path(run_dir))
+    specs = all_reporters() if names is None else [get(n) for n in names]
+    return [spec.write_digest(digest) for spec in specs]

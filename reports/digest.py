@@ -1,0 +1,197 @@
+"""The run as every report format sees it: results, manifest, grouped findings, raw excerpts.
+
+    digest = load_digest(Path("runs/20261122T031500Z"))
+    digest.verdict                     # Status.FAIL
+    digest.groups[0].nodeset           # "gpu[001-004,017]"
+    digest.raw_excerpt("gpu001", "nvidia-smi-l")
+
+Grouping follows ``clush -b``: identical findings (same status, check, component, message) are
+listed once under the folded set of hosts that produced them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ClusterShell.NodeSet import NodeSet
+
+from healthcheck.model import Finding, Status
+from healthcheck.results import HostResult, RunResults
+
+BAD = (Status.FAIL, Status.ERROR, Status.WARN)  # statuses listed in the "what is wrong" views
+EXCERPT_BYTES = 4096
+
+
+def fold(hosts: Iterable[str]) -> str:
+    """Hosts as a folded ClusterShell nodeset: ``gpu[001-004,017]``."""
+    names = sorted(set(hosts))
+    if not names:
+        return ""
+    try:
+        return str(NodeSet.fromlist(names))
+    except Exception:  # a name NodeSet cannot parse (brackets, commas): list them plainly
+        return ",".join(names)
+
+
+@dataclass(frozen=True)
+class FindingGroup:
+    """Findings of one check on one component with one status, across hosts (``clush -b`` style).
+
+    ``messages`` holds the distinct messages (the measured value often differs per host); the
+    first one is shown, the count of the others is stated.
+    """
+
+    status: Status
+    check: str
+    component: str
+    messages: tuple[str, ...]
+    remedy: str | None
+    hosts: tuple[str, ...]
+    expected: Any = None
+    unit: str | None = None
+
+    @property
+    def category(self) -> str:
+        return self.check.split(".", 1)[0]
+
+    @property
+    def message(self) -> str:
+        return self.messages[0] if self.messages else ""
+
+    @property
+    def nodeset(self) -> str:
+        return fold(self.hosts)
+
+
+def group_findings(findings: Iterable[Finding], statuses: Iterable[Status] = BAD) -> list[FindingGroup]:
+    """Findings grouped by (status, check, component) across hosts; worst, then widest first."""
+    wanted = set(statuses)
+    buckets: dict[tuple[Status, str, str], list[Finding]] = defaultdict(list)
+    for f in findings:
+        if f.status in wanted:
+            buckets[(f.status, f.check, f.component)].append(f)
+    groups = [FindingGroup(status=s, check=c, component=comp,
+                           messages=tuple(dict.fromkeys(f.message for f in fs)),
+                           remedy=next((f.remedy for f in fs if f.remedy), None),
+                           hosts=tuple(sorted({f.host for f in fs})), expected=fs[0].expected,
+                           unit=fs[0].unit)
+              for (s, c, comp), fs in buckets.items()]
+    return sorted(groups, key=lambda g: (-g.status.rank, -len(g.hosts), g.check, _natural(g.component)))
+
+
+def _natural(text: str) -> tuple:
+    """Sort key that puts gpu2 before gpu10."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
+
+
+@dataclass
+class RunDigest:
+    """Everything a report needs, computed once per run."""
+
+    run_dir: Path
+    results: RunResults
+    document: Mapping[str, Any] = field(default_factory=dict)  # results.json as loaded (extra keys)
+    manifest: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def run(self) -> Mapping[str, Any]:
+        return self.results.run
+
+    @property
+    def verdict(self) -> Status:
+        return self.results.verdict
+
+    @functools.cached_property
+    def hosts(self) -> list[HostResult]:
+        """Hosts, worst verdict first, then by name."""
+        return sorted(self.results.hosts.values(), key=lambda h: (-h.verdict.rank, h.name))
+
+    def summary(self) -> dict[str, Any]:
+        return self.results.summary()
+
+    @functools.cached_property
+    def groups(self) -> list[FindingGroup]:
+        return group_findings(self.results.findings())
+
+    def hosts_by_verdict(self) -> dict[Status, list[str]]:
+        out: dict[Status, list[str]] = {s: [] for s in Status}
+        for host in self.results.hosts.values():
+            out[host.verdict].append(host.name)
+        return {s: sorted(v) for s, v in out.items()}
+
+    def raw_excerpt(self, host: str, command_id: str, limit: int = EXCERPT_BYTES) -> str | None:
+        """The first ``limit`` bytes of ``raw/<host>/<command_id>.out`` as text, or None."""
+        path = self.run_dir / "raw" / host / f"{command_id}.out"
+        if "/" in command_id or ".." in command_id or not path.is_file():
+            return None
+        with path.open("rb") as fh:
+            chunk = fh.read(limit + 1)
+        text = chunk[:limit].decode("utf-8", errors="replace")
+        return text + ("\n[... truncated]" if len(chunk) > limit else "")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, ValueError):
+        return {}
+
+
+def load_digest(run_dir: Path) -> RunDigest:
+    """Read ``results.json`` (required) and ``manifest.json`` (optional) from ``run_dir``."""
+    run_dir = Path(run_dir)
+    document = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+    return RunDigest(run_dir=run_dir, results=RunResults.from_json(document), document=document,
+                     manifest=_read_json(run_dir / "manifest.json"))
+
+
+_EXPECTED = re.compile(r"^\s*(>=|<=|>|<|==)\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")
+_FRACTION = re.compile(r"^\s*(>=|>)\s*(\d+(?:\.\d+)?)%\s+of\s+(-?\d+(?:\.\d+)?)")  # benchmarks/bands.py
+_BETWEEN = re.compile(r"^\s*between\s+(-?[\d.]+(?:[eE][-+]?\d+)?)\s+and\s+(-?[\d.]+(?:[eE][-+]?\d+)?)")
+
+
+def expected_bounds(expected: Any) -> tuple[float | None, float | None]:
+    """(low, high) numeric bounds from an expectation text such as ``>= 460 GB/s``."""
+    if isinstance(expected, int | float) and not isinstance(expected, bool):
+        return float(expected), float(expected)
+    text = str(expected or "")
+    if m := _FRACTION.match(text):
+        return float(m[2]) / 100 * float(m[3]), None
+    if m := _BETWEEN.match(text):
+        return float(m[1]), float(m[2])
+    if m := _EXPECTED.match(text):
+        value = float(m[2])
+        return {">=": (value, None), ">": (value, None), "<=": (None, value), "<": (None, value),
+                "==": (value, value)}[m[1]]
+    return None, None
+
+
+def expected_band(expected: Any) -> tuple[float, float | None] | None:
+    """(pass threshold, nominal) of a band expectation ``>= 60% of 480 GB/s``; else (low, high)."""
+    if m := _FRACTION.match(str(expected or "")):
+        return float(m[2]) / 100 * float(m[3]), float(m[3])
+    low, high = expected_bounds(expected)
+    return (low, high) if low is not None else None
+
+
+def margin(f: Finding) -> float | None:
+    """Headroom of a measured value to its bound as a fraction (negative: the bound is violated)."""
+    if isinstance(f.value, bool) or not isinstance(f.value, int | float):
+        return None
+    low, high = expected_bounds(f.expected)
+    if low is not None and high is not None and low == high:
+        return None  # equality checks have no meaningful margin
+    value = float(f.value)
+    candidates = []
+    if low is not None and low != 0:
+        candidates.append((value - low) / abs(low))
+    if high is not None and high != 0:
+        candidates.append((high - value) / abs(high))
+    return min(candidates) if candidates else None

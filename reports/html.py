@@ -1,0 +1,197 @@
+"""``report.html``: one self-contained page (inline CSS, JS and SVG; no external assets).
+
+    html = render_html(load_digest(run_dir))
+
+jinja2 autoescaping is on for everything, node output reaches the page only as escaped text, the
+host index travels as HTML-safe JSON read by ``textContent``-only JS, and a Content-Security-Policy
+allows exactly the one inline script (by hash) and no network at all. Per-host detail sections
+are rendered for the hosts that need attention (all hosts on small runs); the host table covers
+every host and is filtered and paginated in the browser, so 10,000 hosts stay responsive.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import json
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
+
+from healthcheck.model import Status
+from healthcheck.results import HostResult
+from reports import ReporterSpec, register
+from reports.bench_views import bench_views
+from reports.charts import Series, bar_chart, heatmap, line_chart, sparkline, strip_chart
+from reports.digest import BAD, RunDigest, fold, margin
+from reports.fleet import version_rows
+from reports.panels import host_panels
+
+DETAIL_ALL_UP_TO = 64      # runs this small get a detail section for every host
+DETAIL_MAX = 300           # at most this many hosts get a detail section (worst first)
+GROUPS_MAX = 400           # grouped findings listed in the page
+HEATMAP_MAX_NODES = 96
+STATUS_ORDER = [s.value for s in sorted(Status, key=lambda s: -s.rank)]
+CATEGORY_NAMES = {"gpu": "GPU", "nvlink": "NVLink", "ib": "InfiniBand", "infiniband": "InfiniBand",
+                  "ecc": "ECC", "xid": "Xid", "topo": "Topology", "topology": "Topology", "dcgm": "DCGM",
+                  "nccl": "NCCL", "hpl": "HPL", "imb": "IMB", "osu": "OSU", "fabric": "NVSwitch fabric",
+                  "pcie": "PCIe", "thermal": "Thermal", "system": "System", "fleet": "Fleet",
+                  "run": "Run", "host": "Host", "bench": "Benchmark"}
+
+
+def script_json(value: Any) -> Markup:
+    """JSON safe inside ``<script type=application/json>``: ``<``, ``>``, ``&`` never appear raw."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
+                    ("\u2029", "\\u2029")):
+        text = text.replace(ch, esc)
+    return Markup(text)
+
+
+@functools.cache
+def environment() -> Environment:
+    env = Environment(loader=PackageLoader("reports", "templates"),
+                      autoescape=select_autoescape(default=True, default_for_string=True),
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(duration=duration_text, pct=pct_text, category_name=category_name)
+    env.globals.update(sparkline=sparkline, fold=fold)
+    return env
+
+
+@functools.cache
+def inline_script() -> tuple[Markup, str]:
+    """The report's JS and its CSP hash (the template file is static, so compute once)."""
+    source = environment().loader.get_source(environment(), "report.js")[0]  # type: ignore[union-attr]
+    digest = base64.b64encode(hashlib.sha256(source.encode("utf-8")).digest()).decode()
+    return Markup(source), f"'sha256-{digest}'"
+
+
+def duration_text(seconds: Any) -> str:
+    if not isinstance(seconds, int | float):
+        return "?"
+    minutes, secs = divmod(round(float(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min" if hours else (f"{minutes} min {secs} s" if minutes else f"{secs} s")
+
+
+def pct_text(value: float | None) -> str:
+    return "" if value is None else f"{value * 100:+.1f}%"
+
+
+def category_name(category: str) -> str:
+    return CATEGORY_NAMES.get(category, category.replace("_", " ").capitalize())
+
+
+def host_index(digest: RunDigest, detailed: set[str]) -> dict[str, Any]:
+    """Compact host table for the browser: interned checks, worst status per check."""
+    checks: dict[str, int] = {}
+    profiles: dict[str, int] = {}
+    rows = []
+    for host in digest.hosts:
+        worst: dict[str, Status] = {}
+        counts = dict.fromkeys(STATUS_ORDER, 0)
+        for f in host.findings:
+            counts[f.status.value] += 1
+            if f.check not in worst or f.status.rank > worst[f.check].rank:
+                worst[f.check] = f.status
+        bad = sorted((f for f in host.findings if f.status in BAD), key=lambda f: -f.status.rank)
+        pairs = [[checks.setdefault(c, len(checks)), STATUS_ORDER.index(s.value)]
+                 for c, s in sorted(worst.items(), key=lambda cs: (-cs[1].rank, cs[0]))]
+        rows.append([host.name, STATUS_ORDER.index(host.verdict.value),
+                     profiles.setdefault(host.profile or "", len(profiles)), host.group or "",
+                     [counts[s] for s in STATUS_ORDER], pairs, bad[0].message[:200] if bad else "",
+                     int(host.name in detailed)])
+    return {"statuses": STATUS_ORDER, "checks": list(checks), "profiles": list(profiles), "hosts": rows}
+
+
+def by_category(digest: RunDigest) -> list[dict[str, Any]]:
+    """Failing/erroring/warning groups per category, worst category first, with its hosts folded."""
+    cats: dict[str, list] = defaultdict(list)
+    for g in digest.groups[:GROUPS_MAX]:
+        cats[g.category].append(g)
+    out = []
+    for cat, groups in cats.items():
+        hosts = {h for g in groups for h in g.hosts}
+        worst = max(groups, key=lambda g: g.status.rank).status
+        out.append({"name": cat, "status": worst, "hosts": len(hosts), "nodeset": fold(hosts),
+                    "groups": groups})
+    return sorted(out, key=lambda c: (-c["status"].rank, -c["hosts"], c["name"]))
+
+
+def host_detail(digest: RunDigest, host: HostResult, raw_all: bool) -> dict[str, Any]:
+    findings = sorted(host.findings, key=lambda f: (-f.status.rank, f.check, f.component))
+    sources = {f.source for f in findings if f.source and (raw_all or f.status in BAD)}
+    raw = [(s, text) for s in sorted(sources) if (text := digest.raw_excerpt(host.name, s)) is not None]
+    return {"host": host, "bad": [(f, margin(f)) for f in findings if f.status is not Status.PASS],
+            "good": [(f, margin(f)) for f in findings if f.status is Status.PASS],
+            "panels": host_panels(host.observations), "raw": raw}
+
+
+def bench_context(digest: RunDigest) -> dict[str, Any]:
+    views = bench_views(digest)
+    curves = []
+    for test, items in sorted(views.curves.items()):
+        band = views.bands.get("nccl") or next((v for k, v in views.bands.items() if k.startswith("nccl")
+                                                 and not k.endswith(".gflops")), None)
+        peaks = {c.host: c.peak_gbps for c in items}
+        low = band[0] if band else None
+        series = [Series(f"{c.host} {test}", c.points, highlight=low is not None and c.peak_gbps < low)
+                  for c in sorted(items, key=lambda c: c.peak_gbps)]
+        chart_band = (band[0], band[1] or max(peaks.values())) if band else None
+        curves.append({"test": test, "hosts": len(items),
+                       "chart": line_chart(series, band=chart_band, x_label="message size (bytes)",
+                                           y_label="busbw (GB/s)", title=f"{test} busbw vs size"),
+                       "distribution": _distribution(peaks, low)})
+    heatmaps = []
+    for metric, pairs in views.pair_metrics().items():
+        nodes = sorted({p.a for p in pairs} | {p.b for p in pairs})
+        cells = {(p.a, p.b): p.value for p in pairs}
+        lower_better = metric.endswith("_us")
+        worst = sorted(pairs, key=lambda p: p.value, reverse=lower_better)[:20]
+        chart = (heatmap(nodes, cells, unit=metric.split()[-1], higher_is_better=not lower_better)
+                 if len(nodes) <= HEATMAP_MAX_NODES else "")
+        heatmaps.append({"metric": metric, "nodes": len(nodes), "pairs": len(pairs), "chart": chart,
+                         "worst": worst})
+    hpl_ref = next((band[0] for key, band in views.bands.items() if key.endswith(".gflops")), None)
+    hpl_bars = sorted(views.hpl.items(), key=lambda kv: kv[1])[:200]
+    return {"empty": views.empty, "curves": curves, "heatmaps": heatmaps,
+            "hpl": bar_chart(hpl_bars, reference=hpl_ref, unit="GFLOPS", title="HPL GFLOPS per node",
+                             bad={h for h, v in hpl_bars if hpl_ref and v < hpl_ref}) if hpl_bars else ""}
+
+
+def _distribution(peaks: Mapping[str, float], low: float | None) -> dict[str, Any]:
+    from healthcheck.grading import fleet_outliers
+
+    outliers = set(fleet_outliers(peaks)) | {h for h, v in peaks.items() if low is not None and v < low}
+    return {"chart": strip_chart(peaks, outliers=outliers, unit="peak busbw (GB/s)", reference=low),
+            "outliers": fold(outliers), "count": len(outliers)}
+
+
+def render_context(digest: RunDigest) -> dict[str, Any]:
+    hosts = digest.hosts
+    small = len(hosts) <= DETAIL_ALL_UP_TO
+    chosen = [h for h in hosts if small or h.verdict in BAD][:DETAIL_MAX]
+    script, script_hash = inline_script()
+    return {"d": digest, "summary": digest.summary(), "by_verdict": digest.hosts_by_verdict(),
+            "statuses": [Status(s) for s in STATUS_ORDER], "categories": by_category(digest),
+            "groups_total": len(digest.groups), "groups_max": GROUPS_MAX,
+            "profiles": sorted({h.profile or "(none)" for h in hosts}),
+            "details": [host_detail(digest, h, small) for h in chosen],
+            "details_skipped": sum(1 for h in hosts if h.verdict is not Status.PASS) - len(chosen)
+            if not small else 0,
+            "index": script_json(host_index(digest, {h.name for h in chosen})),
+            "versions": version_rows(hosts), "bench": bench_context(digest),
+            "changes": digest.document.get("changes"), "trends": digest.document.get("trends"),
+            "script": script, "script_hash": script_hash}
+
+
+def render_html(digest: RunDigest) -> bytes:
+    template = environment().get_template("report.html.j2")
+    return template.render(**render_context(digest)).encode("utf-8")
+
+
+REPORTER = register(ReporterSpec(name="html", filename="report.html", render=render_html))

@@ -1,0 +1,127 @@
+"""Prometheus samples from the built-in probes' observations (JSON form), by probe name.
+
+    healthcheck_gpu_temperature_celsius{gpu="3",host="gpu001"} 41.0
+    healthcheck_gpu_ecc_errors_total{gpu="3",host="gpu001",memory="dram",scope="aggregate",
+                                     type="uncorrectable"} 2.0
+    healthcheck_nvlink_link_active{gpu="0",host="gpu001",link="5"} 0.0
+    healthcheck_ib_port_up{host="gpu001",port="mlx5_0/1"} 1.0
+
+Conversions to base units happen here (GB/s -> bytes/s, Gb/s -> bits/s); a missing or
+non-numeric field gives no sample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from reports.metrics import METRICS, Sample, extractor, number
+
+METRICS.update({
+    "healthcheck_gpus": ("gauge", "GPUs the node reports"),
+    "healthcheck_gpu_temperature_celsius": ("gauge", "GPU core temperature"),
+    "healthcheck_gpu_memory_temperature_celsius": ("gauge", "GPU memory (HBM) temperature"),
+    "healthcheck_gpu_power_draw_watts": ("gauge", "GPU power draw"),
+    "healthcheck_gpu_power_limit_watts": ("gauge", "GPU enforced power limit"),
+    "healthcheck_gpu_memory_total_bytes": ("gauge", "GPU memory size"),
+    "healthcheck_gpu_pcie_link_width": ("gauge", "PCIe link width in lanes (current and max)"),
+    "healthcheck_gpu_pcie_link_generation": ("gauge", "PCIe link generation (current and max)"),
+    "healthcheck_gpu_pcie_replays_total": ("counter", "PCIe replay counter"),
+    "healthcheck_gpu_ecc_errors_total": ("counter", "ECC error counts by scope, memory and type"),
+    "healthcheck_gpu_remapped_rows_total": ("counter", "Remapped rows by cause"),
+    "healthcheck_gpu_row_remap_pending": ("gauge", "1 when a row remap is pending (GPU reset needed)"),
+    "healthcheck_gpu_row_remap_failure": ("gauge", "1 when row remapping failed (RMA)"),
+    "healthcheck_gpu_retired_pages_total": ("counter", "Retired pages by cause (pre-Ampere)"),
+    "healthcheck_nvlink_link_active": ("gauge", "1 when the NVLink link is active"),
+    "healthcheck_nvlink_link_speed_bytes_per_second": ("gauge", "NVLink link speed"),
+    "healthcheck_nvlink_errors_total": ("counter", "NVLink error counters by type"),
+    "healthcheck_ib_port_up": ("gauge", "1 when the InfiniBand/RoCE port is ACTIVE"),
+    "healthcheck_ib_port_rate_bits_per_second": ("gauge", "InfiniBand/RoCE port rate"),
+    "healthcheck_ib_port_errors_total": ("counter", "Non-zero InfiniBand port error counters"),
+    "healthcheck_nccl_busbw_bytes_per_second": ("gauge", "Peak nccl-tests bus bandwidth per node and test"),
+    "healthcheck_hpl_flops": ("gauge", "Best HPL result per node in FLOP/s"),
+    "healthcheck_pair_bandwidth_bytes_per_second": ("gauge", "Bandwidth measured between two nodes"),
+    "healthcheck_pair_latency_seconds": ("gauge", "Latency measured between two nodes"),
+})
+
+MIB = 1024 * 1024
+_IB_ERRORS = ("symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
+              "port_rcv_remote_physical_errors", "port_xmit_discards", "local_link_integrity_errors",
+              "excessive_buffer_overrun_errors")
+
+
+def _records(obs: Any, key: str) -> list[Mapping[str, Any]]:
+    value = obs.get(key) if isinstance(obs, Mapping) else None
+    return [r for r in value if isinstance(r, Mapping)] if isinstance(value, list) else []
+
+
+def _sample(name: str, labels: Mapping[str, str], value: Any, scale: float = 1.0) -> Iterable[Sample]:
+    v = number(value) if not isinstance(value, bool) else float(value)
+    if v is not None:
+        yield Sample(name, dict(labels), v * scale)
+
+
+def _gpu(host: str, g: Mapping[str, Any]) -> Iterable[Sample]:
+    labels = {"host": host, "gpu": str(g.get("index"))}
+    yield from _sample("healthcheck_gpu_temperature_celsius", labels, g.get("temp_c"))
+    yield from _sample("healthcheck_gpu_memory_temperature_celsius", labels, g.get("memory_temp_c"))
+    yield from _sample("healthcheck_gpu_power_draw_watts", labels, g.get("power_draw_w"))
+    yield from _sample("healthcheck_gpu_power_limit_watts", labels, g.get("power_limit_w"))
+    yield from _sample("healthcheck_gpu_memory_total_bytes", labels, g.get("memory_total_mib"), MIB)
+    yield from _sample("healthcheck_gpu_pcie_replays_total", labels, g.get("pcie_replays"))
+    for kind in ("current", "max"):
+        yield from _sample("healthcheck_gpu_pcie_link_width", {**labels, "kind": kind},
+                           g.get(f"pcie_width_{kind}"))
+        yield from _sample("healthcheck_gpu_pcie_link_generation", {**labels, "kind": kind},
+                           g.get(f"pcie_gen_{kind}"))
+    for scope in ("volatile", "aggregate"):
+        counts = g.get(f"ecc_{scope}")
+        for key, value in (counts.items() if isinstance(counts, Mapping) else ()):
+            memory, _, kind = key.partition("_")
+            yield from _sample("healthcheck_gpu_ecc_errors_total",
+                               {**labels, "scope": scope, "memory": memory, "type": kind}, value)
+    remap = g.get("remap") if isinstance(g.get("remap"), Mapping) else {}
+    for cause in ("correctable", "uncorrectable"):
+        yield from _sample("healthcheck_gpu_remapped_rows_total", {**labels, "cause": cause},
+                           remap.get(cause))
+    yield from _sample("healthcheck_gpu_row_remap_pending", labels, remap.get("pending"))
+    yield from _sample("healthcheck_gpu_row_remap_failure", labels, remap.get("failure"))
+    for cause in ("sbe", "dbe"):
+        yield from _sample("healthcheck_gpu_retired_pages_total", {**labels, "cause": cause},
+                           g.get(f"retired_{cause}"))
+
+
+@extractor("gpu")
+def gpu_samples(host: str, obs: Any) -> Iterable[Sample]:
+    if isinstance(obs, Mapping):
+        yield from _sample("healthcheck_gpus", {"host": host}, obs.get("count"))
+    for g in _records(obs, "gpus"):
+        yield from _gpu(host, g)
+
+
+@extractor("nvlink")
+def nvlink_samples(host: str, obs: Any) -> Iterable[Sample]:
+    for g in _records(obs, "gpus"):
+        for link in _records(g, "links"):
+            labels = {"host": host, "gpu": str(g.get("index")), "link": str(link.get("link"))}
+            yield from _sample("healthcheck_nvlink_link_active", labels, link.get("active"))
+            yield from _sample("healthcheck_nvlink_link_speed_bytes_per_second", labels,
+                               link.get("speed_gbps"), 1e9)
+    for c in _records(obs, "counters"):
+        labels = {"host": host, "gpu": str(c.get("gpu")), "link": str(c.get("link"))}
+        for kind in ("replay", "recovery", "crc"):
+            yield from _sample("healthcheck_nvlink_errors_total", {**labels, "type": kind}, c.get(kind))
+
+
+@extractor("infiniband")
+def infiniband_samples(host: str, obs: Any) -> Iterable[Sample]:
+    for dev in _records(obs, "devices"):
+        for port in _records(dev, "ports"):
+            labels = {"host": host, "port": f"{dev.get('name')}/{port.get('port')}"}
+            if port.get("state"):
+                yield Sample("healthcheck_ib_port_up", labels, float(port.get("state") == "ACTIVE"))
+            yield from _sample("healthcheck_ib_port_rate_bits_per_second", labels, port.get("rate_gbps"), 1e9)
+            counters = {**(port.get("counters") or {}), **(port.get("hw_counters") or {})}
+            for name in _IB_ERRORS:
+                yield from _sample("healthcheck_ib_port_errors_total", {**labels, "counter": name},
+                                   counters.get(name))

@@ -1,0 +1,108 @@
+"""``metrics.prom`` for the node_exporter textfile collector (Prometheus text format 0.0.4).
+
+    healthcheck_host_verdict{host="gpu001",verdict="FAIL"} 1.0
+    healthcheck_check_status{check="gpu.count",component="node",host="gpu001",status="FAIL"} 1.0
+    healthcheck_gpu_temperature_celsius{gpu="3",host="gpu001"} 41.0
+
+Names carry their unit (``_celsius``, ``_bytes_per_second``, ``_total``); values from
+observations come from small extractors registered by probe name in ``reports.metrics``.
+Families and samples are sorted, so the same run always gives the same file.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+import reports.observation_metrics  # noqa: F401  (registers the built-in extractors)
+from healthcheck.model import Status
+from reports import ReporterSpec, register
+from reports.bench_views import bench_views
+from reports.digest import RunDigest
+from reports.metrics import METRICS, Sample, observation_samples
+
+
+def run_samples(digest: RunDigest) -> Iterable[Sample]:
+    """Run-level, per-host and per-check samples (no observation needed)."""
+    run = digest.run
+    if isinstance(run.get("duration_s"), int | float):
+        yield Sample("healthcheck_run_duration_seconds", {}, float(run["duration_s"]))
+    yield Sample("healthcheck_run_info", {"run_id": str(run.get("id", digest.run_dir.name)),
+                                          "version": str(run.get("version", "")),
+                                          "mode": str(run.get("mode", ""))}, 1.0)
+    by_verdict = digest.hosts_by_verdict()
+    for status in Status:
+        yield Sample("healthcheck_hosts", {"verdict": status.value}, float(len(by_verdict[status])))
+    for host in digest.results.hosts.values():
+        for status in Status:
+            yield Sample("healthcheck_host_verdict", {"host": host.name, "verdict": status.value},
+                         float(host.verdict is status))
+        for f in host.findings:
+            labels = {"host": host.name, "check": f.check, "component": f.component}
+            yield Sample("healthcheck_check_status", {**labels, "status": f.status.value}, 1.0)
+            if isinstance(f.value, int | float) and not isinstance(f.value, bool):
+                yield Sample("healthcheck_check_value", {**labels, "unit": f.unit or ""}, float(f.value))
+
+
+def bench_samples(digest: RunDigest) -> Iterable[Sample]:
+    """Peak busbw per node and test, best HPL per node, pair bandwidth/latency (base units)."""
+    views = bench_views(digest)
+    for test, curves in views.curves.items():
+        for c in curves:
+            yield Sample("healthcheck_nccl_busbw_bytes_per_second", {"host": c.host, "test": test},
+                         c.peak_gbps * 1e9)
+    for host, gflops in views.hpl.items():
+        yield Sample("healthcheck_hpl_flops", {"host": host}, gflops * 1e9)
+    for p in views.pairs:
+        labels = {"host_a": p.a, "host_b": p.b, "benchmark": p.source,
+                  "size_bytes": "" if p.size_bytes is None else f"{p.size_bytes:.0f}"}
+        if p.metric.endswith("_us"):
+            yield Sample("healthcheck_pair_latency_seconds", labels, p.value / 1e6)
+        elif p.metric.endswith("_gbps"):
+            yield Sample("healthcheck_pair_bandwidth_bytes_per_second", labels, p.value * 1e9)
+        elif p.metric == "mbytes_per_s":
+            yield Sample("healthcheck_pair_bandwidth_bytes_per_second", labels, p.value * 1e6)
+
+
+def families(samples: Iterable[Sample]) -> list[Metric]:
+    """Sorted metric families from samples; duplicate label sets keep the last value."""
+    by_name: dict[str, dict[tuple, float]] = defaultdict(dict)
+    for s in samples:
+        by_name[s.name][tuple(sorted(s.labels.items()))] = s.value
+    out: list[Metric] = []
+    for name in sorted(by_name):
+        kind, doc = METRICS[name]
+        rows = sorted(by_name[name].items())
+        keys = sorted({k for labels, _ in rows for k, _ in labels})
+        if kind == "counter":
+            family: Metric = CounterMetricFamily(name.removesuffix("_total"), doc, labels=keys)
+        else:
+            family = GaugeMetricFamily(name, doc, labels=keys)
+        for labels, value in rows:
+            values = dict(labels)
+            family.add_metric([values.get(k, "") for k in keys], value)
+        out.append(family)
+    return out
+
+
+class _Collector:
+    def __init__(self, metrics: list[Metric]) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        return self.metrics
+
+
+def render_prometheus(digest: RunDigest) -> bytes:
+    samples = list(run_samples(digest)) + list(bench_samples(digest))
+    for host in digest.results.hosts.values():
+        samples.extend(observation_samples(host.name, host.observations))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(families(samples)))
+    return generate_latest(registry)
+
+
+REPORTER = register(ReporterSpec(name="prometheus", filename="metrics.prom", render=render_prometheus))

@@ -1,0 +1,105 @@
+// Host table of report.html: filter by host, status and check; paginate; state in the URL hash
+// (#status=FAIL&host=gpu0*&check=nvlink&page=2, or #filter=FAIL). Builds DOM with textContent
+// only: no node-supplied text is ever parsed as HTML.
+(function () {
+  "use strict";
+  var PAGE = 100;
+  var data = JSON.parse(document.getElementById("hc-index").textContent);
+  var S = data.statuses, hosts = data.hosts, checks = data.checks;
+  var $ = function (id) { return document.getElementById(id); };
+  var fHost = $("f-host"), fStatus = $("f-status"), fCheck = $("f-check");
+  var state = { host: "", status: "", check: "", page: 1 }, matches = hosts;
+
+  function el(tag, text, cls) {
+    var e = document.createElement(tag);
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    if (cls) e.className = cls;
+    return e;
+  }
+  function globRegex(pattern) {
+    var esc = pattern.replace(/[.+?^${}()|[\]\\]/g, "\\$&").replace(/\*/g, ".*");
+    return new RegExp(pattern.indexOf("*") >= 0 ? "^" + esc + "$" : esc, "i");
+  }
+  function hostMatcher(text) {
+    var parts = text.split(/[\s,]+/).filter(Boolean).map(globRegex);
+    return parts.length ? function (name) { return parts.some(function (r) { return r.test(name); }); } : null;
+  }
+  function statusOk(idx) {
+    if (!state.status) return true;
+    if (state.status === "bad") return S[idx] !== "PASS" && S[idx] !== "SKIP";
+    return S[idx] === state.status;
+  }
+  function apply() {
+    var byHost = hostMatcher(state.host), check = state.check.toLowerCase();
+    matches = hosts.filter(function (h) {
+      if (byHost && !byHost(h[0])) return false;
+      if (!check) return statusOk(h[1]);
+      return h[5].some(function (cs) { return checks[cs[0]].toLowerCase().indexOf(check) >= 0 && statusOk(cs[1]); });
+    });
+    var pages = Math.max(1, Math.ceil(matches.length / PAGE));
+    state.page = Math.min(Math.max(1, state.page), pages);
+    render(pages);
+  }
+  function row(h) {
+    var tr = el("tr", null, "s-" + S[h[1]]), td = el("td", null, "host");
+    if (h[7]) { var a = el("a", h[0]); a.href = "#h-" + h[0]; td.appendChild(a); } else { td.textContent = h[0]; }
+    tr.appendChild(td);
+    var v = el("td"); v.appendChild(el("span", S[h[1]], "st st-" + S[h[1]])); tr.appendChild(v);
+    tr.appendChild(el("td", data.profiles[h[2]] + (h[3] ? " · " + h[3] : "")));
+    tr.appendChild(el("td", h[4].join("/"), "num"));
+    var chips = el("td", null, "chips"), bad = h[5].filter(function (cs) { return S[cs[1]] !== "PASS" && S[cs[1]] !== "SKIP"; });
+    bad.slice(0, 6).forEach(function (cs) { chips.appendChild(el("code", checks[cs[0]], "chip-" + S[cs[1]])); });
+    if (bad.length > 6) chips.appendChild(el("span", "+" + (bad.length - 6) + " more", "muted"));
+    tr.appendChild(chips);
+    tr.appendChild(el("td", h[6]));
+    return tr;
+  }
+  function render(pages) {
+    var body = $("host-rows"), start = (state.page - 1) * PAGE, frag = document.createDocumentFragment();
+    matches.slice(start, start + PAGE).forEach(function (h) { frag.appendChild(row(h)); });
+    if (!matches.length) { var tr = el("tr"), td = el("td", "no host matches", "muted"); td.colSpan = 6; tr.appendChild(td); frag.appendChild(tr); }
+    body.replaceChildren(frag);
+    $("f-count").textContent = matches.length + " of " + hosts.length + " hosts";
+    $("p-info").textContent = "page " + state.page + " of " + pages;
+    $("p-prev").disabled = state.page <= 1;
+    $("p-next").disabled = state.page >= pages;
+    document.body.setAttribute("data-filter-matches", String(matches.length));
+  }
+  function toHash() {
+    var parts = [];
+    ["status", "host", "check"].forEach(function (k) { if (state[k]) parts.push(k + "=" + encodeURIComponent(state[k])); });
+    if (state.page > 1) parts.push("page=" + state.page);
+    history.replaceState(null, "", parts.length ? "#" + parts.join("&") : location.pathname + location.search);
+  }
+  function fromHash() {
+    var h = location.hash.slice(1);
+    if (!h || h.indexOf("=") < 0) return false;  // a plain anchor such as #h-gpu001
+    var next = { host: "", status: "", check: "", page: 1 };
+    h.split("&").forEach(function (kv) {
+      var i = kv.indexOf("="), k = kv.slice(0, i), v = decodeURIComponent(kv.slice(i + 1));
+      if (k === "filter") { if (S.indexOf(v.toUpperCase()) >= 0 || v === "bad") next.status = v === "bad" ? v : v.toUpperCase(); else next.host = v; }
+      else if (k === "status") next.status = S.indexOf(v.toUpperCase()) >= 0 ? v.toUpperCase() : (v === "bad" ? v : "");
+      else if (k === "host" || k === "check") next[k] = v;
+      else if (k === "page") next.page = parseInt(v, 10) || 1;
+    });
+    state = next;
+    fHost.value = state.host; fStatus.value = state.status; fCheck.value = state.check;
+    return true;
+  }
+  var timer = null;
+  function onInput() {
+    clearTimeout(timer);
+    timer = setTimeout(function () {
+      state = { host: fHost.value.trim(), status: fStatus.value, check: fCheck.value.trim(), page: 1 };
+      toHash(); apply();
+    }, 120);
+  }
+  fHost.addEventListener("input", onInput); fCheck.addEventListener("input", onInput);
+  fStatus.addEventListener("change", onInput);
+  $("filter").addEventListener("submit", function (e) { e.preventDefault(); });
+  $("p-prev").addEventListener("click", function () { state.page -= 1; toHash(); apply(); });
+  $("p-next").addEventListener("click", function () { state.page += 1; toHash(); apply(); });
+  window.addEventListener("hashchange", function () { if (fromHash()) { apply(); $("hosts").scrollIntoView(); } });
+  fromHash();
+  apply();
+})();

@@ -1,0 +1,151 @@
+"""``healthcheck drain``/``resume`` against a real slurmctld (Debian slurm-wlm + munge, started here).
+
+Nodes gpu[001-010] are defined in our own slurm.conf (no slurmd); reasons are read back with
+``scontrol show node`` and ``sinfo``. Each test uses its own nodes of the one module-wide controller.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from healthcheck.cli import main
+from healthcheck.model import Finding, Status
+from healthcheck.results import HostResult, RunResults, write_results
+from healthcheck.schedulers.slurm import parse_scontrol_show_node, parse_sinfo_state_reason
+from tests.slurmctld import SlurmCluster, missing_tools
+
+pytestmark = [pytest.mark.slurm,
+              pytest.mark.skipif(bool(missing_tools()), reason=f"Slurm/munge tools absent: {missing_tools()}")]
+
+NODES = [f"gpu{i:03d}" for i in range(1, 11)]
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    with SlurmCluster.start(tmp_path_factory.mktemp("slurm"), nodes="gpu[001-010]") as cluster:
+        yield cluster
+
+
+def write_run(run_dir: Path, failing: dict[str, list[tuple[str, str]]], hosts=NODES, run_id="RUN") -> Path:
+    """A run directory whose results.json has every host passing except ``failing`` (host -> checks)."""
+    results = {}
+    for h in hosts:
+        findings = [Finding(host=h, check="gpu.count", status=Status.PASS, value=8, unit="GPUs", message="ok")]
+        findings += [Finding(host=h, check=check, component=comp, status=Status.FAIL, value=1,
+                             message=f"{check} failed", remedy="replace it") for check, comp in failing.get(h, [])]
+        results[h] = HostResult(name=h, findings=findings)
+    run_dir.mkdir(parents=True)
+    write_results(run_dir, RunResults(run={"id": run_id}, hosts=results))
+    return run_dir
+
+
+def node(slurm: SlurmCluster, name: str):
+    return parse_scontrol_show_node(slurm.scontrol("show", "node", name).stdout).nodes[name]
+
+
+def sinfo_reasons(slurm: SlurmCluster) -> dict[str, str]:
+    text = slurm.tool("sinfo", "-h", "-N", "-o", "%N|%T|%E").stdout
+    return {n: s.reason for n, s in parse_sinfo_state_reason(text).nodes.items() if s.reason}
+
+
+def cli(slurm: SlurmCluster, *args: str):
+    return CliRunner().invoke(main, list(args), env=slurm.env, catch_exceptions=False)
+
+
+def test_dry_run_changes_nothing_then_apply_drains_with_our_reason(slurm, tmp_path):
+    run_dir = write_run(tmp_path / "run1", {"gpu003": [("gpu.ecc.dbe", "gpu3")]}, run_id="20261122T031500Z")
+    dry = cli(slurm, "drain", str(run_dir))
+    assert dry.exit_code == 0, dry.output
+    expected = ("scontrol update NodeName=gpu003 State=DRAIN "
+                "'Reason=healthcheck: FAIL gpu.ecc.dbe gpu3=1 run=20261122T031500Z'")
+    assert expected in dry.output.splitlines()
+    assert "# dry-run: nothing changed" in dry.output
+    assert not node(slurm, "gpu003").drained
+
+    applied = cli(slurm, "drain", str(run_dir), "--apply")
+    assert applied.exit_code == 0, applied.output
+    assert "# applied gpu003 on localhost: ok" in applied.output
+    n3 = node(slurm, "gpu003")
+    assert "DRAIN" in n3.flags
+    assert n3.reason == "healthcheck: FAIL gpu.ecc.dbe gpu3=1 run=20261122T031500Z"
+    assert sinfo_reasons(slurm)["gpu003"] == n3.reason
+    sinfo_r = slurm.tool("sinfo", "-R", "-h", "-o", "%n %E").stdout
+    assert "gpu003 healthcheck: FAIL gpu.ecc.dbe gpu3=1 run=20261122T031500Z" in sinfo_r
+
+
+def test_node_drained_by_someone_else_is_left_alone_and_never_resumed(slurm, tmp_path):
+    slurm.scontrol("update", "NodeName=gpu005", "State=DRAIN", "Reason=maintenance by alice: PSU swap")
+    failing = write_run(tmp_path / "fail", {"gpu005": [("xid.79", "gpu1")]})
+    out = cli(slurm, "drain", str(failing), "--apply")
+    assert out.exit_code == 0, out.output
+    assert "# gpu005 (node gpu005): left alone: IDLE+DRAIN+NOT_RESPONDING with someone else's reason " \
+           "'maintenance by alice: PSU swap'" in out.output
+    assert "scontrol update NodeName=gpu005" not in out.output
+    assert node(slurm, "gpu005").reason == "maintenance by alice: PSU swap"
+
+    passing = write_run(tmp_path / "pass", {}, hosts=["gpu005"])
+    out = cli(slurm, "resume", str(passing), "--apply")
+    assert out.exit_code == 0, out.output
+    assert node(slurm, "gpu005").drained
+    assert sinfo_reasons(slurm)["gpu005"] == "maintenance by alice: PSU swap"
+
+
+def test_resume_only_our_own_and_only_when_passing(slurm, tmp_path):
+    first = write_run(tmp_path / "night1", {"gpu006": [("nvlink.link.active", "gpu2 link 5")],
+                                            "gpu007": [("gpu.count", "node")]}, run_id="night1")
+    assert cli(slurm, "drain", str(first), "--apply", "--max-fraction", "0.2").exit_code == 0
+    assert node(slurm, "gpu006").ours and node(slurm, "gpu007").ours
+
+    # Next night gpu006 passes, gpu007 still fails: only gpu006 comes back.
+    second = write_run(tmp_path / "night2", {"gpu007": [("gpu.count", "node")]}, run_id="night2")
+    dry = cli(slurm, "resume", str(second))
+    assert "scontrol update NodeName=gpu006 State=RESUME" in dry.output.splitlines()
+    assert "NodeName=gpu007" not in dry.output
+    assert node(slurm, "gpu006").drained
+    out = cli(slurm, "resume", str(second), "--apply")
+    assert out.exit_code == 0, out.output
+    n6, n7 = node(slurm, "gpu006"), node(slurm, "gpu007")
+    assert not n6.drained and n6.reason == ""
+    assert n7.drained and n7.reason.startswith("healthcheck: FAIL gpu.count")
+
+
+def test_circuit_breaker_refuses_then_force_overrides(slurm, tmp_path):
+    run_dir = write_run(tmp_path / "wide", {h: [("gpu.count", "node")] for h in ("gpu008", "gpu009")})
+    before = sinfo_reasons(slurm)
+    out = cli(slurm, "drain", str(run_dir), "--apply")
+    assert out.exit_code == 3
+    assert "# circuit breaker: 2 nodes to drain exceeds the limit of 1 (10% of a fleet of 10)" in out.output
+    assert "REFUSED: nothing drained" in out.output
+    assert sinfo_reasons(slurm) == before
+    forced = cli(slurm, "drain", str(run_dir), "--apply", "--force")
+    assert forced.exit_code == 0, forced.output
+    assert node(slurm, "gpu008").ours and node(slurm, "gpu009").ours
+
+
+def test_inventory_maps_host_names_to_slurm_node_names(slurm, tmp_path):
+    hosts = [f"dgx-{i:02d}" for i in range(1, 11)]
+    inventory = tmp_path / "inv.yaml"
+    inventory.write_text("groups:\n  gpu:\n    hosts: dgx-[01-10]\n"
+                         "hosts:\n  dgx-[01-10]: {slurm_node: 'x-{name}'}\n  dgx-10: {slurm_node: gpu010}\n")
+    run_dir = write_run(tmp_path / "mapped", {"dgx-10": [("ib.port.state", "mlx5_0/1")]}, hosts=hosts)
+    out = cli(slurm, "drain", str(run_dir), "-i", str(inventory), "--apply")
+    assert out.exit_code == 0, out.output
+    assert "# dgx-10 (node gpu010): drain (IDLE+NOT_RESPONDING)" in out.output
+    assert node(slurm, "gpu010").reason.startswith("healthcheck: FAIL ib.port.state mlx5_0/1")
+
+
+def test_broken_run_is_refused(slurm, tmp_path):
+    results = {h: HostResult(name=h, findings=[Finding(host=h, check="host.reachable", status=Status.ERROR,
+                                                       message="Permission denied (publickey)")])
+               for h in NODES[:6]}
+    results.update({h: HostResult(name=h, findings=[Finding(host=h, check="gpu.count", status=Status.FAIL,
+                                                            message="7 GPUs")]) for h in NODES[6:7]})
+    run_dir = tmp_path / "broken"
+    run_dir.mkdir()
+    write_results(run_dir, RunResults(run={"id": "broken"}, hosts=results))
+    out = cli(slurm, "drain", str(run_dir), "--apply")
+    assert out.exit_code == 3
+    assert "the run looks broken: 6 of 7 hosts are ERROR" in out.output

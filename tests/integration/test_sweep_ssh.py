@@ -1,0 +1,190 @@
+"""The spine end to end over real sshd test hosts: one exec per host, failures as findings."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from healthcheck.pipeline import RunOptions, execute_run
+from healthcheck.results import load_results
+from healthcheck.rundir import FindingsLog
+
+pytestmark = pytest.mark.sshd
+
+
+def _run(inv: Path, cluster, run_dir: Path, **kw) -> tuple[int, dict]:
+    args = [sys.executable, "-m", "healthcheck", "run", "-i", str(inv), "-F", str(cluster.ssh_config),
+            "--run-dir", str(run_dir), "--probes", kw.pop("probes", "system")]
+    for key, value in kw.items():
+        flag = "--" + key.replace("_", "-")
+        args += [flag] if value is True else [flag, str(value)]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    results = json.loads((run_dir / "results.json").read_text()) if (run_dir / "results.json").is_file() else {}
+    return proc.returncode, results
+
+
+def _finding(results: dict, host: str, check: str) -> dict:
+    return next(f for f in results["hosts"][host]["findings"] if f["check"] == check)
+
+
+def test_sixteen_hosts_one_session_each(ssh_cluster_factory, tmp_path):
+    cluster = ssh_cluster_factory(16)
+    inv = cluster.write_inventory(tmp_path / "inv.yaml")
+    rc, results = _run(inv, cluster, tmp_path / "run", forks=8)
+    assert rc == 0, results["summary"]
+    assert results["summary"]["hosts"] == 16
+    assert results["summary"]["by_verdict"]["PASS"] == 16
+    for host in cluster.hosts:
+        assert _finding(results, host.name, "system.hostname")["value"] == host.name
+        assert host.sessions() == 1 and host.connections() == 1
+        raw = tmp_path / "run" / "raw" / host.name
+        assert (raw / "hostname.out").read_text() == f"{host.name}\n"
+        assert (raw / "uname-r.rc").read_text().strip() == "0"
+    assert len(FindingsLog(tmp_path / "run").read()) == sum(
+        len(h["findings"]) for h in results["hosts"].values())
+
+
+def test_unreachable_and_auth_failure_are_errors_and_sweep_goes_on(ssh_cluster_factory, tmp_path):
+    cluster = ssh_cluster_factory(2)
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", host_vars={"node02": {"user": "nobody-here"}},
+                                  extra_hosts={"ghost": {"address": "127.0.1.250", "port": cluster.port}})
+    rc, results = _run(inv, cluster, tmp_path / "run", connect_timeout=3)
+    assert rc == 1
+    assert results["hosts"]["node01"]["verdict"] == "PASS"
+    ghost = _finding(results, "ghost", "host.reachable")
+    assert ghost["status"] == "ERROR" and "connection refused" in ghost["message"]
+    assert "127.0.1.250" in ghost["message"]
+    auth = _finding(results, "node02", "host.reachable")
+    assert auth["status"] == "ERROR" and "authentication failed" in auth["message"]
+    assert json.loads((tmp_path / "run" / "raw" / "ghost" / "_host.json").read_text())["transport_error"]
+
+
+def test_hung_command_times_out_and_later_hosts_finish(ssh_cluster_factory, tmp_path):
+    cluster = ssh_cluster_factory(2)
+    cluster.add_tool("node01", "uname", {"-r": ("", 0, 30)})  # hangs well past the timeout
+    inv = cluster.write_inventory(tmp_path / "inv.yaml")
+    started = time.monotonic()
+    rc, results = _run(inv, cluster, tmp_path / "run", timeout=2)
+    assert time.monotonic() - started < 25
+    assert rc == 1
+    hung = _finding(results, "node01", "system.kernel")
+    assert hung["status"] == "ERROR"
+    collect = [f for f in results["hosts"]["node01"]["findings"] if f["check"] == "system.collect"]
+    assert collect and "uname-r timed out" in collect[0]["message"]
+    assert _finding(results, "node01", "system.hostname")["status"] == "PASS"
+    assert results["hosts"]["node02"]["verdict"] == "PASS"
+
+
+def test_host_deadline_keeps_finished_commands(ssh_cluster_factory, tmp_path):
+    cluster = ssh_cluster_factory(1)
+    cluster.add_tool("node01", "cat", {"/proc/uptime": ("", 0, 30)})
+    inv = cluster.write_inventory(tmp_path / "inv.yaml")
+    rc, results = _run(inv, cluster, tmp_path / "run", timeout=60, deadline=4)
+    assert rc == 1
+    reach = _finding(results, "node01", "host.reachable")
+    assert reach["status"] == "ERROR" and "deadline" in reach["message"]
+    assert _finding(results, "node01", "system.hostname")["status"] == "PASS"
+
+
+def test_changed_host_key_is_refused_without_opt_in(ssh_cluster_factory, tmp_path):
+    cluster = ssh_cluster_factory(2)
+    lines = cluster.known_hosts.read_text().splitlines()
+    other = cluster.hosts[1].host_key_line.split()[1:]
+    lines[0] = " ".join([lines[0].split()[0], *other])  # node01 now "expects" node02's key
+    cluster.known_hosts.write_text("\n".join(lines) + "\n")
+    inv = cluster.write_inventory(tmp_path / "inv.yaml")
+    rc, results = _run(inv, cluster, tmp_path / "run", accept_new_host_keys=True)
+    changed = _finding(results, "node01", "host.reachable")
+    assert rc == 1 and changed["status"] == "ERROR" and "HOST KEY CHANGED" in changed["message"]
+    assert cluster.hosts[0].sessions() == 0
+    assert results["hosts"]["node02"]["verdict"] == "PASS"
+
+
+def test_unknown_host_key_refused_then_accepted_with_opt_in(ssh_cluster_factory, tmp_path):
+    cluster = ssh_cluster_factory(1)
+    cluster.known_hosts.write_text("")
+    inv = cluster.write_inventory(tmp_path / "inv.yaml")
+    rc, results = _run(inv, cluster, tmp_path / "run1")
+    unknown = _finding(results, "node01", "host.reachable")
+    assert rc == 1 and "not in known_hosts" in unknown["message"]
+    assert cluster.known_hosts.read_text() == ""
+    rc, results = _run(inv, cluster, tmp_path / "run2", accept_new_host_keys=True)
+    assert rc == 0
+    recorded = cluster.known_hosts.read_text()
+    assert recorded.startswith(f"[{cluster.hosts[0].address}]:{cluster.port} ssh-ed25519 ")
+    assert recorded.split()[2] == cluster.hosts[0].host_key_line.split()[2]
+
+
+def test_shell_metacharacters_in_names_and_vars_are_inert(ssh_cluster_factory, tmp_path):
+    token = f"HCPWNED{os.getpid()}"
+    evil = f"node;touch${{IFS}}{token}`touch${{IFS}}{token}`$(touch${{IFS}}{token})'\""
+    cluster = ssh_cluster_factory(2, names=["node01", evil])
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", host_vars={
+        "node01": {"extra": {"note": f"$(touch {tmp_path / token})"}}})
+    rc, results = _run(inv, cluster, tmp_path / "run")
+    canaries = [Path.home() / token, Path.cwd() / token, tmp_path / token, Path("/") / token]
+    assert not any(c.exists() for c in canaries)
+    assert rc == 0
+    assert _finding(results, evil, "system.hostname")["value"] == evil
+    assert (tmp_path / "run" / "raw" / evil / "hostname.out").is_file()
+
+
+def test_output_cap_and_non_utf8_output(ssh_cluster_factory, tmp_path):
+    cluster = ssh_cluster_factory(1)
+    cluster.add_tool("node01", "uname", {"-r": (b"6.1.0-\xff\xfe-bad\n" + b"x" * 5000, 0)})
+    inv = cluster.write_inventory(tmp_path / "inv.yaml")
+    rc, results = _run(inv, cluster, tmp_path / "run", output_cap=2048)
+    raw = tmp_path / "run" / "raw" / "node01"
+    assert (raw / "uname-r.out").read_bytes() == (b"6.1.0-\xff\xfe-bad\n" + b"x" * 5000)[:2048]
+    meta = json.loads((raw / "_host.json").read_text())
+    assert meta["commands"]["uname-r"]["stdout_truncated"] is True
+    kernel = _finding(results, "node01", "system.kernel")
+    assert kernel["value"] == "6.1.0-\ufffd\ufffd-bad"
+    assert rc == 0
+
+
+def test_replay_of_a_run_gives_the_same_verdicts(ssh_cluster_factory, tmp_path):
+    cluster = ssh_cluster_factory(3)
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", extra_hosts={
+        "ghost": {"address": "127.0.1.251", "port": cluster.port}})
+    cluster.add_tool("node02", "hostname", "wrong-node\n")
+    _run(inv, cluster, tmp_path / "run", connect_timeout=3)
+    for h in cluster.hosts:
+        h.proc.terminate()  # no SSH at all from here on
+    replay = execute_run(RunOptions(replay=tmp_path / "run", run_dir=tmp_path / "replayed"))
+    original = load_results(tmp_path / "run")
+    assert {n: h.verdict for n, h in replay.results.hosts.items()} == \
+           {n: h.verdict for n, h in original.hosts.items()}
+    assert replay.results.hosts["node02"].verdict.value == "WARN"
+    assert replay.results.hosts["ghost"].verdict.value == "ERROR"
+    assert [f.message for f in replay.results.hosts["node02"].findings if f.check == "system.hostname"] == \
+           ["node reports hostname 'wrong-node', inventory calls it 'node02'"]
+
+
+def test_killed_orchestrator_keeps_completed_hosts(ssh_cluster_factory, tmp_path):
+    cluster = ssh_cluster_factory(4)
+    for h in cluster.hosts[2:]:
+        cluster.add_tool(h.name, "uname", {"-r": ("", 0, 60)})
+    inv = cluster.write_inventory(tmp_path / "inv.yaml")
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "healthcheck", "run", "-i", str(inv), "-F",
+                             str(cluster.ssh_config), "--run-dir", str(run_dir), "--probes", "system",
+                             "--timeout", "120"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    log = FindingsLog(run_dir)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and {f.host for f in log.read()} != {"node01", "node02"}:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    done = {f.host for f in log.read()}
+    assert done == {"node01", "node02"}
+    assert not (run_dir / "results.json").exists()
+    assert (run_dir / "raw" / "node01" / "hostname.out").read_text() == "node01\n"

@@ -1,0 +1,281 @@
+"""drain.py (decisions, reasons, circuit breaker) and the Slurm/Kubernetes command builders and parsers."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from healthcheck.drain import (
+    REASON_PREFIX,
+    DrainPolicy,
+    build_reason,
+    drain_limit,
+    plan_drain,
+    triggers,
+)
+from healthcheck.model import Finding, Status
+from healthcheck.results import HostResult, RunResults
+from healthcheck.schedulers import NodeRef, get_scheduler
+from healthcheck.schedulers.controller import Controller, read_states
+from healthcheck.schedulers.kubernetes import KUBERNETES, parse_kubectl_nodes_json
+from healthcheck.schedulers.slurm import SLURM, parse_scontrol_show_node, parse_sinfo_state_reason
+from healthcheck.spec import ParseError
+from tests.conftest import fixture_text
+
+
+def ok(host: str, check: str = "gpu.count") -> Finding:
+    return Finding(host=host, check=check, status=Status.PASS, message="ok", value=8, unit="GPUs")
+
+
+def bad(host: str, check: str, status: Status = Status.FAIL, component: str = "node", value=None,
+        unit: str | None = None, remedy: str | None = None) -> Finding:
+    return Finding(host=host, check=check, status=status, component=component, value=value, unit=unit,
+                   message=f"{check} bad", remedy=remedy)
+
+
+def run(hosts: dict[str, list[Finding]], run_id: str = "20261122T031500Z") -> RunResults:
+    return RunResults(run={"id": run_id}, hosts={h: HostResult(name=h, findings=f) for h, f in hosts.items()})
+
+
+def fleet(n: int, failing: dict[str, list[Finding]] | None = None) -> RunResults:
+    hosts = {f"gpu{i:03d}": [ok(f"gpu{i:03d}")] for i in range(1, n + 1)}
+    hosts.update(failing or {})
+    return run(hosts)
+
+
+def strip_header(text: str) -> str:
+    return text.split("\n", 1)[1]
+
+
+# --- decisions ------------------------------------------------------------------------------
+def test_plan_drains_failing_host_with_reason_from_worst_findings():
+    results = fleet(20, {"gpu003": [ok("gpu003"),
+                                    bad("gpu003", "nvlink.link.active", Status.WARN, "gpu1 link 2"),
+                                    bad("gpu003", "gpu.ecc.dbe", component="gpu3", value=2),
+                                    bad("gpu003", "xid.79", component="gpu3")]})
+    plan = plan_drain(results, node_names={"gpu003": "node-a-003"})
+    assert [d.host for d in plan.decisions] == ["gpu003"]
+    d = plan.decisions[0]
+    assert d.node == "node-a-003"
+    # FAIL findings only (WARN without a drain remedy does not trigger), sorted by check
+    assert d.reason == "healthcheck: FAIL gpu.ecc.dbe gpu3=2; FAIL xid.79 gpu3 run=20261122T031500Z"
+    assert d.categories == ("gpu", "xid")
+    assert "gpu003" not in plan.passing and "gpu001" in plan.passing
+    assert plan.breaker.allowed
+
+
+def test_warn_with_drain_remedy_triggers_but_plain_warn_and_ignored_checks_do_not():
+    policy = DrainPolicy(ignore=("xid.13",))
+    assert triggers(bad("h", "gpu.reset", Status.WARN, remedy="Drain the node and reset the GPU"), policy)
+    assert not triggers(bad("h", "gpu.temp", Status.WARN, remedy="Check the airflow"), policy)
+    assert not triggers(bad("h", "gpu.temp", Status.WARN, remedy="see drained nodes list"), policy)
+    assert not triggers(bad("h", "xid.13"), policy)
+    assert triggers(bad("h", "xid.79"), policy)
+    only_gpu = DrainPolicy(checks=("gpu.*",), statuses=frozenset({Status.FAIL, Status.ERROR}))
+    assert triggers(bad("h", "gpu.count", Status.ERROR), only_gpu)
+    assert not triggers(bad("h", "ib.port.state"), only_gpu)
+
+
+def test_error_host_is_neither_drained_nor_resumable_by_default():
+    results = fleet(20, {"gpu002": [bad("gpu002", "host.reachable", Status.ERROR)]})
+    plan = plan_drain(results)
+    assert plan.decisions == ()
+    assert "gpu002" not in plan.passing
+
+
+def test_reason_is_bounded_counts_the_rest_and_is_shell_safe():
+    findings = [bad("h", f"gpu.check{i:02d}", component=f"gpu{i}", value=i) for i in range(30)]
+    findings.append(bad("h", "gpu.aaa", component='gpu"; rm -rf / $(x)`', value="a\nb"))
+    reason = build_reason(findings, "RUN1", max_chars=120)
+    assert reason.startswith(REASON_PREFIX + " FAIL gpu.aaa gpu ; rm -rf / (x) =a b; FAIL gpu.check00")
+    assert len(reason) <= 120
+    assert reason.endswith(" more) run=RUN1")
+    assert not any(c in reason for c in "\"'`$\\\n")
+
+
+# --- circuit breaker ------------------------------------------------------------------------
+def test_breaker_refuses_more_than_the_fraction_and_says_why():
+    failing = {f"gpu{i:03d}": [bad(f"gpu{i:03d}", "gpu.count")] for i in (1, 2, 3)}
+    plan = plan_drain(fleet(20, failing), max_fraction=0.10)
+    assert len(plan.decisions) == 3
+    assert not plan.breaker.allowed and plan.breaker.limit == 2
+    assert "3 nodes to drain exceeds the limit of 2 (10% of a fleet of 20)" in plan.breaker.reasons[0]
+    assert plan_drain(fleet(20, failing), max_fraction=0.15).breaker.allowed
+
+
+def test_breaker_uses_inventory_size_when_given():
+    failing = {"gpu001": [bad("gpu001", "gpu.count")], "gpu002": [bad("gpu002", "gpu.count")]}
+    assert not plan_drain(fleet(4, failing)).breaker.allowed   # 2 of 4, limit 1
+    assert plan_drain(fleet(4, failing), fleet_size=40).breaker.allowed  # 2 of 40, limit 4
+
+
+def test_breaker_refuses_a_broken_run():
+    hosts = {f"gpu{i:03d}": [bad(f"gpu{i:03d}", "host.reachable", Status.ERROR)] for i in range(1, 7)}
+    hosts.update({"gpu007": [bad("gpu007", "gpu.count")], "gpu008": [ok("gpu008")],
+                  "gpu009": [ok("gpu009")], "gpu010": [ok("gpu010")]})
+    verdict = plan_drain(run(hosts)).breaker
+    assert not verdict.allowed
+    assert verdict.reasons == ("the run looks broken: 6 of 10 hosts are ERROR (>= 50%; a bad SSH key, an "
+                               "unreachable network or a bad profile?); fix the run, not the nodes",)
+    assert not plan_drain(run({})).breaker.allowed
+
+
+@pytest.mark.parametrize(("fleet_size", "fraction", "limit"), [(10, 0.1, 1), (5, 0.1, 1), (100, 0.1, 10),
+                                                                (1000, 0.05, 50), (30, 0.1, 3)])
+def test_drain_limit(fleet_size, fraction, limit):
+    assert drain_limit(fleet_size, fraction) == limit
+
+
+# --- Slurm parsing (fixtures captured from a real slurmctld 22.05) -----------------------------
+def test_parse_scontrol_show_node_states_and_reasons():
+    states = parse_scontrol_show_node(strip_header(fixture_text("slurm/scontrol-show-node-22.05.txt")))
+    assert sorted(states.nodes) == ["gpu001", "gpu003", "gpu005", "gpu007"]
+    n1, n3, n5, n7 = (states.nodes[n] for n in ("gpu001", "gpu003", "gpu005", "gpu007"))
+    assert (n1.state, n1.reason, n1.drained) == ("IDLE+NOT_RESPONDING", "", False)
+    assert n3.state == "IDLE+DRAIN+NOT_RESPONDING" and n3.drained and n3.ours
+    assert n3.reason == "healthcheck: gpu.ecc.dbe gpu3=2; run=20261121T031500Z"
+    assert (n5.reason, n5.reason_user, n5.ours) == ("maintenance by alice: PSU swap", "root", False)
+    assert n5.reason_time == "2026-11-22T03:07:02"
+    assert n7.state == "DOWN+NOT_RESPONDING" and n7.drained and n7.reason == "Not responding"
+
+
+def test_parse_scontrol_show_node_missing_node():
+    text = strip_header(fixture_text("slurm/scontrol-show-node-missing-22.05.txt"))
+    states = parse_scontrol_show_node(text)
+    assert list(states.nodes) == ["gpu001"] and states.missing == {"nosuch"}
+
+
+@pytest.mark.parametrize("name", ["scontrol-show-node-garbage.txt", "scontrol-show-node-truncated.txt"])
+def test_parse_scontrol_show_node_bad_input(name):
+    with pytest.raises(ParseError):
+        parse_scontrol_show_node(strip_header(fixture_text(f"slurm/bad/{name}")))
+
+
+def test_parse_sinfo_state_reason():
+    states = parse_sinfo_state_reason(strip_header(fixture_text("slurm/sinfo-node-state-reason-22.05.txt")))
+    assert states.nodes["gpu001"].reason == "" and not states.nodes["gpu001"].drained
+    assert states.nodes["gpu005"].state == "drained*" and states.nodes["gpu005"].drained
+    assert states.nodes["gpu003"].ours
+    with pytest.raises(ParseError):
+        parse_sinfo_state_reason("gpu001 idle\n")
+
+
+# --- Slurm actions --------------------------------------------------------------------------
+def slurm_states():
+    return parse_scontrol_show_node(strip_header(fixture_text("slurm/scontrol-show-node-22.05.txt")))
+
+
+def test_slurm_drain_respects_reason_ownership():
+    results = fleet(40, {h: [bad(h, "gpu.count", value=7, unit="GPUs")]
+                         for h in ("gpu001", "gpu003", "gpu005", "gpu007", "gpu099")})
+    plan = plan_drain(results)
+    by_node = {a.node: a for a in SLURM.drain_actions(plan.decisions, slurm_states())}
+    assert by_node["gpu001"].argvs == (("scontrol", "update", "NodeName=gpu001", "State=DRAIN",
+                                        "Reason=healthcheck: FAIL gpu.count=7GPUs run=20261122T031500Z"),)
+    assert by_node["gpu001"].commands == [
+        "scontrol update NodeName=gpu001 State=DRAIN 'Reason=healthcheck: FAIL gpu.count=7GPUs "
+        "run=20261122T031500Z'"]
+    assert by_node["gpu003"].argvs and "reason refreshed" in by_node["gpu003"].note   # ours
+    assert by_node["gpu005"].skipped and by_node["gpu005"].argvs == ()                 # alice's
+    assert "maintenance by alice: PSU swap" in by_node["gpu005"].note
+    assert by_node["gpu007"].skipped                                                   # Slurm's own
+    assert by_node["gpu099"].skipped and "not a Slurm node" in by_node["gpu099"].note
+    unchecked = SLURM.drain_actions(plan.decisions, None)
+    assert all(a.unchecked and a.argvs for a in unchecked)
+
+
+def test_slurm_resume_only_our_reason():
+    refs = [NodeRef(n, n) for n in ("gpu001", "gpu003", "gpu005", "gpu007")]
+    actions = SLURM.resume_actions(refs, slurm_states())
+    by_node = {a.node: a for a in actions}
+    assert set(by_node) == {"gpu003", "gpu005", "gpu007"}    # gpu001 is not drained: nothing to say
+    assert by_node["gpu003"].argvs == (("scontrol", "update", "NodeName=gpu003", "State=RESUME"),)
+    assert by_node["gpu005"].skipped and by_node["gpu007"].skipped
+
+
+def test_slurm_query_argv():
+    assert SLURM.query_argv(["gpu003", "gpu001", "gpu003"]) == ["scontrol", "show", "node", "gpu001,gpu003"]
+    assert get_scheduler("slurm") is SLURM
+    with pytest.raises(ValueError, match="unknown scheduler"):
+        get_scheduler("pbs")
+
+
+# --- Kubernetes -----------------------------------------------------------------------------
+def kube_states():
+    return parse_kubectl_nodes_json(strip_header(fixture_text("kubernetes/get-nodes-list.json")))
+
+
+def test_parse_kubectl_nodes_json():
+    states = kube_states()
+    assert sorted(states.nodes) == ["gpu001", "gpu002", "gpu003"]
+    assert states.nodes["gpu002"].unschedulable and not states.nodes["gpu002"].ours
+    assert states.nodes["gpu003"].our_taints == (("healthcheck/gpu", "failed", "NoSchedule"),)
+    single = json.dumps({"kind": "Node", "metadata": {"name": "n1"}, "spec": {}})
+    assert list(parse_kubectl_nodes_json(single).nodes) == ["n1"]
+    for garbage in ("", "not json", json.dumps({"kind": "Pod"}), json.dumps([1, 2])):
+        with pytest.raises(ParseError):
+            parse_kubectl_nodes_json(garbage)
+
+
+def test_kubernetes_drain_argv():
+    results = fleet(40, {"gpu001": [bad("gpu001", "gpu.ecc.dbe", component="gpu3", value=2),
+                                    bad("gpu001", "nvlink.link.active", component="gpu3 link 5")],
+                         "gpu002": [bad("gpu002", "ib.port.state", component="mlx5_0/1")]})
+    plan = plan_drain(results, max_fraction=0.1)
+    by_node = {a.node: a for a in KUBERNETES.drain_actions(plan.decisions, kube_states())}
+    assert by_node["gpu001"].commands == [
+        "kubectl cordon gpu001",
+        "kubectl taint nodes gpu001 healthcheck/gpu=failed:NoSchedule healthcheck/nvlink=failed:NoSchedule "
+        "--overwrite",
+        "kubectl label nodes gpu001 --overwrite healthcheck/verdict=fail healthcheck/run=20261122T031500Z "
+        "healthcheck/cordoned=true",
+        "kubectl annotate nodes gpu001 --overwrite 'healthcheck/reason=healthcheck: FAIL gpu.ecc.dbe gpu3=2; "
+        "FAIL nvlink.link.active gpu3 link 5 run=20261122T031500Z'"]
+    # gpu002 was cordoned by someone else: no cordon of ours, no cordoned label, but our taint
+    cmds2 = by_node["gpu002"].commands
+    assert not any(c.startswith("kubectl cordon") for c in cmds2)
+    assert "healthcheck/ib=failed:NoSchedule" in cmds2[0] and "cordoned" not in cmds2[1]
+    assert "someone else" in by_node["gpu002"].note
+
+
+def test_kubernetes_resume_removes_only_our_taints():
+    refs = [NodeRef(n, n) for n in ("gpu001", "gpu002", "gpu003")]
+    by_node = {a.node: a for a in KUBERNETES.resume_actions(refs, kube_states())}
+    assert by_node["gpu003"].commands == [
+        "kubectl taint nodes gpu003 healthcheck/gpu:NoSchedule-",
+        "kubectl uncordon gpu003",
+        "kubectl label nodes gpu003 healthcheck/cordoned- healthcheck/run- healthcheck/verdict-",
+        "kubectl annotate nodes gpu003 healthcheck/reason-"]
+    assert "dedicated" not in " ".join(by_node["gpu003"].commands)
+    assert by_node["gpu002"].skipped and "gpu001" not in by_node
+    assert KUBERNETES.resume_actions(refs, None)[0].skipped
+
+
+def test_kubernetes_dry_run_without_api_server_marks_actions_unchecked(tmp_path, monkeypatch):
+    # A kubectl stand-in that fails like kubectl does with no API server (connection refused).
+    fake = tmp_path / "kubectl"
+    fake.write_text("#!/bin/sh\necho 'The connection to the server localhost:8080 was refused' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    states, error = read_states(KUBERNETES, Controller(), ["gpu001"])
+    assert states is None
+    assert "kubectl get nodes on localhost" in error and "refused" in error
+    plan = plan_drain(fleet(20, {"gpu001": [bad("gpu001", "gpu.count")]}))
+    actions = KUBERNETES.drain_actions(plan.decisions, states)
+    assert actions[0].unchecked and actions[0].commands[0] == "kubectl cordon gpu001"
+
+
+def test_controller_reports_missing_tool_as_transport_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    result = Controller().run(["scontrol", "show", "node", "x"])
+    assert result.transport_error == "scontrol: command not found" and result.rc is None
+    states, error = read_states(SLURM, Controller(), ["gpu001"])
+    assert states is None and "command not found" in error
+
+
+def test_commands_quote_like_a_shell_would_split_them():
+    plan = plan_drain(fleet(20, {"gpu001": [bad("gpu001", "gpu.count", component="gpu 1; reboot")]}))
+    action = SLURM.drain_actions(plan.decisions, None)[0]
+    assert tuple(shlex.split(action.commands[0])) == action.argvs[0]
