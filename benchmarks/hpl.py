@@ -145,7 +145,7 @@ def parse_hpl(text: str) -> HplResult:
     summary = _summary(text) if flavor == "hpcc" else {}
     if flavor == "unknown" and not tests and not errors and not launcher:
         raise ParseError("no HPL banner, result row or error in the output", text[:200])
-    complete = "End of Tests." in section or bool(tests) and all(t.residual_passed is not None for t in tests)
+    complete = "End of Tests." in section or (bool(tests) and all(t.residual_passed is not None for t in tests))
     return HplResult(flavor=flavor, version=version, tests=tuple(tests), complete=complete,
                      errors=tuple(dict.fromkeys(errors)), warnings=tuple(dict.fromkeys(warnings)),
                      gpu_warnings=tuple(gpu_warnings), progress_pct=progress,
@@ -339,7 +339,7 @@ def fleet_hpl(outcomes: Sequence[tuple[Job, HplResult]], ctx: BenchContext) -> l
 
 def process_grid(ranks: int) -> tuple[int, int]:
     """P x Q = ranks with P <= Q, as square as possible (2 -> 1x2, 4 -> 2x2, 8 -> 2x4)."""
-    p = max(i for i in range(1, int(math.isqrt(ranks)) + 1) if ranks % i == 0)
+    p = max(i for i in range(1, math.isqrt(ranks) + 1) if ranks % i == 0)
     return p, ranks // p
 
 

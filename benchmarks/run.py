@@ -16,24 +16,20 @@ is declared bad (``benchmarks.attribution``). ``profiles`` maps host names or pr
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import benchmarks
 from benchmarks import BenchContext, BenchmarkSpec, bench_setting
-from benchmarks.attribution import PairResult, apply_blame, attribute, attribution_findings, retest_candidates
-from benchmarks.launch import TIMEOUT_EXIT_CODES, LauncherSettings, hostfile_text, launch_script, launcher_argv
-from benchmarks.launch import parse_launcher_errors
+from benchmarks.attribution import retest_candidates
+from benchmarks.grade import JobOutcome, grade_job, grade_outcomes, pair_results, profile_for
+from benchmarks.launch import LauncherSettings, hostfile_text, launch_script, launcher_argv
 from benchmarks.plan import Job, job_id, plan_jobs, retest_pairs, stage_of
 from healthcheck.defaults import DEFAULTS
-from healthcheck.model import CommandResult, Finding, Host, Status, worst
-from healthcheck.profiles import EMPTY_PROFILE, Profile
-from healthcheck.results import to_jsonable
-from healthcheck.spec import ParseError
+from healthcheck.model import CommandResult, Finding, Host, Status
+from healthcheck.profiles import Profile
 
 JOBS_DIR = Path("raw") / "_jobs"
 LOCAL = "local"
@@ -159,3 +155,70 @@ def load_outcomes(run_dir: Path) -> list[JobOutcome]:
                                    duration_s=float(entry.get("duration_s") or 0.0),
                                    stdout=read(".out"), stderr=read(".err")))
     return outcomes
+
+
+# --- entry points -----------------------------------------------------------------------------
+
+def _retest_jobs(graded: Sequence[tuple[JobOutcome, list[Finding]]], profile: Profile,
+                 options: Mapping[str, Any]) -> list[Job]:
+    """Retests of suspects against known-good partners, per pair group (first pass only)."""
+    jobs: list[Job] = []
+    for (bench, test, shape, rail), results in pair_results(graded).items():
+        suspects, good = retest_candidates(results)
+        tried = [r.hosts for r in results]
+        failed = {h: r.job_id for r in results if not r.ok for h in r.hosts}
+        template = next(o.job for o, _ in graded if o.job.benchmark == bench and o.job.test == test
+                        and o.job.shape == shape and o.job.rail == rail)
+        for index, stage in enumerate(retest_pairs(suspects, good, tried)):
+            for suspect, partner in stage:
+                jobs.append(Job(job_id=job_id(bench, test, shape, (suspect, partner), rail, retest=True),
+                                benchmark=bench, test=test, shape=shape, hosts=(suspect, partner),
+                                ranks_per_host=template.ranks_per_host, stage=stage_of("retest", index),
+                                rail=rail, retest_of=failed.get(suspect), timeout_s=template.timeout_s))
+    return jobs
+
+
+def execute_benchmarks(run_dir: Path, hosts: Sequence[Host], profiles: Mapping[str, Profile], transport: Any,
+                       options: Mapping[str, Any], failed_hosts: set[str] | frozenset[str] = frozenset(),
+                       ) -> tuple[list[Finding], dict[str, dict[str, Any]]]:
+    """Plan, launch and grade ``options["benchmarks"]`` over ``hosts``; store every job's raw output.
+
+    Options: ``benchmarks`` (names), ``plan`` (quick | acceptance), ``launcher_host`` (an inventory
+    host or ``local``; default: the job's first host), ``launcher`` (LauncherSettings overrides),
+    ``skip_failed_hosts`` (default True: hosts in ``failed_hosts`` are not benchmarked),
+    ``pair_rounds``, ``per_rail``, ``parallel_jobs``, ``retest`` (default True), and any
+    ``<benchmark>.<setting>`` overriding the profile's ``settings.benchmarks``.
+    """
+    by_name = {h.name: h for h in hosts}
+    skip = bool(options.get("skip_failed_hosts", True))
+    eligible = [h for h in hosts if not (skip and h.name in failed_hosts)]
+    findings: list[Finding] = []
+    manifest: list[dict[str, Any]] = []
+    outcomes: list[JobOutcome] = []
+    for spec in benchmarks.select(list(options.get("benchmarks") or ())):
+        findings += [Finding(host=h.name, check=f"{spec.name}.skipped", status=Status.SKIP, source="benchmarks",
+                             message=f"{spec.name} not run: the host failed its probes") for h in hosts
+                     if h not in eligible]
+        for profile, group in _groups(eligible, profiles):
+            jobs = plan_benchmark(spec, group, profile, options)
+            done = _run_jobs(run_dir, jobs, by_name, profile, transport, options, manifest)
+            if options.get("retest", True):
+                graded = [(o, grade_job(o, spec, BenchContext(profile, by_name, options))[0]) for o in done]
+                done += _run_jobs(run_dir, _retest_jobs(graded, profile, options), by_name, profile, transport,
+                                  options, manifest)
+            outcomes += done
+            covered = {h for o in done for h in o.job.hosts}
+            findings += [Finding(host=h.name, check=f"{spec.name}.skipped", status=Status.SKIP, source="benchmarks",
+                                 message=f"{spec.name}: no job for this host (no partner with profile {profile.name})")
+                         for h in group if h.name not in covered]
+    graded_findings, observations = grade_outcomes(outcomes, hosts, profiles, options)
+    return findings + graded_findings, observations
+
+
+def replay_benchmarks(run_dir: Path, hosts: Sequence[Host], profiles: Mapping[str, Profile],
+                      options: Mapping[str, Any]) -> tuple[list[Finding], dict[str, dict[str, Any]]]:
+    """Re-grade the jobs stored under ``raw/_jobs/`` (no launch); hosts missing from ``hosts`` are added."""
+    outcomes = load_outcomes(run_dir)
+    known = {h.name for h in hosts}
+    extra = sorted({n for o in outcomes for n in o.job.hosts} - known)
+    return grade_outcomes(outcomes, [*hosts, *(Host(n) for n in extra)], profiles, options)

@@ -96,7 +96,7 @@ def grade_bands(exp: Expectation, measured: float) -> Status:
 def describe(check: str, component: str, measured: Any, unit: str | None, expected: str,
              status: Status) -> str:
     """The one message builder: ``gpu3: temperature 91 C, expected <= 87 C``."""
-    unit_text = f" {unit}" if unit and not str(expected).endswith(unit) else ""
+    unit_text = f" {unit}" if unit else ""
     what = check.replace(".", " ").replace("_", " ")
     prefix = f"{component}: " if component and component != "node" else ""
     verb = "expected" if status is not Status.PASS else "within"

@@ -30,8 +30,9 @@ from healthcheck.progress import ProgressDisplay
 from healthcheck.results import HostResult, RunResults, load_results, write_results
 from healthcheck.rundir import FindingsLog, new_run_dir, read_bundle, write_collection, write_json
 from healthcheck.runner import Runner, host_deadline, plan_commands
+from healthcheck.spec import Transport
 from healthcheck.stages import grade_host
-from healthcheck.transport import open_transport
+from healthcheck.transport import PerHostTransport, open_transport
 
 
 @dataclass
@@ -140,10 +141,7 @@ def execute_run(opts: RunOptions) -> RunOutcome:
     options = {"kernel_log_window_h": DEFAULTS.kernel_log_window_h, **opts.probe_options}
     commands = plan_commands(selected, options, opts.timeout_s)
     mode = "replay" if opts.replay is not None else ("local" if opts.local else "ssh")
-    transport = open_transport(mode, ssh_config_path=opts.ssh_config,
-                               accept_new_host_keys=opts.accept_new_host_keys,
-                               connect_timeout_s=opts.connect_timeout_s, cap=opts.output_cap_bytes,
-                               bundle=opts.replay)
+    transport = _transport(opts, mode, hosts)
     run_dir = new_run_dir(opts.out, opts.run_dir)
     write_json(run_dir / "manifest.json", _manifest(opts, hosts, profiles, commands, mode, started))
     previous = _previous_observations(opts.previous)
@@ -186,6 +184,18 @@ def execute_run(opts: RunOptions) -> RunOutcome:
         print(f"healthcheck: reports not rendered ({report_error}); results.json is complete",
               file=sys.stderr)
     return RunOutcome(run_dir=run_dir, results=results, report_error=report_error)
+
+
+def _transport(opts: RunOptions, mode: str, hosts: Sequence[Host]) -> Transport:
+    """Replay for replays; otherwise each host's own transport (ssh unless it says local)."""
+    def make(kind: str) -> Transport:
+        return open_transport(kind, ssh_config_path=opts.ssh_config,
+                              accept_new_host_keys=opts.accept_new_host_keys,
+                              connect_timeout_s=opts.connect_timeout_s, cap=opts.output_cap_bytes,
+                              bundle=opts.replay)
+    if mode == "replay":
+        return make("replay")
+    return PerHostTransport({kind: make(kind) for kind in sorted({h.transport for h in hosts})})
 
 
 def _fleet(host_results: Mapping[str, HostResult], hosts: Sequence[Host],

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from healthcheck.defaults import DEFAULTS
-from healthcheck.history import RUNS_DIR, HistoryIndex
+from healthcheck.history import RUNS_DIR, HistoryIndex, sweep_lock
 from healthcheck.model import Finding
 from healthcheck.regression import (
     diff_verdicts,
@@ -45,7 +45,7 @@ from healthcheck.regression import (
     host_states,
     regression_findings,
 )
-from healthcheck.results import load_results
+from healthcheck.results import RunResults, load_results
 
 TREND_RUNS = 14
 
@@ -58,6 +58,36 @@ class SweepRecord:
     trends: dict[str, Any]
     findings: list[Finding] = field(default_factory=list)
     pruned: list[str] = field(default_factory=list)
+
+
+def latest_run_dir(history_dir: Path) -> Path | None:
+    """The most recent recorded run whose directory still exists (probes compare counters with it)."""
+    if not (Path(history_dir) / "history.sqlite").is_file():
+        return None
+    with HistoryIndex.open(Path(history_dir)) as index:
+        for row in index.runs(limit=5):
+            if (Path(row.run_dir) / "results.json").is_file():
+                return Path(row.run_dir)
+    return None
+
+
+def run_sweep(opts: Any, history_dir: Path, **grading: Any) -> tuple[RunResults, Path, SweepRecord]:
+    """Under the sweep lock: run ``opts`` (a ``pipeline.RunOptions``) into ``HISTORY/runs/``, with the
+    previous run for counter growth, annotate and record it, and re-render its reports.
+
+    Raises ``SweepLockedError`` when another sweep holds the lock; ``grading`` goes to
+    ``annotate_and_record``.
+    """
+    from healthcheck.pipeline import execute_run, render_reports
+
+    history_dir = Path(history_dir)
+    with sweep_lock(history_dir):
+        opts.out, opts.run_dir = history_dir / RUNS_DIR, None
+        opts.previous = opts.previous or latest_run_dir(history_dir)
+        outcome = execute_run(opts)
+        record = annotate_and_record(outcome.run_dir, history_dir, **grading)
+        render_reports(outcome.run_dir)
+    return load_results(outcome.run_dir), outcome.run_dir, record
 
 
 def annotate_and_record(run_dir: Path, history_dir: Path, *,

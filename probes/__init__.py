@@ -29,6 +29,12 @@ BUILTIN = (
     "probes.nvlink",
     "probes.fabric",
     "probes.xid",
+    "probes.infiniband",
+    "probes.dcgm",
+    "probes.ras",
+    "probes.resources",
+    "probes.versions",
+    "probes.fleet",
 )
 
 

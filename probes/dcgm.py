@@ -1,12 +1,15 @@
 """DCGM probe: ``dcgmi discovery -l``, ``dcgmi diag -r LEVEL -j`` and ``dcgmi health -c -j``.
 
     dcgmi-discovery -> "8 GPUs found." + boxed table (Name, PCI Bus ID, Device UUID per GPU)
-    dcgmi-diag      -> {"DCGM Diagnostic": {"test_categories": [...]}, "metadata": {...}}  (rc 205/226 = ran, found errors)
-    dcgmi-health    -> {"body": {"Overall Health": {"value": "Healthy"}, ...}, "header": ["Health Monitor Report"]}
+    dcgmi-diag      -> {"DCGM Diagnostic": {"test_categories": [...]}, "metadata": {...}}
+                       (exit code 205/226: the diag ran and found errors)
+    dcgmi-health    -> {"body": {"Overall Health": {"value": "Healthy"}, ...},
+                        "header": ["Health Monitor Report"]}
 
 The diag level comes from the run option ``dcgm_diag_level`` (1 nightly, 3 acceptance; default 1).
 When dcgmi is not installed or nv-hostengine is not running, every DCGM check is SKIP with that reason,
-never PASS or FAIL. Diag parsing lives in ``probes/dcgm_diag.py``, health/discovery in ``probes/dcgm_health.py``.
+never PASS or FAIL. Diag parsing lives in ``probes/dcgm_diag.py``, health and discovery parsing in
+``probes/dcgm_health.py``.
 """
 
 from __future__ import annotations
@@ -33,11 +36,12 @@ _REMEDY = {
     "ISOLATE": "DCGM says this GPU cannot run workloads: drain the node, isolate the GPU and run the field "
                "diagnostic / open an RMA",
     "RESET": "Drain the node and reset the GPU (nvidia-smi -r -i <gpu>), then rerun dcgmi diag",
-    "CONFIG": "A configuration problem, not hardware: fix the setting the message names, then rerun dcgmi diag",
+    "CONFIG": "A configuration problem, not hardware: fix the setting the message names, then rerun "
+              "dcgmi diag",
     "MONITOR": "The GPU can still run work: watch it and rerun dcgmi diag at the next maintenance window",
 }
-_REMEDY_DEFAULT = ("Follow the DCGM message; rerun `dcgmi diag -r 3` and read the nv-hostengine and nvvs logs "
-                   "(/var/log/nvidia-dcgm) before returning the node to service")
+_REMEDY_DEFAULT = ("Follow the DCGM message; rerun `dcgmi diag -r 3` and read the nv-hostengine and nvvs "
+                   "logs (/var/log/nvidia-dcgm) before returning the node to service")
 
 
 def render_commands(options: Mapping[str, Any]) -> dict[str, str]:
@@ -101,8 +105,8 @@ def evaluate_dcgm(obs: DcgmObservation, ctx: EvalContext) -> list[Finding]:
         if cid in obs.unavailable:
             findings.append(Finding(host=host, check=check, status=Status.SKIP, source=cid,
                                     message=f"{check} skipped: {obs.unavailable[cid]}",
-                                    remedy="Install DCGM (datacenter-gpu-manager) and enable nvidia-dcgm.service "
-                                           "if this node should be checked by DCGM"))
+                                    remedy="Install DCGM (datacenter-gpu-manager) and enable "
+                                           "nvidia-dcgm.service if this node should be checked by DCGM"))
         elif cid in obs.errors:
             findings.append(Finding(host=host, check=check, status=Status.ERROR, source=cid,
                                     message=f"{cid} output could not be read ({obs.errors[cid]})"))
@@ -128,7 +132,7 @@ def _discovery_findings(host: str, disc: DcgmDiscovery, ctx: EvalContext) -> lis
                 value=gpu.name, source="dcgmi-discovery",
                 message=f"gpu{gpu.gpu_id}: DCGM reports its name as {gpu.name} (bus {gpu.bus_id}): this DCGM "
                         "release does not know this GPU model",
-                remedy="Upgrade DCGM to a release that supports this GPU; diag results from it are unreliable"))
+                remedy="Upgrade DCGM to a release that supports this GPU; its diag results are unreliable"))
     return out
 
 
@@ -156,7 +160,8 @@ def evaluate_diag(host: str, report: DiagReport, rc: int | None, level: Any) -> 
         message = f"{what}: {len(report.tests)} tests, " + (
             f"problems in {', '.join(names)}" if names else "no failures")
         if rc in DIAG_RAN_WITH_ERRORS and not bad:
-            status, message = Status.ERROR, message + f"; but exit code {rc} means DCGM found errors it did not list"
+            status = Status.ERROR
+            message += f"; but exit code {rc} means DCGM found errors it did not list"
     findings.insert(0, Finding(host=host, check="dcgm.diag", status=status, value=rc, source="dcgmi-diag",
                                message=message, remedy=None if status is Status.PASS else _REMEDY_DEFAULT))
     return findings
@@ -208,8 +213,8 @@ def _health_findings(host: str, health: HealthReport) -> list[Finding]:
     if health.watches_disabled:
         return [Finding(host=host, check="dcgm.health", status=Status.SKIP, source="dcgmi-health",
                         message=f"dcgm.health skipped: {health.watches_disabled}",
-                        remedy="Enable DCGM health watches once per boot (`dcgmi health -s a`); PCIe, thermal "
-                               "and power watches need at least a minute of samples")]
+                        remedy="Enable DCGM health watches once per boot (`dcgmi health -s a`); PCIe, "
+                               "thermal and power watches need at least a minute of samples")]
     words = {"healthy": Status.PASS, "warning": Status.WARN, "failure": Status.FAIL}
     overall = words.get(health.overall.lower(), Status.ERROR)
     out = [Finding(host=host, check="dcgm.health", status=overall, value=health.overall, expected="Healthy",

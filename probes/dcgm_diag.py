@@ -27,7 +27,8 @@ from typing import Any
 from healthcheck.spec import ParseError
 
 # dcgm_errors.h dcgmErrorSeverity_t: renumbered after 3.1.x (NONE added at 0, TRIAGE/CONFIG/RESET appended).
-SEVERITY_NAMES_NEW = {0: "NONE", 1: "MONITOR", 2: "ISOLATE", 3: "UNKNOWN", 4: "TRIAGE", 5: "CONFIG", 6: "RESET"}
+SEVERITY_NAMES_NEW = {0: "NONE", 1: "MONITOR", 2: "ISOLATE", 3: "UNKNOWN", 4: "TRIAGE", 5: "CONFIG",
+                      6: "RESET"}
 SEVERITY_NAMES_OLD = {0: "MONITOR", 1: "ISOLATE", 2: "UNKNOWN"}
 _STATUS = {"pass": "pass", "passed": "pass", "fail": "fail", "failed": "fail", "error": "fail",
            "warn": "warn", "warning": "warn", "skip": "skip", "skipped": "skip", "not run": "skip"}
@@ -126,10 +127,7 @@ def parse_dcgmi_diag_json(text: str) -> DiagReport:
 def _json_test(category: str, test: dict, version: str | None) -> DiagTest:
     results = tuple(_json_result(r, version) for r in test.get("results") or () if isinstance(r, dict))
     summary = test.get("test_summary") if isinstance(test.get("test_summary"), dict) else {}
-    if summary.get("status"):
-        status = norm_status(summary["status"])
-    else:
-        status = _worst([r.status for r in results])
+    status = norm_status(summary["status"]) if summary.get("status") else _worst([r.status for r in results])
     info = tuple(str(i) for i in summary.get("info") or ())
     warnings = tuple(_json_warning(w, version) for w in summary.get("warnings") or () if w is not None)
     return DiagTest(category=category, name=str(test.get("name", "")), status=status, results=results,
@@ -155,7 +153,8 @@ def _json_warning(warning: Any, version: str | None) -> DiagWarning:
     code = warning.get("error_severity")
     return DiagWarning(message=str(warning.get("warning", "")), error_id=warning.get("error_id"),
                        error_category=warning.get("error_category"),
-                       severity=severity_name(code, version), severity_code=code if isinstance(code, int) else None)
+                       severity=severity_name(code, version),
+                       severity_code=code if isinstance(code, int) else None)
 
 
 def _worst(statuses: list[str]) -> str:
@@ -247,7 +246,8 @@ class _TextTests:
             return
         current = self.tests[-1]
         if m := _GPU_ROW.match(value):
-            current["results"].append(DiagEntityResult(entity=f"gpu{m['id']}", status=norm_status(m["status"])))
+            current["results"].append(DiagEntityResult(entity=f"gpu{m['id']}",
+                                                       status=norm_status(m["status"])))
         elif m := _LIST.match(value):
             status, who = norm_status(m["status"]), m["who"].strip()
             if who.lower() == "all":
@@ -274,5 +274,6 @@ class _TextTests:
             if any(r.status == "fail" for r in t["results"]) and status == "pass":
                 status = "fail"
             out.append(DiagTest(category=t["category"], name=t["name"], status=status,
-                                results=tuple(t["results"]), warnings=tuple(t["warnings"]), info=tuple(t["info"])))
+                                results=tuple(t["results"]), warnings=tuple(t["warnings"]),
+                                info=tuple(t["info"])))
         return tuple(out)

@@ -112,12 +112,14 @@ def _health_text(text: str) -> HealthReport:
     if overall is None:
         raise ParseError("dcgmi health output has no 'Overall Health' row", text[:400])
     return HealthReport(overall=overall, incidents=tuple(
-        HealthIncident(entity=i["entity"], system=i["system"], health=i["health"], message=" ".join(i["message"]))
+        HealthIncident(entity=i["entity"], system=i["system"], health=i["health"],
+                       message=" ".join(i["message"]))
         for i in incidents))
 
 
 _FOUND = re.compile(r"^\s*(?P<n>\d+) (?P<what>GPUs?|NvSwitch(?:es)?|ConnectX|CPUs?) found", re.MULTILINE)
-_GPU_CELL = re.compile(r"^\|\s*(?P<id>\d*)\s*\|\s*(?P<key>Name|PCI Bus ID|Device UUID):\s*(?P<value>.*?)\s*\|")
+_GPU_CELL = re.compile(r"^\|\s*(?P<id>\d*)\s*\|\s*(?P<key>Name|PCI Bus ID|Device UUID):"
+                       r"\s*(?P<value>.*?)\s*\|")
 
 
 def parse_dcgmi_discovery(text: str) -> DcgmDiscovery:

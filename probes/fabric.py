@@ -37,6 +37,7 @@ class FabricObservation:
     manager: str | None = None             # systemctl is-active word; None when not collected
     gpus: tuple[GpuFabric, ...] = ()
     state_error: str | None = None         # why the fabric query gave no rows (old driver, ...)
+    manager_error: str | None = None       # systemctl printed no unit state (no systemd, no bus)
 
 
 def parse_systemctl_is_active(text: str) -> str:
@@ -62,15 +63,21 @@ def parse_fabric_query(text: str) -> tuple[GpuFabric, ...]:
 
 
 def parse_fabric(outputs: Mapping[str, CommandResult]) -> FabricObservation:
-    fm = outputs.get(FM_ID)
-    manager = parse_systemctl_is_active(fm.text) if fm is not None else None
+    fm, manager, manager_error = outputs.get(FM_ID), None, None
+    if fm is not None:
+        try:
+            manager = parse_systemctl_is_active(fm.text)
+        except ParseError as exc:  # graded by the profile: ERROR where FM is expected, else SKIP
+            manager_error = f"{exc}: {(fm.err_text or fm.text).strip()[:160]}"
     query = outputs.get(STATE_ID)
     if query is None:
-        return FabricObservation(manager=manager, state_error="nvidia-smi fabric query not collected")
+        return FabricObservation(manager=manager, manager_error=manager_error,
+                                 state_error="nvidia-smi fabric query not collected")
     if query.rc != 0:
         first = (query.text + query.err_text).strip().splitlines()
-        return FabricObservation(manager=manager, state_error=first[0] if first else f"rc {query.rc}")
-    return FabricObservation(manager=manager, gpus=parse_fabric_query(query.text))
+        return FabricObservation(manager=manager, manager_error=manager_error,
+                                 state_error=first[0] if first else f"rc {query.rc}")
+    return FabricObservation(manager=manager, manager_error=manager_error, gpus=parse_fabric_query(query.text))
 
 
 REMEDY_FM = ("Start the Fabric Manager (systemctl enable --now nvidia-fabricmanager); its version must match "
@@ -82,6 +89,10 @@ REMEDY_STATE = ("The GPU did not join the NVLink fabric: restart nvidia-fabricma
 def evaluate_fabric(obs: FabricObservation, ctx: EvalContext) -> list[Finding]:
     """Fabric Manager active and every GPU's fabric state Completed/Success (NVSwitch profiles only)."""
     host, out = ctx.host.name, []
+    if obs.manager_error is not None:
+        status = Status.SKIP if ctx.profile.expect("fabric.manager") is None else Status.ERROR
+        out.append(Finding(host=host, check="fabric.manager", status=status, source=FM_ID,
+                           message=f"Fabric Manager state unknown: {obs.manager_error}"))
     if obs.manager is not None:
         out.append(finding_from_expectation(host, "fabric.manager", ctx.profile.expect("fabric.manager"),
                                             obs.manager, source=FM_ID, remedy=REMEDY_FM, profile=ctx.profile))

@@ -51,6 +51,9 @@ def graded(ctx: EvalContext, obs: GpuObservations, gpu: GpuObservation, check: s
     exp = exp or ctx.profile.expect(check)
     if exp is None and optional:
         return None
+    if exp is None:
+        return Finding(host=ctx.host.name, check=check, status=Status.SKIP, source=obs.source,
+                       message=f"no expectation for {check} in profile {ctx.profile.name}")
     if measured is None:
         if obs.partial or exp is None:
             return None
@@ -79,7 +82,9 @@ def collapse(findings: Iterable[Finding | None], n_gpus: int) -> list[Finding]:
             groups.setdefault(f.check, []).append(f)
     out: list[Finding] = []
     for check, group in groups.items():
-        out.extend(f for f in group if f.status not in (Status.PASS, Status.SKIP) or f.component == "node")
+        node = [f for f in group if f.component == "node"]
+        out.extend(dict.fromkeys(node))  # identical node-level findings (e.g. "no expectation") once
+        out.extend(f for f in group if f.status not in (Status.PASS, Status.SKIP) and f.component != "node")
         for status in (Status.PASS, Status.SKIP):
             same = [f for f in group if f.status is status and f.component != "node"]
             if len(same) == 1:

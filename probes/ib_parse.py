@@ -87,7 +87,7 @@ def _phys_state(text: str) -> str:
 
 
 def parse_rate(text: str) -> tuple[float | None, str | None, str | None]:
-    """sysfs ``rate``: ``400 Gb/sec (4X NDR)`` -> (400.0, "4X", "NDR"); old kernels print ``10 Gb/sec (4X)``."""
+    """sysfs ``rate``: ``400 Gb/sec (4X NDR)`` -> (400.0, "4X", "NDR"); old kernels: ``10 Gb/sec (4X)``."""
     m = _RATE.match(text.strip())
     if not m:
         return None, None, None

@@ -38,7 +38,8 @@ IB_SYSFS = ("if ls -d /sys/class/infiniband/*/ports >/dev/null 2>&1; then grep -
             + "; echo '# ib-sysfs end'; else echo '# ib-sysfs: no /sys/class/infiniband devices'; fi")
 COMMANDS = {
     "ib-sysfs": IB_SYSFS,
-    "ibstat": "if command -v ibstat >/dev/null 2>&1; then ibstat; else echo 'healthcheck: ibstat not installed'; fi",
+    "ibstat": "if command -v ibstat >/dev/null 2>&1; then ibstat; "
+              "else echo 'healthcheck: ibstat not installed'; fi",
     "proc-modules": "cat /proc/modules",
 }
 PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
@@ -97,13 +98,14 @@ def evaluate_infiniband(obs: IbObservation, ctx: EvalContext) -> list[Finding]:
                    "it, reload the driver (openibd restart) or reseat/replace the adapter"))
     if not any(k.startswith("ib.") for k in profile.expectations) and not obs.devices:
         findings.append(Finding(host=host, check="ib.hca.count", status=Status.SKIP, value=0, source=source,
-                                message=f"no InfiniBand/RoCE devices, and profile {profile.name} expects none"))
+                                message=f"no InfiniBand/RoCE devices, and profile {profile.name} "
+                                        "expects none"))
         return findings
     fabric = fabric_devices(obs.devices, profile.expect("ib.hca.type"))
     ports = [p for d in fabric for p in d.ports]
     remedy = "An HCA or port is missing: check lspci for the adapter, dmesg for mlx5_core, and the firmware"
-    findings.append(finding_from_expectation(host, "ib.hca.count", profile.expect("ib.hca.count"), len(fabric),
-                                             source=source, remedy=remedy, profile=profile))
+    findings.append(finding_from_expectation(host, "ib.hca.count", profile.expect("ib.hca.count"),
+                                             len(fabric), source=source, remedy=remedy, profile=profile))
     if obs.source == "ib-sysfs" or any(d.ports for d in fabric):
         findings.append(finding_from_expectation(host, "ib.port.count", profile.expect("ib.port.count"),
                                                  len(ports), source=source, remedy=remedy, profile=profile))
@@ -219,7 +221,8 @@ def _gpudirect_findings(host: str, obs: IbObservation, ctx: EvalContext) -> list
     loaded = bool(obs.peermem_modules)
     f = finding_from_expectation(
         host, "ib.gpudirect_rdma", exp, loaded, source="proc-modules", profile=ctx.profile,
-        remedy="Load the GPUDirect RDMA module: `modprobe nvidia-peermem` (and add it to /etc/modules-load.d)")
+        remedy="Load the GPUDirect RDMA module: `modprobe nvidia-peermem` (and list it in "
+               "/etc/modules-load.d)")
     detail = ", ".join(obs.peermem_modules) if loaded else "neither nvidia_peermem nor nv_peer_mem loaded"
     return [Finding(**{**f.__dict__, "message": f"{f.message} ({detail})"})]
 

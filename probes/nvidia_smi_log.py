@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 # Values nvidia-smi prints when it has no number; "Unknown Error" means it asked and failed.
-NOT_AVAILABLE = frozenset({"n/a", "[n/a]", "not supported", "[not supported]", "none", "",
+NOT_AVAILABLE = frozenset({"n/a", "[n/a]", "not supported", "[not supported]", "",
                            "requested functionality has been deprecated",
                            "[requested functionality has been deprecated]"})
 UNREADABLE = frozenset({"unknown error", "[unknown error]", "gpu is lost", "[gpu is lost]",

@@ -2,7 +2,7 @@
 
     edac-sysfs -> /sys/devices/system/edac/mc/mc0/ce_count:0       ("path:value", as grep -H)
     pcie-aer   -> /sys/bus/pci/devices/0000:17:00.0/aer_dev_correctable:BadTLP 3   (kernel >= 4.19 AER stats:
-                  one "<ErrName> <count>" line per error type plus TOTAL_ERR_COR/TOTAL_ERR_FATAL/TOTAL_ERR_NONFATAL)
+                  one "<ErrName> <count>" line per error type plus a TOTAL_ERR_COR/_FATAL/_NONFATAL line)
 
 Parsers for the same data in other published forms (the ``find ... | while read f; echo; cat`` EDAC listing,
 ``ras-mc-ctl --error-count``, and AER kernel-log lines) are in ``probes/ras_parse.py``.
@@ -23,14 +23,15 @@ from probes.ras_parse import AerCounts, EdacCounts, parse_aer_sysfs, parse_edac_
 _AER_FILES = ("aer_dev_correctable", "aer_dev_fatal", "aer_dev_nonfatal", "aer/err_cor", "aer/err_fatal",
               "aer/err_nonfatal")
 COMMANDS = {
-    "edac-sysfs": "if [ -d /sys/devices/system/edac/mc ]; then grep -H -s . /sys/devices/system/edac/mc/mc*/ce_count "
-                  "/sys/devices/system/edac/mc/mc*/ue_count; echo '# edac end'; "
+    "edac-sysfs": "if [ -d /sys/devices/system/edac/mc ]; then grep -H -s . "
+                  "/sys/devices/system/edac/mc/mc*/ce_count /sys/devices/system/edac/mc/mc*/ue_count; "
+                  "echo '# edac end'; "
                   "else echo '# edac: no /sys/devices/system/edac/mc'; fi",
     "pcie-aer": "grep -H -s . " + " ".join(f"/sys/bus/pci/devices/*/{f}" for f in _AER_FILES)
                 + "; echo '# pcie-aer end'",
 }
-_REMEDY_UE = ("Uncorrected memory errors crash jobs: find the DIMM (edac-util -v, BMC SEL), drain the node and "
-              "replace the DIMM")
+_REMEDY_UE = ("Uncorrected memory errors crash jobs: find the DIMM (edac-util -v, BMC SEL), drain the node "
+              "and replace the DIMM")
 _REMEDY_CE = "Correctable errors are growing on this memory controller: schedule the DIMM for replacement"
 _REMEDY_AER = ("PCIe errors on this device: check `lspci -vvv -s <bdf>` link status, reseat the card or "
                "riser/cable, update firmware; uncorrectable errors warrant draining the node")
@@ -82,12 +83,14 @@ def _edac_findings(obs: RasObservation, ctx: EvalContext) -> list[Finding]:
     out = []
     before = _previous(ctx, "edac")
     for mc, counts in sorted(obs.edac.items()):
-        out.append(finding_from_expectation(host, "ras.edac.uncorrected", profile.expect("ras.edac.uncorrected"),
-                                            counts.ue, source="edac-sysfs", component=mc, profile=profile,
+        out.append(finding_from_expectation(host, "ras.edac.uncorrected",
+                                            profile.expect("ras.edac.uncorrected"), counts.ue,
+                                            source="edac-sysfs", component=mc, profile=profile,
                                             remedy=_REMEDY_UE))
         if profile.expect("ras.edac.corrected") is not None:
-            out.append(finding_from_expectation(host, "ras.edac.corrected", profile.expect("ras.edac.corrected"),
-                                                counts.ce, source="edac-sysfs", component=mc, profile=profile,
+            out.append(finding_from_expectation(host, "ras.edac.corrected",
+                                                profile.expect("ras.edac.corrected"), counts.ce,
+                                                source="edac-sysfs", component=mc, profile=profile,
                                                 remedy=_REMEDY_CE))
         growth = _growth(counts.ce, (before.get(mc) or {}).get("ce"))
         if growth is not None:
@@ -111,7 +114,8 @@ def _aer_findings(obs: RasObservation, ctx: EvalContext) -> list[Finding]:
         bad = {bdf: c for bdf, c in obs.aer.items() if getattr(c, kind)}
         for bdf, counts in sorted(bad.items()):
             f = finding_from_expectation(host, check, profile.expect(check), getattr(counts, kind),
-                                         source="pcie-aer", component=bdf, profile=profile, remedy=_REMEDY_AER)
+                                         source="pcie-aer", component=bdf, profile=profile,
+                                         remedy=_REMEDY_AER)
             out.append(_detail(f, counts))
         if not bad:
             out.append(finding_from_expectation(host, check, profile.expect(check), 0, source="pcie-aer",

@@ -120,12 +120,14 @@ def parse_aer_sysfs(text: str) -> dict[str, AerCounts]:
 
 _AER_EVENT = re.compile(r"(?P<bdf>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]): (?:AER: )?PCIe Bus Error: "
                         r"severity=(?P<severity>[^,]+), type=(?P<layer>[^,]+)")
-_AER_BIT = re.compile(r"(?P<bdf>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]):\s+\[\s*\d+\] (?P<name>\S.*?)\s*$")
+_AER_BIT = re.compile(r"(?P<bdf>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]):\s+\[\s*\d+\] "
+                      r"(?P<name>\S.*?)\s*$")
 
 
 def parse_aer_kernel_log(text: str) -> tuple[AerEvent, ...]:
     """AER reports in a kernel log (dmesg, syslog or journal prefix; old ``id=00e8(Receiver ID)`` and new
-    ``AER:``-prefixed forms): one event per ``PCIe Bus Error`` line with the ``[ n] Name`` bit lines after it."""
+    ``AER:``-prefixed forms): one event per ``PCIe Bus Error`` line, with the ``[ n] Name`` bit lines
+    that follow it."""
     events: list[dict] = []
     for line in text.splitlines():
         if m := _AER_EVENT.search(line):
@@ -133,8 +135,8 @@ def parse_aer_kernel_log(text: str) -> tuple[AerEvent, ...]:
                            "errors": []})
         elif (m := _AER_BIT.search(line)) and events and events[-1]["device"] == m["bdf"]:
             events[-1]["errors"].append(m["name"])
-    return tuple(AerEvent(device=e["device"], severity=e["severity"], layer=e["layer"], errors=tuple(e["errors"]))
-                 for e in events)
+    return tuple(AerEvent(device=e["device"], severity=e["severity"], layer=e["layer"],
+                          errors=tuple(e["errors"])) for e in events)
 
 
 _EDAC_EVENT = re.compile(r"EDAC (?P<mc>MC\d+): (?P<count>\d+) (?P<kind>CE|UE) (?P<what>.*?) on "

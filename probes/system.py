@@ -1,15 +1,15 @@
-"""System probe: who the node is (hostname, kernel, OS, uptime) and its resources and setup.
+"""System probe: who the node is (hostname, kernel, OS, uptime) and whether its mounts answer.
 
     hostname            -> "gpu001"
     uname -r            -> "5.15.0-105-generic"
     cat /etc/os-release -> PRETTY_NAME="Ubuntu 22.04.4 LTS"
     cat /proc/uptime    -> "350735.47 234388.90"
-    meminfo, cpu-sysfs, dev-shm (df -Pk /dev/shm), systemd-units, proc-mounts
-    mount-probe         -> "0 /home" / "124 /scratch" (a bounded `timeout N stat -f` per real mount, in parallel,
-                           so a hung NFS/Lustre mount is reported instead of hanging the sweep)
+    cat /proc/mounts    -> "server:/home /home nfs4 rw,relatime 0 0"
+    mount-probe         -> "0 /home" / "124 /scratch": a bounded `timeout N stat -f` per real mount, in
+                           parallel, so a hung NFS/Lustre mount is reported instead of hanging the sweep
 
-Memory, CPU count, /dev/shm size, required services (``system.services``) and mounts (``system.mounts``)
-are graded against the profile. Parsers for the resource commands are in ``probes/system_parse.py``.
+Required mounts (``system.mounts`` in the profile) must be present; every probed mount must answer.
+Memory, CPUs, /dev/shm and services are the ``resources`` probe (``probes/resources.py``).
 """
 
 from __future__ import annotations
@@ -23,39 +23,24 @@ from healthcheck.grading import finding_from_expectation
 from healthcheck.model import CommandResult, Finding, Status
 from healthcheck.spec import EvalContext, ParseError, ProbeSpec
 from probes import register
-from probes.system_parse import (
-    MountEntry,
-    ServiceState,
-    active_service,
-    parse_cpu_sysfs,
-    parse_df_posix,
-    parse_meminfo,
-    parse_mount_probe,
-    parse_proc_mounts,
-    parse_systemctl_units,
-)
+from probes.system_parse import MountEntry, parse_mount_probe, parse_proc_mounts
 
 MOUNT_STAT_TIMEOUT_S = 5  # a healthy mount answers statfs in milliseconds; 5 s means it is hung
 # Filesystem types that never hang on statfs or are not storage: not probed.
 _PSEUDO_FS = ("proc|sysfs|devtmpfs|devpts|tmpfs|ramfs|cgroup|cgroup2|securityfs|pstore|bpf|debugfs|tracefs|"
               "mqueue|hugetlbfs|configfs|fusectl|binfmt_misc|autofs|rpc_pipefs|nsfs|squashfs|overlay|"
               "efivarfs|selinuxfs")
-NO_SYSTEMCTL = "healthcheck: systemctl not installed"
 COMMANDS = {
     "hostname": "hostname",
     "uname-r": "uname -r",
     "os-release": "cat /etc/os-release",
     "uptime": "cat /proc/uptime",
-    "meminfo": "cat /proc/meminfo",
-    "cpu-sysfs": "grep -H . /sys/devices/system/cpu/online /sys/devices/system/cpu/present",
-    "dev-shm": "df -Pk /dev/shm",
-    "systemd-units": f"if command -v systemctl >/dev/null 2>&1; then systemctl list-units --type=service --all "
-                     f"--no-legend --no-pager --plain; else echo '{NO_SYSTEMCTL}'; fi",
     "proc-mounts": "cat /proc/mounts",
 }
 
 
-def mount_probe_command(extra: list[str] | tuple[str, ...] = (), timeout_s: int = MOUNT_STAT_TIMEOUT_S) -> str:
+def mount_probe_command(extra: list[str] | tuple[str, ...] = (),
+                        timeout_s: int = MOUNT_STAT_TIMEOUT_S) -> str:
     """All real mounts of /proc/mounts (plus ``extra``), each ``stat -f``'d under ``timeout``, in parallel."""
     paths = " ".join(shlex.quote(p) for p in extra)
     return ("probe_mount() { if command -v timeout >/dev/null 2>&1; then "
@@ -83,12 +68,6 @@ class SystemObservation:
     os_id: str | None = None
     os_version_id: str | None = None
     uptime_s: float | None = None
-    mem_total_kib: int | None = None
-    cpus_online: int | None = None
-    cpus_present: int | None = None
-    dev_shm_kib: int | None = None
-    services: Mapping[str, ServiceState] | None = None  # None: systemd could not be asked
-    services_error: str | None = None
     mounts: tuple[MountEntry, ...] | None = None
     mount_probes: Mapping[str, int] | None = None        # mount point -> exit code of the bounded stat
 
@@ -129,40 +108,18 @@ def parse_system(outputs: Mapping[str, CommandResult]) -> SystemObservation:
         return r.text if r is not None and r.rc == 0 else None
 
     os_fields = parse_os_release(outputs["os-release"].text) if "os-release" in outputs else {}
-    cpus = parse_cpu_sysfs(ok("cpu-sysfs")) if ok("cpu-sysfs") is not None else {}
-    services, services_error = _services(outputs.get("systemd-units"))
     return SystemObservation(
         hostname=line("hostname"), kernel=line("uname-r"),
         os_pretty_name=os_fields.get("PRETTY_NAME"), os_id=os_fields.get("ID"),
         os_version_id=os_fields.get("VERSION_ID"),
         uptime_s=parse_proc_uptime(ok("uptime")) if ok("uptime") is not None else None,
-        mem_total_kib=parse_meminfo(ok("meminfo")) if ok("meminfo") is not None else None,
-        cpus_online=cpus.get("online"), cpus_present=cpus.get("present"),
-        dev_shm_kib=parse_df_posix(ok("dev-shm"), "/dev/shm") if ok("dev-shm") is not None else None,
-        services=services, services_error=services_error,
         mounts=parse_proc_mounts(ok("proc-mounts")) if ok("proc-mounts") is not None else None,
         mount_probes=parse_mount_probe(outputs["mount-probe"].text) if "mount-probe" in outputs else None,
     )
 
 
-def _services(result: CommandResult | None) -> tuple[Mapping[str, ServiceState] | None, str | None]:
-    if result is None:
-        return None, None
-    if NO_SYSTEMCTL in result.text:
-        return None, "systemctl is not installed"
-    units = parse_systemctl_units(result.text)
-    if result.rc != 0 and not units:
-        first = (result.err_text or result.text).strip().splitlines()[:1]
-        return None, f"systemctl failed (exit code {result.rc}): {first[0] if first else ''}".rstrip(": ")
-    return units, None
-
-
 def evaluate_system(obs: SystemObservation, ctx: EvalContext) -> list[Finding]:
-    findings = _identity_findings(obs, ctx)
-    findings += _resource_findings(obs, ctx)
-    findings += _service_findings(obs, ctx)
-    findings += _mount_findings(obs, ctx)
-    return findings
+    return _identity_findings(obs, ctx) + _mount_findings(obs, ctx)
 
 
 def _identity_findings(obs: SystemObservation, ctx: EvalContext) -> list[Finding]:
@@ -200,60 +157,6 @@ def _identity_findings(obs: SystemObservation, ctx: EvalContext) -> list[Finding
     return findings
 
 
-def _resource_findings(obs: SystemObservation, ctx: EvalContext) -> list[Finding]:
-    host, profile = ctx.host.name, ctx.profile
-    out = []
-    if obs.mem_total_kib is not None:
-        out.append(finding_from_expectation(
-            host, "system.memory", profile.expect("system.memory_gib"), round(obs.mem_total_kib / 2**20, 1),
-            source="meminfo", profile=profile,
-            remedy="Memory is missing: check dmidecode -t memory and the BMC event log for a failed or "
-                   "unseated DIMM, then reseat or replace it"))
-    if obs.cpus_online is not None:
-        out.append(finding_from_expectation(
-            host, "system.cpu.count", profile.expect("system.cpu_count"), obs.cpus_online, source="cpu-sysfs",
-            profile=profile, remedy="Check BIOS settings (SMT, cores enabled) and the kernel command line "
-                                    "(nr_cpus, maxcpus) against the fleet standard"))
-        if obs.cpus_present is not None:
-            out.append(finding_from_expectation(
-                host, "system.cpu.offline", profile.expect("system.cpu_offline"),
-                obs.cpus_present - obs.cpus_online, source="cpu-sysfs", profile=profile,
-                remedy="A present CPU is offline: check dmesg for machine-check errors on it and bring it "
-                       "back with `echo 1 > /sys/devices/system/cpu/cpuN/online` if healthy"))
-    if obs.dev_shm_kib is not None:
-        out.append(finding_from_expectation(
-            host, "system.dev_shm", profile.expect("system.dev_shm_gib"), round(obs.dev_shm_kib / 2**20, 2),
-            source="dev-shm", profile=profile,
-            remedy="Enlarge /dev/shm (tmpfs size= in /etc/fstab, or --shm-size for containers): NCCL and "
-                   "data loaders put shared-memory segments there"))
-    return out
-
-
-def _service_findings(obs: SystemObservation, ctx: EvalContext) -> list[Finding]:
-    exp = ctx.profile.expect("system.services")
-    if exp is None:
-        return []
-    host, wanted = ctx.host.name, [str(s) for s in (exp.value or ())]
-    if obs.services is None:
-        why = obs.services_error or "systemd units were not collected"
-        return [Finding(host=host, check="system.service", component=name, status=Status.ERROR,
-                        source="systemd-units", message=f"{name}: cannot tell whether it runs: {why}")
-                for name in wanted]
-    out = []
-    for name in wanted:
-        state = active_service(obs.services, name)
-        active = state is not None and state.active == "active"
-        got = "not installed" if state is None else f"{state.active} ({state.sub})"
-        status = Status.PASS if active else Status(exp.severity)
-        out.append(Finding(
-            host=host, check="system.service", component=name, status=status, value=got, expected="active",
-            source="systemd-units",
-            message=f"{name}: {got}" + ("" if active else f", expected active (source: {exp.source})"),
-            remedy=None if active else f"Start and enable it: `systemctl enable --now {name}`; read "
-                                       f"`journalctl -u {name}` for why it stopped"))
-    return out
-
-
 def _mount_findings(obs: SystemObservation, ctx: EvalContext) -> list[Finding]:
     host = ctx.host.name
     out = []
@@ -288,7 +191,7 @@ def _mount_findings(obs: SystemObservation, ctx: EvalContext) -> list[Finding]:
 
 PROBE = register(ProbeSpec(
     name="system",
-    description="hostname, kernel, OS, uptime, memory, CPUs, /dev/shm, services, mounts",
+    description="hostname, kernel, OS, uptime, mounts present and responsive",
     command_map=render_commands({}),
     render_commands=render_commands,
     parse_fn=parse_system,

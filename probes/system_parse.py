@@ -2,7 +2,8 @@
 
     parse_meminfo("MemTotal:       2113692160 kB\\n...")            -> 2113692160 (KiB)
     parse_cpu_sysfs("/sys/devices/system/cpu/online:0-223\\n...")   -> {"online": 224, "present": 224}
-    parse_df_posix("Filesystem 1024-blocks Used Available Capacity Mounted on\\nshm 65536 0 65536 0% /dev/shm")
+    parse_df_posix("Filesystem 1024-blocks Used Available Capacity Mounted on\\n"
+                   "shm 65536 0 65536 0% /dev/shm", "/dev/shm")                  -> 65536 (KiB)
     parse_systemctl_units("nvidia-fabricmanager.service loaded active running NVIDIA fabric manager service")
     parse_proc_mounts("server:/home /home nfs4 rw,relatime 0 0")
     parse_mount_probe("0 /home\\n124 /scratch\\n")                 -> {"/home": 0, "/scratch": 124}

@@ -146,6 +146,9 @@ def _parse_row(tokens: list[str], columns: tuple[str, ...], extras: list[str], p
     if len(links) != len(columns):
         raise ParseError(f"topo row {device} has {len(links)} link cells for {len(columns)} columns "
                          f"(clipped or garbled output)", " ".join(tokens))
+    if rest and not p2p and _FUSED.match(rest[0]):
+        raise ParseError(f"topo row {device} has more link cells than the header's {len(columns)} columns "
+                         f"(header clipped?)", " ".join(tokens))
     values: dict[str, str] = {}
     if device.startswith("GPU") and extras:
         if len(rest) < len(extras):

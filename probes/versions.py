@@ -2,9 +2,10 @@
 
     nvidia-driver-version -> "550.90.07"                      (/sys/module/nvidia/version)
     nvidia-smi-versions   -> "index, pci.bus_id, driver_version, vbios_version" CSV, one row per GPU
-    nvidia-smi-cuda       -> nvidia-smi -q -d COMPUTE header: "Driver Version : 550.90.07", "CUDA Version : 12.4"
+    nvidia-smi-cuda       -> nvidia-smi -q -d COMPUTE header lines "Driver Version : 550.90.07" and
+                             "CUDA Version : 12.4"
     ofed-info             -> "MLNX_OFED_LINUX-23.10-1.1.9.0:" or "OFED-internal-24.07-0.3.5.0.110:"
-    nccl-libs             -> /usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5   (host-installed NCCL; containers differ)
+    nccl-libs             -> /usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5  (host NCCL only)
     hca-fw                -> /sys/class/infiniband/mlx5_0/fw_ver:28.39.1002
 
 A version pinned in the profile (``version.driver: {op: eq, value: "550.90.07"}``; ``ge``/``lt`` compare
@@ -37,12 +38,14 @@ COMMANDS = {
     "nvidia-smi-cuda": f"if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi -q -d COMPUTE; "
                        f"else echo '{_NO_SMI}'; fi",
     "ofed-info": f"if command -v ofed_info >/dev/null 2>&1; then ofed_info -s; else echo '{_NO_OFED}'; fi",
-    "nccl-libs": "ls -1 " + " ".join(f"{d}/libnccl.so.*" for d in _NCCL_DIRS) + " 2>/dev/null; echo '# nccl end'",
-    "hca-fw": "grep -H -s . /sys/class/infiniband/*/fw_ver /sys/class/infiniband/*/hca_type; echo '# hca-fw end'",
+    "nccl-libs": "ls -1 " + " ".join(f"{d}/libnccl.so.*" for d in _NCCL_DIRS)
+                 + " 2>/dev/null; echo '# nccl end'",
+    "hca-fw": "grep -H -s . /sys/class/infiniband/*/fw_ver /sys/class/infiniband/*/hca_type; "
+              "echo '# hca-fw end'",
 }
 # Facts compared across the fleet, and the profile key that pins each.
-PINNED_BY = {"driver": "version.driver", "cuda": "version.cuda", "nccl": "version.nccl", "ofed": "version.ofed",
-             "vbios": "version.vbios", "hca_fw": "version.hca_fw"}
+PINNED_BY = {"driver": "version.driver", "cuda": "version.cuda", "nccl": "version.nccl",
+             "ofed": "version.ofed", "vbios": "version.vbios", "hca_fw": "version.hca_fw"}
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,8 @@ class VersionsObservation:
 
 def parse_nvidia_smi_csv(text: str) -> dict[str, dict[str, str]]:
     """``nvidia-smi --query-gpu=...,--format=csv``: header row names the columns (corpus
-    ``nvidia-smi/h100-query-gpu-name-busid-vbios-csv-elided``); rows by ``index``. ``[...]`` elisions skipped."""
+    ``nvidia-smi/h100-query-gpu-name-busid-vbios-csv-elided``); rows keyed by ``index``; ``[...]`` elisions
+    are skipped."""
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("[")]
     if not lines or "," not in lines[0]:
         return {}
@@ -84,7 +88,8 @@ def parse_nvidia_smi_q_header(text: str) -> dict[str, str]:
 
 
 def parse_ofed_info(text: str) -> str | None:
-    """``ofed_info -s``: ``MLNX_OFED_LINUX-23.10-1.1.9.0:`` / ``OFED-internal-24.07-0.3.5.0.110:`` -> without ':'."""
+    """``ofed_info -s``: ``MLNX_OFED_LINUX-23.10-1.1.9.0:`` or ``OFED-internal-24.07-0.3.5.0.110:``
+    (DOCA-OFED), returned without the trailing ':'."""
     m = re.search(r"^((?:MLNX_OFED_LINUX|OFED-internal|OFED)-\S+?):?\s*$", text, re.MULTILINE)
     return m[1] if m else None
 
@@ -118,8 +123,8 @@ def parse_versions(outputs: Mapping[str, CommandResult]) -> VersionsObservation:
     if smi is not None and _NO_SMI not in smi.text:
         rows = parse_nvidia_smi_csv(smi.text)
         if smi.rc != 0 or not rows:
-            smi_error = (smi.text + smi.err_text).strip().splitlines()[0] if (smi.text + smi.err_text).strip() \
-                else f"exit code {smi.rc}"
+            said = (smi.text + smi.err_text).strip()
+            smi_error = said.splitlines()[0] if said else f"exit code {smi.rc}"
     header = parse_nvidia_smi_q_header(text("nvidia-smi-cuda") or "")
     userspace = next((r.get("driver_version") for r in rows.values() if r.get("driver_version")), None)
     ofed_text = outputs["ofed-info"].text if "ofed-info" in outputs else None
@@ -129,7 +134,8 @@ def parse_versions(outputs: Mapping[str, CommandResult]) -> VersionsObservation:
         driver_userspace=userspace or header.get("Driver Version"), cuda=header.get("CUDA Version"),
         vbios={i: r["vbios_version"] for i, r in rows.items() if r.get("vbios_version")},
         nccl=parse_nccl_libs(text("nccl-libs") or ""),
-        ofed=None if ofed_text is None else ("inbox" if _NO_OFED in ofed_text else parse_ofed_info(ofed_text)),
+        ofed=None if ofed_text is None else
+        ("inbox" if _NO_OFED in ofed_text else parse_ofed_info(ofed_text)),
         hca_fw=parse_hca_fw(text("hca-fw") or ""), nvidia_smi_error=smi_error)
 
 
@@ -156,17 +162,16 @@ def grade_version(host: str, check: str, exp: Expectation | None, value: str, *,
                   profile: Profile, component: str = "node") -> Finding:
     """Like ``finding_from_expectation``, but ``ge``/``gt``/``le``/``lt`` compare dotted version numbers;
     with no pin the version is reported as a fact (PASS) and left to the fleet consistency check."""
+    what = f"{component + ': ' if component != 'node' else ''}{check.split('.', 1)[1].replace('_', ' ')}"
     if exp is None:
         return Finding(host=host, check=check, component=component, status=Status.PASS, value=value,
-                       source=source, message=f"{component + ': ' if component != 'node' else ''}"
-                                              f"{check.split('.', 1)[1].replace('_', ' ')} {value} (not pinned)")
+                       source=source, message=f"{what} {value} (not pinned)")
     if exp.op not in ("ge", "gt", "le", "lt"):
         return finding_from_expectation(host, check, exp, value, source=source, remedy=remedy,
                                         component=component, profile=profile)
     have, want = version_key(value), version_key(str(exp.value))
     ok = {"ge": have >= want, "gt": have > want, "le": have <= want, "lt": have < want}[exp.op]
     status = Status.PASS if ok else Status(exp.severity)
-    what = f"{component + ': ' if component != 'node' else ''}{check.split('.', 1)[1].replace('_', ' ')}"
     return Finding(host=host, check=check, component=component, status=status, value=value,
                    expected=expected_text(exp), source=source, remedy=None if ok else remedy,
                    message=f"{what} {value}" + ("" if ok else f", expected {expected_text(exp)} "
@@ -178,25 +183,30 @@ def evaluate_versions(obs: VersionsObservation, ctx: EvalContext) -> list[Findin
     out = []
     remedy = "Install the fleet's pinned version (see the profile) and reboot if it is a driver or firmware"
     if obs.nvidia_smi_error:
-        out.append(Finding(host=host, check="version.nvidia_smi", status=Status.FAIL, value=obs.nvidia_smi_error,
-                           source="nvidia-smi-versions", message=f"nvidia-smi failed: {obs.nvidia_smi_error}",
-                           remedy="A 'Driver/library version mismatch' means the user-space driver was upgraded "
-                                  "without reloading the kernel module: reboot the node"))
+        out.append(Finding(host=host, check="version.nvidia_smi", status=Status.FAIL,
+                           value=obs.nvidia_smi_error, source="nvidia-smi-versions",
+                           message=f"nvidia-smi failed: {obs.nvidia_smi_error}",
+                           remedy="A 'Driver/library version mismatch' means the user-space driver was "
+                                  "upgraded without reloading the kernel module: reboot the node"))
     if obs.driver_module and obs.driver_userspace and obs.driver_module != obs.driver_userspace:
         out.append(Finding(host=host, check="version.driver_mismatch", status=Status.FAIL,
-                           value=obs.driver_userspace, expected=obs.driver_module, source="nvidia-smi-versions",
-                           message=f"kernel module {obs.driver_module} but user-space driver {obs.driver_userspace}",
+                           value=obs.driver_userspace, expected=obs.driver_module,
+                           source="nvidia-smi-versions",
+                           message=f"kernel module {obs.driver_module} but user-space driver "
+                                   f"{obs.driver_userspace}",
                            remedy="Reboot (or reload nvidia modules) so kernel and user-space drivers match"))
     driver = obs.driver_module or obs.driver_userspace
     for check, value, source in (("version.driver", driver, "nvidia-driver-version"),
-                                 ("version.cuda", obs.cuda, "nvidia-smi-cuda"), ("version.nccl", obs.nccl, "nccl-libs"),
+                                 ("version.cuda", obs.cuda, "nvidia-smi-cuda"),
+                                 ("version.nccl", obs.nccl, "nccl-libs"),
                                  ("version.ofed", obs.ofed, "ofed-info")):
         if value:
             out.append(grade_version(host, check, profile.expect(check), value, source=source, remedy=remedy,
                                      profile=profile))
         elif profile.expect(check) is not None:
-            out.append(Finding(host=host, check=check, status=Status.FAIL, source=source, expected=expected_text(
-                profile.expect(check)), message=f"{check.split('.', 1)[1]} not found on the node", remedy=remedy))
+            out.append(Finding(host=host, check=check, status=Status.FAIL, source=source,
+                               expected=expected_text(profile.expect(check)), remedy=remedy,
+                               message=f"{check.split('.', 1)[1]} not found on the node"))
     out += _per_component(host, "version.vbios", {f"gpu{i}": v for i, v in obs.vbios.items()},
                           "nvidia-smi-versions", profile, remedy)
     by_type: dict[str, dict[str, str]] = {}
@@ -217,8 +227,8 @@ def _per_component(host: str, check: str, values: Mapping[str, str], source: str
         status = Status.PASS if len(distinct) == 1 else Status.WARN
         out.append(Finding(host=host, check=check, component=label or "node", status=status,
                            value="/".join(distinct), source=source,
-                           message=f"{label + ' ' if label else ''}{check.split('.', 1)[1].replace('_', ' ')}: "
-                                   f"{', '.join(distinct)} on "
+                           message=f"{label + ' ' if label else ''}"
+                                   f"{check.split('.', 1)[1].replace('_', ' ')}: {', '.join(distinct)} on "
                                    f"{len(values)} devices" + ("" if status is Status.PASS else
                                                                " (devices on one node should match)"),
                            remedy=None if status is Status.PASS else remedy))

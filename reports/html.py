@@ -63,11 +63,11 @@ def environment() -> Environment:
 
 
 @functools.cache
-def inline_script() -> tuple[Markup, str]:
+def inline_script() -> tuple[Markup, Markup]:
     """The report's JS and its CSP hash (the template file is static, so compute once)."""
     source = environment().loader.get_source(environment(), "report.js")[0]  # type: ignore[union-attr]
     digest = base64.b64encode(hashlib.sha256(source.encode("utf-8")).digest()).decode()
-    return Markup(source), f"'sha256-{digest}'"
+    return Markup(source), Markup(f"'sha256-{digest}'")
 
 
 def duration_text(seconds: Any) -> str:
@@ -122,13 +122,28 @@ def by_category(digest: RunDigest) -> list[dict[str, Any]]:
     return sorted(out, key=lambda c: (-c["status"].rank, -c["hosts"], c["name"]))
 
 
+def trend_views(trends: Any) -> list[dict[str, Any]]:
+    """Sparklines of one host's ``trends`` entry: metric -> {unit, values: [[time, value], ...]}."""
+    out = []
+    for metric, series in sorted(trends.items()) if isinstance(trends, Mapping) else ():
+        raw = series.get("values", []) if isinstance(series, Mapping) else series
+        values = [p[-1] if isinstance(p, list | tuple) and p else p for p in raw or []]
+        values = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+        if values:
+            unit = series.get("unit") if isinstance(series, Mapping) else None
+            out.append({"metric": metric, "unit": unit or "", "last": values[-1],
+                        "chart": sparkline(values, label=metric)})
+    return out
+
+
 def host_detail(digest: RunDigest, host: HostResult, raw_all: bool) -> dict[str, Any]:
     findings = sorted(host.findings, key=lambda f: (-f.status.rank, f.check, f.component))
     sources = {f.source for f in findings if f.source and (raw_all or f.status in BAD)}
     raw = [(s, text) for s in sorted(sources) if (text := digest.raw_excerpt(host.name, s)) is not None]
     return {"host": host, "bad": [(f, margin(f)) for f in findings if f.status is not Status.PASS],
             "good": [(f, margin(f)) for f in findings if f.status is Status.PASS],
-            "panels": host_panels(host.observations), "raw": raw}
+            "panels": host_panels(host.observations), "raw": raw,
+            "trends": trend_views((digest.document.get("trends") or {}).get(host.name))}
 
 
 def bench_context(digest: RunDigest) -> dict[str, Any]:
@@ -185,7 +200,7 @@ def render_context(digest: RunDigest) -> dict[str, Any]:
             if not small else 0,
             "index": script_json(host_index(digest, {h.name for h in chosen})),
             "versions": version_rows(hosts), "bench": bench_context(digest),
-            "changes": digest.document.get("changes"), "trends": digest.document.get("trends"),
+            "changes": digest.document.get("changes"), "detailed": {h.name for h in chosen},
             "script": script, "script_hash": script_hash}
 
 

@@ -6,9 +6,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from healthcheck.defaults import DEFAULTS
+from healthcheck.model import CommandResult, Host, HostCollection
 from healthcheck.spec import Transport
 from healthcheck.transport.local import LocalTransport
 from healthcheck.transport.replay import ReplayTransport
@@ -16,7 +18,8 @@ from healthcheck.transport.script import Command
 from healthcheck.transport.ssh import SshTransport
 from healthcheck.transport.sshconfig import load_ssh_config
 
-__all__ = ["Command", "LocalTransport", "ReplayTransport", "SshTransport", "open_transport"]
+__all__ = ["Command", "LocalTransport", "PerHostTransport", "ReplayTransport", "SshTransport",
+           "open_transport"]
 
 
 def open_transport(kind: str, *, ssh_config_path: Path | None = None, accept_new_host_keys: bool = False,
@@ -33,3 +36,24 @@ def open_transport(kind: str, *, ssh_config_path: Path | None = None, accept_new
             raise ValueError("the replay transport needs a bundle directory")
         return ReplayTransport(bundle)
     raise ValueError(f"unknown transport {kind!r} (ssh, local, replay)")
+
+
+class PerHostTransport:
+    """Dispatch each host to the transport its inventory entry names (``transport: local|ssh``)."""
+
+    name = "per-host"
+
+    def __init__(self, transports: dict[str, Transport]) -> None:
+        self.transports = transports
+
+    def _for(self, host: Host) -> Transport:
+        try:
+            return self.transports[host.transport]
+        except KeyError:
+            raise ValueError(f"host {host.name}: transport {host.transport!r} is not available") from None
+
+    def collect(self, host: Host, commands: Sequence[Command], deadline_s: float) -> HostCollection:
+        return self._for(host).collect(host, commands, deadline_s)
+
+    def run(self, host: Host, command: str, timeout_s: float, command_id: str = "adhoc") -> CommandResult:
+        return self._for(host).run(host, command, timeout_s, command_id)

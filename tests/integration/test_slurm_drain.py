@@ -17,8 +17,8 @@ from healthcheck.results import HostResult, RunResults, write_results
 from healthcheck.schedulers.slurm import parse_scontrol_show_node, parse_sinfo_state_reason
 from tests.slurmctld import SlurmCluster, missing_tools
 
-pytestmark = [pytest.mark.slurm,
-              pytest.mark.skipif(bool(missing_tools()), reason=f"Slurm/munge tools absent: {missing_tools()}")]
+pytestmark = [pytest.mark.slurm, pytest.mark.skipif(bool(missing_tools()),
+                                                    reason=f"Slurm/munge tools absent: {missing_tools()}")]
 
 NODES = [f"gpu{i:03d}" for i in range(1, 11)]
 
@@ -33,9 +33,11 @@ def write_run(run_dir: Path, failing: dict[str, list[tuple[str, str]]], hosts=NO
     """A run directory whose results.json has every host passing except ``failing`` (host -> checks)."""
     results = {}
     for h in hosts:
-        findings = [Finding(host=h, check="gpu.count", status=Status.PASS, value=8, unit="GPUs", message="ok")]
+        findings = [Finding(host=h, check="gpu.count", status=Status.PASS, value=8, unit="GPUs",
+                            message="ok")]
         findings += [Finding(host=h, check=check, component=comp, status=Status.FAIL, value=1,
-                             message=f"{check} failed", remedy="replace it") for check, comp in failing.get(h, [])]
+                             message=f"{check} failed", remedy="replace it")
+                     for check, comp in failing.get(h, [])]
         results[h] = HostResult(name=h, findings=findings)
     run_dir.mkdir(parents=True)
     write_results(run_dir, RunResults(run={"id": run_id}, hosts=results))

@@ -149,7 +149,7 @@ def test_l40s_profile_skips_nvlink_pairs():
 # --- bad inputs --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name,reason", [
-    ("h100-8gpu-header-clipped-nic-columns.txt", "not square"),
+    ("h100-8gpu-header-clipped-nic-columns.txt", "more link cells than the header"),
     ("h100-8gpu-truncated-mid-matrix.txt", "link cells"),
     ("nvml-driver-mismatch.txt", "no 'GPU0"),
 ])
@@ -160,7 +160,7 @@ def test_bad_inputs_raise_with_reason(name, reason):
 
 
 def test_failed_command_is_a_parse_error_naming_the_tool_message():
-    result = CommandResult(host="gpu001", command_id="nvidia-smi-topo", rc=9,
-                           stdout=b"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n")
-    with pytest.raises(ParseError, match="rc 9.*couldn't communicate"):
+    text = b"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n"
+    result = CommandResult(host="gpu001", command_id="nvidia-smi-topo", rc=9, stdout=text)
+    with pytest.raises(ParseError, match=r"rc 9.*couldn't communicate"):
         parse_topology({"nvidia-smi-topo": result})

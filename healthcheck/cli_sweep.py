@@ -1,0 +1,92 @@
+"""``healthcheck sweep``: what cron runs every night. One run, graded against the history, recorded.
+
+    healthcheck sweep -i /etc/healthcheck/cluster.yaml --history /var/lib/healthcheck
+
+Holds ``HISTORY/sweep.lock`` for the whole sweep (a second sweep exits 3 at once), writes the run
+to ``HISTORY/runs/<UTC stamp>/``, passes the previous run so probes grade counter growth, adds the
+regression findings, ``changes`` and ``trends`` (``healthcheck.sweep``), prunes runs older than
+``--keep-days`` and re-renders the reports. Exit codes for alerting: 0 every host passes (WARN,
+regressions included, allowed unless --strict), 1 a host FAILs or ERRORs (``--fail-on new``: only
+when a host newly fails), 2 usage or setup error, 3 another sweep holds the lock.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from healthcheck.defaults import DEFAULTS
+from healthcheck.history import SweepLockedError
+from healthcheck.sweep import SweepRecord, run_sweep
+
+EXIT_LOCKED = 3
+
+
+def print_changes(record: SweepRecord) -> None:
+    changes = record.changes
+    click.echo(f"since {changes['previous_run'] or '(no earlier run)'}: "
+               f"{len(changes['new_failures'])} new failure(s), {len(changes['recovered'])} recovered, "
+               f"{len(changes['still_failing'])} still failing")
+    for key, label in (("new_failures", "NEW"), ("recovered", "RECOVERED"), ("still_failing", "STILL")):
+        for item in changes[key]:
+            checks = ", ".join(item["checks"][:4])
+            click.echo(f"  {label:<9} {item['host']:<16} {item['verdict']:<5} {checks}")
+    for f in record.findings:
+        click.echo(f"  {'WARN':<9} {f.host:<16} {f.check:<28} {f.message}")
+    if record.pruned:
+        click.echo(f"retention: forgot {len(record.pruned)} run(s) older than the keep window")
+
+
+@click.command()
+@click.option("-i", "--inventory", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Inventory YAML (or --replay).")
+@click.option("--replay", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Re-grade a capture bundle instead of sweeping over SSH.")
+@click.option("--history", "history_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="History directory: index, lock and run directories.")
+@click.option("-F", "--ssh-config", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--profile", help="Profile for every host (overrides the inventory).")
+@click.option("--probes", "probe_names", help="Comma-separated probes (default: all).")
+@click.option("--benchmarks", help="Comma-separated benchmarks (nccl,hpl,imb).")
+@click.option("-f", "--forks", type=click.IntRange(1, 4096), default=DEFAULTS.forks, show_default=True)
+@click.option("--timeout", "timeout_s", type=click.FloatRange(1), default=DEFAULTS.command_timeout_s,
+              show_default=True)
+@click.option("--keep-days", type=click.FloatRange(0), default=DEFAULTS.history_keep_days, show_default=True)
+@click.option("--baseline-runs", type=click.IntRange(1), default=DEFAULTS.regression_baseline_runs,
+              show_default=True, help="Baseline = median of this node's last K passing runs.")
+@click.option("--drop-fraction", type=click.FloatRange(0, 1), default=DEFAULTS.regression_drop_fraction,
+              show_default=True, help="A key metric this much worse than baseline or fleet is WARN.")
+@click.option("--fail-on", type=click.Choice(["any", "new"]), default="any", show_default=True,
+              help="Exit 1 on any failing host, or only on hosts that newly fail.")
+@click.option("--strict", is_flag=True, help="WARN (regressions included) counts as failure.")
+def sweep(inventory: Path | None, replay: Path | None, history_dir: Path, ssh_config: Path | None,
+          profile: str | None, probe_names: str | None, benchmarks: str | None, forks: int, timeout_s: float,
+          keep_days: float, baseline_runs: int, drop_fraction: float, fail_on: str, strict: bool) -> None:
+    """Nightly sweep: run, compare with the history, record, prune, report."""
+    from healthcheck.cli import SETUP_ERRORS, ExitCode, _csv, exit_code, print_summary
+    from healthcheck.pipeline import RunOptions
+
+    if (inventory is None) == (replay is None):
+        raise click.UsageError("give exactly one of -i/--inventory or --replay")
+    opts = RunOptions(inventory=inventory, replay=replay, forks=forks, timeout_s=timeout_s,
+                      probes=_csv(probe_names), ssh_config=ssh_config, profile=profile,
+                      benchmarks=_csv(benchmarks) or (), progress=sys.stderr.isatty())
+    try:
+        results, run_dir, record = run_sweep(opts, history_dir, baseline_runs=baseline_runs,
+                                             drop_fraction=drop_fraction, keep_days=keep_days)
+    except SweepLockedError as exc:
+        click.echo(f"healthcheck sweep: {exc}; not starting", err=True)
+        sys.exit(EXIT_LOCKED)
+    except SETUP_ERRORS as exc:
+        click.echo(f"healthcheck: {exc}", err=True)
+        sys.exit(ExitCode.USAGE)
+    print_summary(results, run_dir)
+    print_changes(record)
+    if fail_on == "new":
+        sys.exit(ExitCode.FAILED if record.changes["new_failures"] else ExitCode.OK)
+    sys.exit(exit_code(results, strict))
+
+
+COMMANDS = [sweep]

@@ -1,0 +1,101 @@
+"""Fleet consistency: versions and firmware that differ from the majority of hosts of the same profile.
+
+    check = VersionConsistency()
+    check.evaluate_fleet({"gpu001": {"versions": {...}, "system": {...}}, ...}, hosts, profiles)
+    # -> Finding(host="gpu007", check="fleet.version.driver", status=WARN, value="550.54.15",
+    #            expected="550.90.07", message="driver 550.54.15 differs from the majority 550.90.07 ...")
+
+Compared per profile: driver, CUDA, NCCL, OFED, VBIOS, HCA firmware per HCA type (from ``probes/versions.py``)
+and kernel and OS (from ``probes/system.py``). A differing host is WARN, or FAIL when the profile pins that
+version (``version.driver``, ``system.kernel``, ...). With no strict majority every host is WARN. Version
+mismatches across nodes are a classic cause of cryptic failures at scale (NCCL hangs, driver/library skew).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from healthcheck.grading import majority
+from healthcheck.model import Finding, Host, JSONScalar, Status
+from healthcheck.profiles import EMPTY_PROFILE, Profile
+from probes import register_fleet
+from probes.versions import PINNED_BY, version_facts
+
+SOURCES = {"driver": "nvidia-driver-version", "cuda": "nvidia-smi-cuda", "nccl": "nccl-libs",
+           "ofed": "ofed-info", "vbios": "nvidia-smi-versions", "hca_fw": "hca-fw", "kernel": "uname-r",
+           "os": "os-release"}
+PINS = {**PINNED_BY, "kernel": "system.kernel", "os": "system.os"}
+_REMEDY = ("Bring this host to the version the rest of its fleet runs (or pin the intended version in the "
+           "profile and upgrade the others): mixed versions cause hangs and errors that only show at scale")
+
+
+def host_facts(observations: Mapping[str, Any]) -> dict[str, str]:
+    """kind -> value for one host, from its ``versions`` and ``system`` observations (JSON form)."""
+    facts = version_facts(observations.get("versions") or {})
+    system = observations.get("system") or {}
+    for kind, key in (("kernel", "kernel"), ("os", "os_pretty_name")):
+        if system.get(key):
+            facts[kind] = str(system[key])
+    return facts
+
+
+@dataclass(frozen=True)
+class VersionConsistency:
+    name: str = "fleet.versions"
+    min_hosts: int = 2
+
+    def evaluate_fleet(self, observations: Mapping[str, Mapping[str, Any]], hosts: Mapping[str, Host],
+                       profiles: Mapping[str, Profile]) -> list[Finding]:
+        groups: dict[str, dict[str, dict[str, str]]] = {}
+        for name, obs in observations.items():
+            host = hosts.get(name)
+            if host is None or not host.profile:
+                continue
+            groups.setdefault(host.profile, {})[name] = host_facts(obs)
+        findings: list[Finding] = []
+        for profile_name, facts in sorted(groups.items()):
+            profile = profiles.get(profile_name, EMPTY_PROFILE)
+            kinds = sorted({k for f in facts.values() for k in f})
+            for kind in kinds:
+                values = {h: f[kind] for h, f in facts.items() if kind in f}
+                if len(values) >= self.min_hosts:
+                    findings += compare_kind(kind, values, profile, profile_name)
+        return findings
+
+
+def compare_kind(kind: str, values: Mapping[str, JSONScalar], profile: Profile,
+                 profile_name: str) -> list[Finding]:
+    """Findings for one version kind across the hosts of one profile (one finding per host)."""
+    base, _, component = kind.partition(" ")
+    check, source = f"fleet.version.{base}", SOURCES.get(base, "versions")
+    label = f"{component} {base.replace('_', ' ')}" if component else base.replace("_", " ")
+    top, differing = majority(values)
+    agreeing = sorted(h for h in values if h not in differing)
+    strict = len(agreeing) * 2 > len(values)
+    pinned = profile.expect(PINS.get(base, "")) is not None
+    bad_status = Status.FAIL if pinned else Status.WARN
+    out = []
+    for host, value in sorted(values.items()):
+        common = dict(host=host, check=check, component=component or "node", value=value, source=source)
+        if not strict:
+            spread = ", ".join(f"{v} on {h}" for h, v in sorted(values.items()))
+            out.append(Finding(**common, status=bad_status, expected="one version across the fleet",
+                               message=f"{label}: hosts of profile {profile_name} disagree with no majority "
+                                       f"({spread})", remedy=_REMEDY))
+        elif host in differing:
+            out.append(Finding(**common, status=bad_status, expected=top,
+                               message=f"{label} {value} differs from the fleet majority {top} "
+                                       f"({len(agreeing)} of {len(values)} hosts of profile {profile_name}; "
+                                       f"differing: {', '.join(sorted(differing))})"
+                                       + (" and the profile pins this version" if pinned else ""),
+                               remedy=_REMEDY))
+        else:
+            out.append(Finding(**common, status=Status.PASS, expected=top,
+                               message=f"{label} {value} matches {len(agreeing)} of {len(values)} hosts of "
+                                       f"profile {profile_name}"))
+    return out
+
+
+CHECK = register_fleet(VersionConsistency())

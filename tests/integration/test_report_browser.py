@@ -1,0 +1,82 @@
+"""report.html in a real headless Chromium: it renders, the filter works, injected scripts stay inert.
+
+Needs Debian's ``chromium`` (CI: ``apt-get install chromium``); skipped when it is absent.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import reports
+from tests.unit.test_report_digest import make_run
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--virtual-time-budget=3000")
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if CHROMIUM is None:
+        pytest.skip("chromium not installed (apt-get install chromium)")
+    run_dir = make_run(tmp_path_factory.mktemp("browser"))
+    reports.write_all(run_dir)
+    return run_dir / "report.html"
+
+
+def chromium(report: Path, fragment: str, *extra: str) -> str:
+    profile = report.parent / f"profile-{abs(hash((fragment, extra)))}"
+    cmd = [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *extra, f"{report.as_uri()}{fragment}"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def host_rows(dom: str) -> list[str]:
+    body = re.search(r'<tbody id="host-rows">(.*?)</tbody>', dom, re.S)
+    assert body is not None
+    return re.findall(r'<td class="host">(?:<a [^>]*>)?([^<]+)', body[1])
+
+
+def test_filter_by_status_from_the_url(report: Path) -> None:
+    dom = chromium(report, "#filter=FAIL", "--dump-dom")
+    assert host_rows(dom) == ["gpu001", "gpu002", "gpu004", "gpu005", "gpu017"]
+    assert 'data-filter-matches="5"' in dom
+    assert "5 of 7 hosts" in dom
+
+
+def test_filter_by_check_and_host_glob(report: Path) -> None:
+    assert host_rows(chromium(report, "#check=nvlink", "--dump-dom")) == ["gpu004"]
+    assert host_rows(chromium(report, "#host=gpu00*&status=FAIL", "--dump-dom")) == [
+        "gpu001", "gpu002", "gpu004", "gpu005"]
+    assert host_rows(chromium(report, "#status=PASS", "--dump-dom")) == ["gpu003"]
+
+
+def test_injected_script_did_not_run(report: Path) -> None:
+    dom = chromium(report, "", "--dump-dom")
+    assert "<title>healthcheck FAIL" in dom
+    assert "pwned" not in dom.split("</head>", 1)[0]
+    body = re.search(r"<body[^>]*>", dom)
+    assert body is not None and "data-pwned" not in body[0]  # what the injected script/onerror would set
+    assert "data-filter-matches" in body[0]  # set by the page's own script
+    assert "&lt;script&gt;document.title" in dom
+    assert len(host_rows(dom)) == 7  # the page's own script did run
+
+
+def test_screenshot(report: Path) -> None:
+    shot = report.parent / "report.png"
+    chromium(report, "", f"--screenshot={shot}", "--window-size=1300,1600", "--hide-scrollbars")
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    assert (width, height) == (1300, 1600)
+    assert len(data) > 50_000  # a rendered page, not a blank canvas

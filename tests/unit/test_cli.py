@@ -1,0 +1,64 @@
+"""CLI: exit codes, --version, help on every command, inventory show, local and replay runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+import healthcheck
+from healthcheck.cli import main
+
+
+@pytest.fixture
+def cli():
+    return CliRunner()
+
+
+def test_version_and_help_on_every_command(cli):
+    assert cli.invoke(main, ["--version"]).output.strip() == f"healthcheck, version {healthcheck.__version__}"
+    for name, command in main.commands.items():
+        result = cli.invoke(main, [name, "--help"])
+        assert result.exit_code == 0, name
+        assert "Usage:" in result.output
+        for sub in getattr(command, "commands", {}):
+            assert cli.invoke(main, [name, sub, "--help"]).exit_code == 0
+
+
+def test_usage_errors_exit_2(cli, tmp_path):
+    assert cli.invoke(main, ["run"]).exit_code == 2
+    assert cli.invoke(main, ["run", "--local", "--replay", str(tmp_path)]).exit_code == 2
+    bad = tmp_path / "inv.yaml"
+    bad.write_text("hosts: {n1: {adress: 1.2.3.4}}\n")
+    result = cli.invoke(main, ["run", "-i", str(bad), "--run-dir", str(tmp_path / "r")])
+    assert result.exit_code == 2
+    assert "unknown var 'adress'" in result.output
+    assert cli.invoke(main, ["run", "--local", "--probes", "nope", "--run-dir", str(tmp_path / "r2")]).exit_code == 2
+
+
+def test_inventory_show_lists_expanded_hosts(cli, tmp_path):
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("defaults: {profile: h100-sxm5-8x, user: ops}\n"
+                   "groups: {gpu: {hosts: 'gpu[01-03]', vars: {port: 2222}}}\n"
+                   "hosts: {gpu02: {address: 127.0.1.2}}\n")
+    result = cli.invoke(main, ["inventory", "show", "-i", str(inv)])
+    assert result.exit_code == 0
+    row = next(line for line in result.output.splitlines() if line.startswith("gpu02"))
+    assert row.split() == ["gpu02", "gpu", "127.0.1.2", "ops", "2222", "h100-sxm5-8x"]
+    assert result.output.strip().endswith("3 hosts")
+
+
+def test_local_run_then_replay_same_verdicts_and_strict(cli, tmp_path):
+    first = cli.invoke(main, ["run", "--local", "--probes", "system", "--run-dir", str(tmp_path / "a")])
+    assert first.exit_code == 0, first.output
+    results = json.loads((tmp_path / "a" / "results.json").read_text())
+    host = next(iter(results["hosts"]))
+    assert results["run"]["mode"] == "local"
+    again = cli.invoke(main, ["run", "--replay", str(tmp_path / "a"), "--run-dir", str(tmp_path / "b")])
+    assert again.exit_code == 0, again.output
+    replayed = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert replayed["run"]["mode"] == "replay"
+    assert replayed["hosts"][host]["verdict"] == results["hosts"][host]["verdict"]
+    assert (tmp_path / "b" / "raw" / host / "uname-r.out").read_bytes() == \
+           (tmp_path / "a" / "raw" / host / "uname-r.out").read_bytes()

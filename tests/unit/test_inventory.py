@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from healthcheck.inventory import InventoryError, load_inventory, parse_inventory
+
+
+def test_groups_defaults_and_per_host_override():
+    inv = parse_inventory({
+        "defaults": {"user": "ops", "profile": "h100-sxm5-8x"},
+        "groups": {"gpu": {"hosts": "gpu[001-004]", "vars": {"port": 2222}},
+                   "big": {"hosts": ["b200-[1-2]"], "vars": {"profile": "b200-hgx-8x"}}},
+        "hosts": {"gpu003": {"address": "10.1.0.3"}, "login01": {"transport": "local"}},
+        "controller": "slurmctl01",
+    }, "inv.yaml")
+    names = [h.name for h in inv.hosts]
+    assert names == ["gpu001", "gpu002", "gpu003", "gpu004", "b200-1", "b200-2", "login01"]
+    gpu3 = inv.host("gpu003")
+    assert (gpu3.address, gpu3.port, gpu3.user, gpu3.profile, gpu3.group) == \
+           ("10.1.0.3", 2222, "ops", "h100-sxm5-8x", "gpu")
+    assert inv.host("b200-2").profile == "b200-hgx-8x"
+    assert inv.host("login01").transport == "local" and inv.host("login01").group is None
+    assert inv.controller == "slurmctl01"
+    assert inv.groups["gpu"] == ("gpu001", "gpu002", "gpu003", "gpu004")
+
+
+@pytest.mark.parametrize(("doc", "message"), [
+    ({"groups": {"g": {"hosts": "gpu[001-"}}}, "bad hostlist 'gpu[001-'"),
+    ({"groups": {"g": {"hosts": "a", "vars": {"adress": "1.2.3.4"}}}},
+     "unknown var 'adress' (did you mean 'address'?)"),
+    ({"groups": {"a": {"hosts": "n[1-2]"}, "b": {"hosts": "n2"}}}, "duplicate host 'n2' (already in group 'a')"),
+    ({"hostz": {}}, "unknown key 'hostz'"),
+    ({"groups": {"g": {"hosts": "n1", "vars": {"port": 70000}}}}, "port 70000 is not a TCP port"),
+    ({"hosts": {"../etc": {}}}, "host name '../etc' is not usable"),
+    ({"groups": {"g": {"vars": {}}}}, "groups.g: has no hosts"),
+    ({}, "defines no hosts"),
+])
+def test_errors_name_file_and_entry(doc, message):
+    with pytest.raises(InventoryError) as err:
+        parse_inventory(doc, "site/inv.yaml")
+    assert "site/inv.yaml" in str(err.value)
+    assert message in str(err.value)
+
+
+def test_unknown_profile_is_an_error_with_hint():
+    with pytest.raises(InventoryError, match=r"unknown profile 'h100-sxm-8x' \(did you mean 'h100-sxm5-8x'\?\)"):
+        parse_inventory({"defaults": {"profile": "h100-sxm-8x"}, "hosts": {"n1": {}}}, "inv.yaml",
+                        known_profiles=["h100-sxm5-8x", "a100-sxm4-80gb-8x"])
+
+
+def test_missing_and_invalid_yaml(tmp_path: Path):
+    with pytest.raises(InventoryError, match="does not exist"):
+        load_inventory(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("groups: [unclosed\n")
+    with pytest.raises(InventoryError, match="not valid YAML"):
+        load_inventory(bad)
+
+
+def test_example_inventories_load():
+    root = Path(__file__).resolve().parents[2] / "inventories"
+    from healthcheck.profiles import available_profiles
+
+    for path in sorted(root.glob("*.yaml")):
+        inv = load_inventory(path, known_profiles=available_profiles())
+        assert inv.hosts, path

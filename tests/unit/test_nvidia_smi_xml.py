@@ -1,0 +1,118 @@
+"""nvidia-smi -q -x parser: real corpus layouts (drivers 418-595, DTD v12/v13, tabs, MIG), our fixtures."""
+
+from __future__ import annotations
+
+import pytest
+
+from healthcheck.spec import ParseError
+from probes.gpu_model import observations_from_log
+from probes.nvidia_smi_xml import parse_nvidia_smi_xml
+from tests.conftest import CORPUS, corpus_files, corpus_text, fixture_text
+
+
+def _obs(text: str):
+    return observations_from_log(parse_nvidia_smi_xml(text), "nvidia-smi-q-x")
+
+
+@pytest.mark.parametrize("path", corpus_files("nvidia-smi-xml"), ids=lambda p: p.name)
+def test_conformance_every_corpus_xml_parses(path):
+    text = path.read_text(errors="replace").split("\n", 1)[1]
+    obs = _obs(text)
+    assert obs.gpus and all(g.name for g in obs.gpus)
+    assert all(g.bus_id and g.bus_id.startswith("0000") for g in obs.gpus)
+
+
+def test_a100_v12_dtd_mig_enabled():
+    obs = _obs(corpus_text("nvidia-smi-xml/a100-sxm4-80gb-mig-enabled-drv535-v12dtd.txt"))
+    assert (obs.driver_version, obs.cuda_version, obs.count) == ("535.54.03", "12.2", 1)
+    g = obs.gpus[0]
+    assert (g.name, g.bus_id, g.vbios, g.module_id) == ("NVIDIA A100-SXM4-80GB", "00000000:01:00.0",
+                                                       "92.00.36.00.02", 4)
+    assert (g.mig_current, g.mig_pending, g.mig_devices) == ("Enabled", "Enabled", 4)
+    assert g.remap is None  # "N/A" while MIG is enabled
+    assert (g.memory_total_mib, g.memory_used_mib) == (81920, 50)
+    assert (g.temp_c, g.shutdown_c, g.slowdown_c, g.max_operating_c) == (27, 92, 89, 85)
+    assert (g.memory_temp_c, g.memory_max_operating_c, g.tlimit_c) == (44, 95, None)
+    assert (g.power_draw_w, g.power_limit_w, g.power_max_limit_w) == (67.03, 500, 500)
+    assert (g.pcie_gen_current, g.pcie_gen_max, g.pcie_width_current, g.pcie_width_max) == (4, 4, 16, 16)
+    assert g.clock_events == () and g.performance_state == "P0"
+    assert (g.reset_required, g.drain_and_reset_recommended) == (False, False)
+    assert g.ecc_aggregate.dram_uncorrectable == 0 and g.fabric_state is None
+
+
+def test_quadro_p400_drv418_old_schema_throttle_reasons():
+    g = _obs(corpus_text("nvidia-smi-xml/quadro-p400-drv418-old-schema.txt")).gpus[0]
+    assert g.clock_events == ("gpu_idle",)  # from <clocks_throttle_reasons>
+    assert g.ecc_current is None and g.ecc_volatile.dram_correctable is None
+    assert (g.shutdown_c, g.slowdown_c, g.max_operating_c, g.power_draw_w) == (103, 100, None, None)
+
+
+def test_p100_tabs_pre_ampere_ecc_and_retired_pages():
+    g = _obs(corpus_text("nvidia-smi-xml/tesla-p100-pcie-16gb-drv510-tabs.txt")).gpus[0]
+    assert g.ecc_aggregate.dram_correctable == 3  # single_bit/device_memory
+    assert (g.ecc_aggregate.sram_correctable, g.ecc_aggregate.dram_uncorrectable) == (0, 0)
+    assert (g.retired_sbe, g.retired_dbe, g.retired_pending) == (0, 0, False)
+    assert g.remap is None and g.power_limit_w == 250
+
+
+def test_t4_and_a10g_report_x8_links_and_a10g_remapper():
+    t4 = _obs(corpus_text("nvidia-smi-xml/tesla-t4-drv515.txt")).gpus[0]
+    assert (t4.pcie_width_current, t4.pcie_width_max) == (8, 16)
+    a10g = _obs(corpus_text("nvidia-smi-xml/a10g-drv515-aws.txt")).gpus[0]
+    assert a10g.remap is not None and a10g.remap.banks_max == 192 and a10g.remap.pending is False
+
+
+def test_v13_dtd_tlimit_temperatures_and_sram_parity_secded():
+    g = _obs(corpus_text("nvidia-smi-xml/rtx4000-sff-ada-drv595-v13dtd-tabs.txt")).gpus[0]
+    assert (g.temp_c, g.tlimit_c) == (38, 49)
+    assert (g.shutdown_tlimit_c, g.slowdown_tlimit_c, g.max_operating_tlimit_c) == (-7, -2, 0)
+    assert g.shutdown_c is None and g.recovery_action == "None"
+    assert g.ecc_current == "Disabled" and g.ecc_aggregate.sram_uncorrectable is None
+    assert (g.channel_repair_pending, g.unrepairable_memory) == (False, None)
+    assert g.power_draw_w == 8.44  # instant_power_draw when there is no power_draw
+
+
+def test_blackwell_fragment_with_padded_values():
+    g = _obs(corpus_text("nvidia-smi-xml/rtx-pro-6000-blackwell-drv580-UPSTREAM-TRIMMED.txt")).gpus[0]
+    assert (g.temp_c, g.tlimit_c, g.shutdown_tlimit_c, g.slowdown_tlimit_c) == (37, 56, -5, 0)
+    assert (g.fan_speed, g.power_draw_w) == ("40 %", 66.84)
+
+
+def test_own_fixture_healthy_h100():
+    obs = _obs(fixture_text("nvidia-smi-xml/h100-8x-healthy.xml"))
+    assert (obs.count, obs.driver_version, obs.errors) == (8, "535.183.01", ())
+    assert [g.bus_id[9:11] for g in obs.gpus] == ["19", "3B", "4C", "5D", "9B", "BB", "CB", "DB"]
+    assert {g.name for g in obs.gpus} == {"NVIDIA H100 80GB HBM3"}
+    assert all(g.remap.banks_max == 2560 and g.fabric_state == "Completed" for g in obs.gpus)
+    assert obs.gpus[6].temp_c == 34 and obs.gpus[6].tlimit_c == 51
+
+
+def test_own_fixture_faulty_h100():
+    gpus = _obs(fixture_text("nvidia-smi-xml/h100-8x-faulty.xml")).gpus
+    assert (gpus[2].remap.pending, gpus[2].remap.uncorrectable, gpus[2].remap.banks_high) == (True, 1, 1)
+    assert gpus[2].ecc_volatile.dram_uncorrectable == 1
+    assert (gpus[5].pcie_width_current, gpus[5].pcie_width_max) == (8, 16)
+    assert gpus[6].clock_events == ("hw_slowdown", "hw_power_brake_slowdown")
+    assert gpus[6].sm_clock_mhz == 345
+    assert [g.index for g in gpus if g.remap.pending or g.pcie_width_current != 16 or
+            "hw_slowdown" in g.clock_events] == [2, 5, 6]
+
+
+def test_warning_line_before_the_document_is_an_error_not_a_parse_failure():
+    log = parse_nvidia_smi_xml(fixture_text("nvidia-smi-errors/inforom-warning-before-xml.xml"))
+    assert [(e.kind, e.bus_id) for e in log.errors] == [("inforom_corrupted", "00000000:00:1E.0")]
+    assert log.gpus[0]["product_name"] == "Tesla T4"
+
+
+@pytest.mark.parametrize("name, reason", [("truncated-mid-gpu.xml", "truncated"),
+                                          ("not-xml.txt", "no <nvidia_smi_log>"),
+                                          ("unclosed-tag.xml", "not well-formed")])
+def test_bad_inputs_raise_parse_error(name, reason):
+    with pytest.raises(ParseError, match=reason):
+        parse_nvidia_smi_xml(fixture_text(f"nvidia-smi-xml/bad/{name}"))
+
+
+def test_corpus_folder_is_where_we_think():
+    if not CORPUS.is_dir():
+        pytest.skip("../shared/corpus absent")
+    assert len(corpus_files("nvidia-smi-xml")) == 8

@@ -1,0 +1,143 @@
+"""report.html: self-contained, escaped, with the views the acceptance report promises."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import reports
+from reports.digest import load_digest
+from reports.html import host_index, render_html, script_json
+from tests.unit.test_report_digest import IMG_XSS, XSS, make_run
+
+
+@pytest.fixture
+def page(tmp_path: Path) -> str:
+    return render_html(load_digest(make_run(tmp_path))).decode("utf-8")
+
+
+def test_write_all_writes_every_format(tmp_path: Path) -> None:
+    run_dir = make_run(tmp_path)
+    written = reports.write_all(run_dir)
+    assert [p.name for p in written] == ["report.html", "junit.xml", "metrics.prom", "summary.md"]
+    assert all(p.stat().st_size > 0 and p.parent == run_dir for p in written)
+    assert not list(run_dir.glob("*.tmp"))
+    assert reports.get("junit").write(run_dir) == run_dir / "junit.xml"
+    with pytest.raises(reports.ReporterError, match="unknown reporter 'pdf'"):
+        reports.write_all(run_dir, ["pdf"])
+
+
+def test_node_output_is_escaped_everywhere(page: str) -> None:
+    # The injected markup appears only as escaped text, never as a tag.
+    assert "<script>document.title" not in page
+    assert "<img src=x" not in page
+    assert html.escape(XSS, quote=False) in page or "&lt;script&gt;document.title" in page
+    assert "&lt;img src=x onerror=" in page
+    # exactly two script elements: the JSON index and the report's own code
+    assert len(re.findall(r"<script\b", page)) == 2
+
+
+def test_no_external_assets_and_csp_pins_the_script(page: str) -> None:
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
+    assert "@import" not in page and "url(" not in page
+    csp = re.search(r'Content-Security-Policy" content="([^"]+)"', page)
+    assert csp and "default-src 'none'" in csp[1]
+    code = re.search(r"<script>(.*?)</script>", page, re.S)
+    assert code is not None
+    digest = base64.b64encode(hashlib.sha256(code[1].encode()).digest()).decode()
+    assert f"'sha256-{digest}'" in csp[1]
+
+
+def test_header_counts_profiles_and_run(page: str) -> None:
+    found = re.findall(r'<span class="n">(\d+)</span><span class="l">(\w+)</span>', page)
+    counts = {label: int(n) for n, label in found}
+    assert counts == {"FAIL": 5, "ERROR": 1, "WARN": 0, "SKIP": 0, "PASS": 1}
+    assert "h100-sxm5-8x" in page and "2 min 5 s" in page and "20261122T031500Z" in page
+    assert "gpu, nvlink, topology" in page
+
+
+def test_problems_grouped_by_category_with_folded_hosts_and_remedy(page: str) -> None:
+    problems = page[page.index('id="problems"'):page.index('id="hosts"')]
+    # categories in order: widest FAIL first
+    cats = re.findall(r'<span class="st st-\w+">\w+</span> (\w+)\s*<span class="muted">', problems)
+    assert cats[0] == "GPU" and cats[-1] == "Run"
+    assert "gpu[001-002,017]" in problems
+    assert "Reset the GPU (nvidia-smi -r) to apply the pending row remap; drain first" in problems
+    assert 'href="#check=gpu.row_remap.pending&amp;status=FAIL"' in problems
+
+
+def test_host_details_findings_margin_panels_and_raw(page: str) -> None:
+    details = page[page.index('id="details"'):]
+    gpu002 = details[details.index('id="h-gpu002"'):details.index('id="h-gpu004"')]
+    assert "84.0 C" in gpu002 and "&lt;= 80 C" in gpu002 and "-5.0%" in gpu002  # margin (80-84)/80
+    gpu001 = details[details.index('id="h-gpu001"'):details.index('id="h-gpu002"')]
+    assert "GPUs (8)" in gpu001 and "0 / 1 PENDING" in gpu001
+    assert 'class="bad">0 / 1 PENDING' in gpu001
+    assert "topology (nvidia-smi topo -m)" in gpu001 and '<td class="t-nv">NV18</td>' in gpu001
+    assert "NIC0 (mlx5_0)" in gpu001 and "400 Gb/sec (4X NDR)" in gpu001 and "symbol_error=3" in gpu001
+    gpu004 = details[details.index('id="h-gpu004"'):details.index('id="h-gpu005"')]
+    assert "NVLink (1 GPUs)" in gpu004 and '<td class="bad">1 / 2</td>' in gpu004
+    gpu005 = details[details.index('id="h-gpu005"'):]
+    raw = re.search(r"raw output: <code>kernel-log</code></summary><pre>(.*?)</pre>", gpu005, re.S)
+    assert raw and "\ufffd\ufffd fallen off the bus &lt;script&gt;" in raw[1]
+
+
+def test_fleet_versions_and_bench_views(page: str) -> None:
+    fleet = page[page.index('id="fleet"'):page.index('id="bench"')]
+    row = re.search(r"<code>gpu.driver_version</code></td><td>([^<]+)</td><td>(\d+)</td>(.*?)</tr>",
+                    fleet, re.S)
+    assert row and row[1] == "550.54.15" and row[2] == "5" and "535.161.08" in row[3] and "gpu005" in row[3]
+    assert "1 outlier" in fleet and "gpu004" in fleet
+    bench = page[page.index('id="bench"'):page.index('id="details"')]
+    assert "all_reduce_perf: busbw vs message size (5 runs)" in bench
+    assert 'class="band"' in bench and "<polyline" in bench
+    assert "Pairs: nccl busbw_gbps (2 pairs, 3 nodes)" in bench and "gpu003 ↔ gpu004" in bench
+    assert "HPL per node" in bench and 'class="bar bad"' not in bench  # no HPL expectation in findings
+
+
+def test_host_index_is_compact_and_script_safe(tmp_path: Path) -> None:
+    digest = load_digest(make_run(tmp_path))
+    index = host_index(digest, {"gpu001"})
+    assert index["statuses"] == ["FAIL", "ERROR", "WARN", "SKIP", "PASS"]
+    row = next(r for r in index["hosts"] if r[0] == "gpu002")
+    assert row[1] == 0 and row[4] == [1, 0, 1, 0, 2] and row[7] == 0
+    assert [index["checks"][c] for c, _ in row[5]][:2] == ["gpu.row_remap.pending", "gpu.temperature"]
+    text = str(script_json({"m": XSS + IMG_XSS + "\u2028"}))
+    assert "<" not in text and ">" not in text and "&" not in text and "\u2028" not in text
+    assert json.loads(text) == {"m": XSS + IMG_XSS + "\u2028"}
+
+
+def test_changes_and_trends_extension_point(tmp_path: Path) -> None:
+    changes = {"previous_run": "20261121T031500Z",
+               "new_failures": [{"host": "gpu004", "verdict": "FAIL", "was": "PASS",
+                                 "checks": ["nvlink.link.down"]}],
+               "recovered": [{"host": "gpu009", "verdict": "PASS", "was": "FAIL", "checks": ["gpu.count"]}],
+               "still_failing": [], "new_hosts": [], "missing_hosts": ["gpu010", "gpu011"]}
+    values = [["2026-11-20", 470.0], ["2026-11-21", 468.0], ["2026-11-22", 240.0]]
+    trends = {"gpu004": {"nccl.all_reduce.node.busbw": {"unit": "GB/s", "metric": "busbw", "values": values}}}
+    page = render_html(load_digest(make_run(tmp_path, {"changes": changes, "trends": trends}))).decode()
+    block = page[page.index('id="changes"'):page.index('id="problems"')]
+    assert "20261121T031500Z" in block
+    assert "new failures" in block and "PASS → FAIL" in block and "nvlink.link.down" in block
+    assert "missing hosts" in block and "gpu[010-011]" in block
+    detail = page[page.index('id="h-gpu004"'):page.index('id="h-gpu005"')]
+    assert 'class="spark"' in detail and "<b>240.0</b> GB/s" in detail
+
+
+def test_small_run_details_all_hosts_big_run_caps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import reports.html as report_html
+
+    page = render_html(load_digest(make_run(tmp_path))).decode()
+    assert 'id="h-gpu003"' in page  # a passing host is detailed on a small run
+    monkeypatch.setattr(report_html, "DETAIL_ALL_UP_TO", 2)
+    monkeypatch.setattr(report_html, "DETAIL_MAX", 3)
+    page = render_html(load_digest(make_run(tmp_path / "b"))).decode()
+    detailed = re.findall(r'<article class="host-detail v-\w+" id="h-([^"]+)"', page)
+    assert detailed == ["gpu001", "gpu002", "gpu004"]
+    assert "3 further hosts need attention" in page

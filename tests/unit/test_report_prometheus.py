@@ -1,0 +1,72 @@
+"""metrics.prom: textfile-collector format, parsed back with prometheus_client's parser."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from reports.digest import load_digest
+from reports.prometheus import render_prometheus
+from tests.unit.test_report_digest import make_run
+
+
+@pytest.fixture
+def text(tmp_path: Path) -> str:
+    return render_prometheus(load_digest(make_run(tmp_path))).decode()
+
+
+def samples(text: str) -> dict[tuple[str, frozenset], float]:
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def value(text: str, name: str, **labels: str) -> float:
+    return samples(text)[(name, frozenset(labels.items()))]
+
+
+def test_host_verdicts_and_check_status(text: str) -> None:
+    assert value(text, "healthcheck_host_verdict", host="gpu001", verdict="FAIL") == 1.0
+    assert value(text, "healthcheck_host_verdict", host="gpu001", verdict="PASS") == 0.0
+    assert value(text, "healthcheck_hosts", verdict="FAIL") == 5.0
+    assert value(text, "healthcheck_check_status", host="node-a", check="run.transport", component="node",
+                 status="ERROR") == 1.0
+    assert value(text, "healthcheck_check_value", host="gpu002", check="gpu.temperature", component="gpu3",
+                 unit="C") == 84.0
+    assert value(text, "healthcheck_run_duration_seconds") == 125.0
+
+
+def test_observation_values_in_base_units(text: str) -> None:
+    assert value(text, "healthcheck_gpu_temperature_celsius", host="gpu001", gpu="3") == 38.0
+    assert value(text, "healthcheck_gpu_ecc_errors_total", host="gpu001", gpu="0", scope="aggregate",
+                 memory="dram", type="correctable") == 4.0
+    assert value(text, "healthcheck_gpu_row_remap_pending", host="gpu017", gpu="3") == 1.0
+    assert value(text, "healthcheck_gpu_memory_total_bytes", host="gpu003", gpu="0") == 81559 * 1024 * 1024
+    assert value(text, "healthcheck_nvlink_link_active", host="gpu004", gpu="3", link="5") == 0.0
+    assert value(text, "healthcheck_nvlink_errors_total", host="gpu004", gpu="3", link="4",
+                 type="recovery") == 2.0
+    assert value(text, "healthcheck_ib_port_rate_bits_per_second", host="gpu001", port="mlx5_0/1") == 400e9
+    assert value(text, "healthcheck_ib_port_errors_total", host="gpu001", port="mlx5_0/1",
+                 counter="symbol_error") == 3.0
+    assert value(text, "healthcheck_nccl_busbw_bytes_per_second", host="gpu004",
+                 test="all_reduce_perf") == 240e9
+    assert value(text, "healthcheck_hpl_flops", host="gpu004") == 250000e9
+    assert value(text, "healthcheck_pair_latency_seconds", host_a="gpu001", host_b="gpu002", benchmark="imb",
+                 size_bytes="") == pytest.approx(2.1e-6)
+
+
+def test_types_suffixes_and_sorted_deterministic_output(tmp_path: Path, text: str) -> None:
+    families = {f.name: f.type for f in text_string_to_metric_families(text)}
+    assert families["healthcheck_gpu_ecc_errors"] == "counter"  # the parser strips _total
+    assert families["healthcheck_gpu_temperature_celsius"] == "gauge"
+    names = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")]
+    assert names == sorted(names)
+    assert render_prometheus(load_digest(make_run(tmp_path / "again"))).decode() == text
+    assert "# TYPE healthcheck_check_status gauge" in text
+
+
+def test_label_values_are_escaped(text: str) -> None:
+    # the message is not a label; hosts and checks are, and the output still parses
+    assert value(text, "healthcheck_check_status", host="gpu005", check="xid.event", component="gpu0",
+                 status="FAIL") == 1.0
