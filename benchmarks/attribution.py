@@ -6,9 +6,9 @@
     nodes["n1"].verdict      # 'bad': failed with n2 and n3, and again with known-good n4 (retest)
 
 Rules (pure, no I/O):
-- a node that fails with ``min_partners`` (2) or more different partners is a *suspect*; so is a
-  node whose only pairs failed (nothing clears it);
-- a *known-good* node passed with at least one partner and failed with none (first pass);
+- a node that fails with ``min_partners`` (2) or more different partners (not counting partners
+  already suspected, worst nodes first) is a *suspect*; so is a node whose only pairs failed;
+- a *known-good* node passed with at least one partner and failed only with suspects;
 - a suspect is declared *bad* only after it failed a retest against a known-good partner; one that
   passes its retest is *flaky*; one that could not be retested stays *suspect* (unconfirmed);
 - a failed pair between two nodes that both passed with other partners points at the *link*
@@ -61,12 +61,20 @@ def _partners(results: Iterable[PairResult]) -> dict[str, tuple[set[str], set[st
 
 
 def retest_candidates(results: Sequence[PairResult], min_partners: int = 2) -> tuple[list[str], list[str]]:
-    """(suspects to retest, known-good partners) from the first-pass pair results."""
+    """(suspects to retest, known-good partners) from the first-pass pair results.
+
+    Worst nodes first: a node is a suspect when it failed with ``min_partners`` partners that are
+    not themselves suspects, or when all its pairs failed; a known-good node is no suspect, passed
+    with someone and failed only with suspects (every node meets the bad one sooner or later).
+    """
     table = _partners(r for r in results if not r.retest)
-    good = sorted(h for h, (passed, failed) in table.items() if passed and not failed)
-    suspects = sorted(h for h, (passed, failed) in table.items()
-                      if len(failed) >= min_partners or (failed and not passed))
-    return suspects, good
+    suspects: list[str] = []
+    for host, (passed, failed) in sorted(table.items(), key=lambda kv: (-len(kv[1][1]), kv[0])):
+        if len(failed - set(suspects)) >= min_partners or (failed and not passed):
+            suspects.append(host)
+    good = sorted(h for h, (passed, failed) in table.items()
+                  if h not in suspects and passed and failed <= set(suspects))
+    return sorted(suspects), good
 
 
 def attribute(results: Sequence[PairResult], min_partners: int = 2) -> tuple[dict[str, NodeBlame], list[PairBlame]]:

@@ -54,7 +54,7 @@ class ImbSection:
 
     @property
     def small_latency_usec(self) -> float | None:
-        timed = [r for r in self.rows if r.t_usec is not None and r.bytes is not None]
+        timed = [r for r in self.rows if r.t_usec is not None]  # Barrier rows have no #bytes
         return min(timed, key=lambda r: r.bytes or 0).t_usec if timed else None
 
     @property

@@ -218,10 +218,11 @@ def collective_of(test: str) -> str:
 
 def infer_ranks(collective: str, row: NcclRow) -> int | None:
     """Ranks implied by busbw/algbw at one size (None when the factor is constant or algbw is 0)."""
-    algbw = max(row.oop_algbw_gbps, row.ip_algbw_gbps)
-    if algbw <= 0 or collective not in BUSBW_FACTORS or BUSBW_FACTORS[collective](2) == 1.0:
+    algbw, busbw = max((row.oop_algbw_gbps, row.oop_busbw_gbps), (row.ip_algbw_gbps, row.ip_busbw_gbps))
+    factor_of = BUSBW_FACTORS.get(collective)
+    if algbw <= 0 or factor_of is None or factor_of(2) == factor_of(4):
         return None
-    factor = row.busbw_gbps / algbw
+    factor = busbw / algbw
     scale = 2.0 if collective == "all_reduce" else 1.0
     if factor <= 0:
         return 1

@@ -121,7 +121,7 @@ def build_reason(findings: Iterable[Finding], run_id: str = "", max_chars: int =
 
 def _describe(f: Finding) -> str:
     where = "" if f.component in ("", "node") else f" {f.component}"
-    value = "" if f.value is None else f"={f.value}{f.unit or ''}".replace(" ", "")
+    value = "" if f.value is None else f"={str(f.value)[:24]}{f.unit or ''}".replace(" ", "")
     return f"{f.status.value} {f.check}{where}{value}"
 
 

@@ -219,24 +219,19 @@ class HistoryIndex:
         return {(host, check, comp): (value, run_id) for host, check, comp, value, run_id in rows}
 
     def trends(self, last_runs: int, upto_seq: int | None = None) -> dict[str, Any]:
-        """The ``trends`` object of results.json over the last ``last_runs`` runs up to ``upto_seq``."""
+        """The ``trends`` object of results.json over the last ``last_runs`` runs up to ``upto_seq``:
+        host -> metric id -> {"metric", "unit", "values": [[run started, value], ...] oldest first}."""
         upto = (upto_seq + 1) if upto_seq is not None else None
-        runs = list(reversed(self.runs(limit=last_runs, before_seq=upto)))
-        position = {r.seq: i for i, r in enumerate(runs)}
-        metrics: dict[str, dict[str, str | None]] = {}
-        hosts: dict[str, dict[str, list[float | None]]] = {}
-        for r in runs:
+        out: dict[str, dict[str, dict[str, Any]]] = {}
+        for r in reversed(self.runs(limit=last_runs, before_seq=upto)):
             rows = self.db.execute("SELECT host, metric, direction, check_id, component, value, unit "
                                    "FROM measurements WHERE seq = ?", (r.seq,))
-            points = trend_points(Measurement(*row) for row in rows)
-            for host, by_check in points.items():
+            for host, by_check in trend_points(Measurement(*row) for row in rows).items():
                 for check, (value, unit, metric) in by_check.items():
-                    metrics.setdefault(check, {"metric": metric, "unit": unit})
-                    series = hosts.setdefault(host, {}).setdefault(check, [None] * len(runs))
-                    series[position[r.seq]] = round(value, 3)
-        return {"runs": [{"id": r.run_id, "started": r.started, "verdict": r.verdict} for r in runs],
-                "metrics": dict(sorted(metrics.items())),
-                "hosts": {h: dict(sorted(v.items())) for h, v in sorted(hosts.items())}}
+                    series = out.setdefault(host, {}).setdefault(
+                        check, {"metric": metric, "unit": unit, "values": []})
+                    series["values"].append([r.started, round(value, 3)])
+        return {h: dict(sorted(v.items())) for h, v in sorted(out.items())}
 
 
 def _now_iso() -> str:

@@ -71,8 +71,11 @@ class HostResult:
 
 @dataclass
 class RunResults:
+    """``extra`` keeps top-level keys added after the run (``changes``, ``trends`` from history)."""
+
     run: dict[str, Any]
     hosts: dict[str, HostResult]
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def verdict(self) -> Status:
@@ -97,15 +100,17 @@ class RunResults:
                 "findings_by_status": by_status}
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "run": self.run, "summary": self.summary(),
+        return {**self.extra, "schema": SCHEMA, "run": self.run, "summary": self.summary(),
                 "hosts": {name: self.hosts[name].to_json() for name in sorted(self.hosts)}}
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> RunResults:
         if obj.get("schema") != SCHEMA:
             raise ValueError(f"results.json has schema {obj.get('schema')!r}, expected {SCHEMA!r}")
+        extra = {k: v for k, v in obj.items() if k not in ("schema", "run", "summary", "hosts")}
         return cls(run=dict(obj.get("run") or {}),
-                   hosts={n: HostResult.from_json(n, h) for n, h in (obj.get("hosts") or {}).items()})
+                   hosts={n: HostResult.from_json(n, h) for n, h in (obj.get("hosts") or {}).items()},
+                   extra=extra)
 
 
 def load_results(run_dir: Path) -> RunResults:

@@ -17,12 +17,13 @@ What it adds to the run's ``results.json`` (the rest of the schema is unchanged)
        "new_hosts": [...], "missing_hosts": [...]}
 
   (failing = verdict FAIL or ERROR; ``checks`` are the FAIL/ERROR check ids);
-- ``"trends"``: the key metrics of the last N runs, one value per host and metric per run
-  (worst component: lowest busbw, hottest GPU; counters: total), ``null`` where absent::
+- ``"trends"``: the key metrics of the last N runs (this one included), per host and metric id,
+  one point per run where the host had it: the worst component (lowest busbw, hottest GPU) or,
+  for counters, the total over components::
 
-      {"runs": [{"id", "started", "verdict"}, ... oldest first, this run last],
-       "metrics": {"gpu.temp_c": {"metric": "temperature", "unit": "C"}, ...},
-       "hosts": {"gpu001": {"gpu.temp_c": [41.0, 43.0, null, 44.0], ...}}}
+      {"gpu001": {"gpu.temp_c": {"metric": "temperature", "unit": "C",
+                                 "values": [["2026-11-20T03:15:02+00:00", 41.0], ...oldest first]},
+                  "nccl.all_reduce.node.busbw": {"metric": "busbw", "unit": "GB/s", "values": [...]}}}
 
 Re-annotating a run replaces its earlier ``history.*`` findings and its record in the index.
 """

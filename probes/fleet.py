@@ -33,8 +33,9 @@ _REMEDY = ("Bring this host to the version the rest of its fleet runs (or pin th
 
 def host_facts(observations: Mapping[str, Any]) -> dict[str, str]:
     """kind -> value for one host, from its ``versions`` and ``system`` observations (JSON form)."""
-    facts = version_facts(observations.get("versions") or {})
-    system = observations.get("system") or {}
+    versions, system = observations.get("versions"), observations.get("system")
+    facts = version_facts(versions) if isinstance(versions, Mapping) else {}
+    system = system if isinstance(system, Mapping) else {}
     for kind, key in (("kernel", "kernel"), ("os", "os_pretty_name")):
         if system.get(key):
             facts[kind] = str(system[key])

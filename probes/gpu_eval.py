@@ -75,10 +75,13 @@ def evaluate_gpu(obs: GpuObservations, ctx: EvalContext) -> list[Finding]:
 
 
 def _error_finding(error: SmiError, obs: GpuObservations, ctx: EvalContext) -> Finding:
+    """A FAIL for one nvidia-smi/NVML error; the component is ``gpuN`` when the bus id is among the
+    GPUs listed, else ``gpu <bus id>`` (a lost GPU is usually missing from the list)."""
     check = _ERROR_CHECKS.get(error.kind, "gpu.driver")
     where = f"GPU {error.bus_id}" if error.bus_id else "node"
-    return Finding(host=ctx.host.name, check=check, status=Status.FAIL,
-                   component=f"gpu {error.bus_id}" if error.bus_id else "node", value=error.message,
+    index = next((g.index for g in obs.gpus if error.bus_id and g.bus_id == error.bus_id), None)
+    component = f"gpu{index}" if index is not None else f"gpu {error.bus_id}" if error.bus_id else "node"
+    return Finding(host=ctx.host.name, check=check, status=Status.FAIL, component=component, value=error.message,
                    expected="no nvidia-smi error", message=f"{where}: nvidia-smi reports: {error.message}",
                    remedy=_ERROR_REMEDY[error.kind], source=obs.source)
 

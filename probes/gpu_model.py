@@ -128,8 +128,11 @@ class GpuObservations:
 def observations_from_log(log: SmiLog, source: str) -> GpuObservations:
     """Normalized tree -> typed observations, GPUs numbered in the order nvidia-smi printed them."""
     gpus = tuple(_gpu(i, tree) for i, tree in enumerate(log.gpus))
-    partial = log.fragment or any("product_name" not in tree for tree in log.gpus)
-    return GpuObservations(source=source, gpus=gpus, count=None if log.fragment else len(gpus),
+    # A subset (-d, -i, an excerpt) lists fewer fields or GPUs than the node has: trust "Attached GPUs".
+    partial = (log.fragment or any("product_name" not in tree for tree in log.gpus)
+               or (log.attached_gpus or 0) > len(gpus))
+    count = log.attached_gpus if partial and log.attached_gpus is not None else len(gpus)
+    return GpuObservations(source=source, gpus=gpus, count=None if log.fragment else count,
                            driver_version=log.driver_version, cuda_version=log.cuda_version,
                            errors=log.errors, partial=partial)
 

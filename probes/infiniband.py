@@ -18,7 +18,7 @@ from typing import Any
 
 from healthcheck.grading import expected_text, finding_from_expectation, grade
 from healthcheck.model import CommandResult, Finding, Status
-from healthcheck.profiles import Expectation
+from healthcheck.profiles import Expectation, Profile
 from healthcheck.spec import EvalContext, ParseError, ProbeSpec
 from probes import register
 from probes.ib_parse import (
@@ -76,13 +76,28 @@ def parse_infiniband(outputs: Mapping[str, CommandResult]) -> IbObservation:
                          peermem_modules=peermem)
 
 
-def fabric_devices(devices: tuple[IbDevice, ...], exp: Expectation | None) -> tuple[IbDevice, ...]:
-    """The HCAs that form the graded fabric: those whose type matches ``ib.hca.type`` (all without it)."""
-    if exp is None:
-        return devices
-    wanted = exp.value if isinstance(exp.value, list | tuple) else [exp.value]
-    types = {str(t).lower() for t in wanted}
-    return tuple(d for d in devices if (d.hca_type or "").lower() in types)
+def fabric_ports(devices: tuple[IbDevice, ...], profile: Profile) -> tuple[list[IbPort], list[IbPort]]:
+    """(graded fabric ports, ports left out) by the profile's selectors: HCAs whose type is in
+    ``ib.hca.type`` and name in ``ib.hca.names`` (each optional), ports whose link layer is
+    ``ib.port.link_layer`` (storage/management NICs of the same type run Ethernet)."""
+    def wanted(key: str) -> set[str] | None:
+        exp = profile.expect(key)
+        if exp is None:
+            return None
+        values = exp.value if isinstance(exp.value, list | tuple) else [exp.value]
+        return {str(v).lower() for v in values}
+
+    types, names, layer = wanted("ib.hca.type"), wanted("ib.hca.names"), wanted("ib.port.link_layer")
+    fabric, left_out = [], []
+    for device in devices:
+        if (types and (device.hca_type or "").lower() not in types) or (names and device.name.lower() not in names):
+            continue
+        for port in device.ports:
+            if layer and port.link_layer and port.link_layer.lower() not in layer:
+                left_out.append(port)
+            else:
+                fabric.append(port)
+    return fabric, left_out
 
 
 def evaluate_infiniband(obs: IbObservation, ctx: EvalContext) -> list[Finding]:
@@ -101,14 +116,16 @@ def evaluate_infiniband(obs: IbObservation, ctx: EvalContext) -> list[Finding]:
                                 message=f"no InfiniBand/RoCE devices, and profile {profile.name} "
                                         "expects none"))
         return findings
-    fabric = fabric_devices(obs.devices, profile.expect("ib.hca.type"))
-    ports = [p for d in fabric for p in d.ports]
-    remedy = "An HCA or port is missing: check lspci for the adapter, dmesg for mlx5_core, and the firmware"
-    findings.append(finding_from_expectation(host, "ib.hca.count", profile.expect("ib.hca.count"),
-                                             len(fabric), source=source, remedy=remedy, profile=profile))
-    if obs.source == "ib-sysfs" or any(d.ports for d in fabric):
-        findings.append(finding_from_expectation(host, "ib.port.count", profile.expect("ib.port.count"),
-                                                 len(ports), source=source, remedy=remedy, profile=profile))
+    ports, left_out = fabric_ports(obs.devices, profile)
+    hcas = sorted({p.device for p in ports})
+    remedy = ("An HCA or port is missing: check lspci for the adapter, dmesg for mlx5_core, the firmware, and "
+              "the port's link type (mlxconfig LINK_TYPE_P1: 1 = InfiniBand, 2 = Ethernet)")
+    note = f" (not counted, other link layer: {', '.join(f'{p.name} {p.link_layer}' for p in left_out)})" \
+        if left_out else ""
+    for check, value in (("ib.hca.count", len(hcas)), ("ib.port.count", len(ports))):
+        f = finding_from_expectation(host, check, profile.expect(check), value, source=source, remedy=remedy,
+                                     profile=profile)
+        findings.append(_with_note(f, note) if f.status is not Status.PASS else f)
     previous = previous_counters(ctx.previous.get("infiniband"))
     for port in ports:
         findings += _port_findings(host, port, ctx, source)
@@ -126,10 +143,6 @@ def _port_findings(host: str, port: IbPort, ctx: EvalContext, source: str) -> li
         ("rate", port.rate_gbps, profile.expect("ib.port.rate_gbps")),
         ("width", port.width, profile.expect("ib.port.width")),
         ("speed", port.speed, profile.expect("ib.port.speed"))], shown=port.rate_text))
-    out.append(finding_from_expectation(
-        host, "ib.port.link_layer", profile.expect("ib.port.link_layer"), port.link_layer, source=source,
-        component=port.name, profile=profile,
-        remedy="The port runs the wrong protocol: set LINK_TYPE_P1 with mlxconfig (IB=1, ETH=2) and reboot"))
     return out
 
 

@@ -14,6 +14,7 @@ becomes a node error. Codes follow NVML's nvmlReturn_t (3 not supported, 9 drive
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import importlib
@@ -59,10 +60,8 @@ def collect_nvml(nvml: ModuleType | None = None,
     try:
         return _collect(nvml)
     finally:
-        try:
+        with contextlib.suppress(nvml.NVMLError):
             nvml.nvmlShutdown()
-        except nvml.NVMLError:
-            pass
 
 
 def collect_nvidia_smi(run: Callable[..., Any] = subprocess.run) -> GpuObservations:

@@ -147,11 +147,12 @@ def version_facts(obs: Mapping[str, Any]) -> dict[str, str]:
                         ("ofed", obs.get("ofed"))):
         if value:
             facts[kind] = str(value)
-    if obs.get("vbios"):
-        facts["vbios"] = "/".join(sorted(set(obs["vbios"].values())))
+    if isinstance(obs.get("vbios"), Mapping) and obs["vbios"]:
+        facts["vbios"] = "/".join(sorted({str(v) for v in obs["vbios"].values()}))
     by_type: dict[str, set[str]] = {}
-    for hca in (obs.get("hca_fw") or {}).values():
-        if hca.get("fw"):
+    hcas = obs.get("hca_fw") if isinstance(obs.get("hca_fw"), Mapping) else {}
+    for hca in hcas.values():
+        if isinstance(hca, Mapping) and hca.get("fw"):
             by_type.setdefault(hca.get("type") or "?", set()).add(hca["fw"])
     for hca_type, fws in by_type.items():
         facts[f"hca_fw {hca_type}"] = "/".join(sorted(fws))

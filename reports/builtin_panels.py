@@ -76,8 +76,9 @@ def gpu_row(g: Mapping[str, Any]) -> list[tuple[str, Any, bool]]:
     temp, slowdown = _num(g.get("temp_c")), _num(g.get("slowdown_c"))
     events = [str(e) for e in g.get("clock_events") or () if e]
     retired = _pair(g.get("retired_sbe"), g.get("retired_dbe"))
+    bus = g.get("bus_id")
     return [("GPU", g.get("index"), False), ("name", g.get("name"), False),
-            ("bus id", g.get("bus_id"), False),
+            ("bus id", bus.removeprefix("00000000:") if isinstance(bus, str) else bus, False),
             ("memory (MiB)", g.get("memory_total_mib"), False),
             ("temp (°C)", temp, temp is not None and slowdown is not None and temp >= slowdown),
             ("HBM temp (°C)", _num(g.get("memory_temp_c")), False),
@@ -101,13 +102,17 @@ def gpu_panel(obs: Any) -> Panel | None:
         table = scalars_table(obs) if isinstance(obs, Mapping) else None
         return Panel("GPU", TABLE, table) if table else None
     triples = [gpu_row(g) for g in gpus]
+    names = {g.get("name") for g in gpus}
     keep = [i for i in range(len(triples[0])) if i == 0 or any(t[i][1] not in ("", None) for t in triples)]
+    if len(names) == 1 and len(gpus) > 1 and 1 in keep:
+        keep.remove(1)  # one model: named in the title instead of on every row
     table = Table(columns=[triples[0][i][0] for i in keep],
                   rows=[[cell(t[i][1]) for i in keep] for t in triples],
                   classes=[["bad" if t[i][2] else "" for i in keep] for t in triples])
     notes = [f"{k.replace('_', ' ')} {obs[k]}" for k in ("driver_version", "cuda_version")
              if isinstance(obs, Mapping) and obs.get(k)]
-    return Panel(f"GPUs ({len(gpus)})", TABLE, table, note=", ".join(notes))
+    model = f" {next(iter(names))}" if len(names) == 1 and None not in names else ""
+    return Panel(f"GPUs ({len(gpus)}){model}", TABLE, table, note=", ".join(notes))
 
 
 def link_class(value: Any) -> str:

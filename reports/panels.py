@@ -40,6 +40,12 @@ class Panel:
     note: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
 
+    @property
+    def attention(self) -> bool:
+        """True when a cell is marked ``bad``: the report opens such panels by default."""
+        classes = getattr(self.view, "classes", ()) or ()
+        return any("bad" in c for row in classes for c in row)
+
 
 Renderer = Callable[[Any], "Panel | None"]
 _PANELS: dict[str, Renderer] = {}

@@ -162,7 +162,7 @@ class SlurmScheduler:
             if node is None:
                 out.append(Action(d.host, d.node, (), "not a Slurm node (scontrol does not know it)",
                                   skipped=True))
-            elif False:
+            elif node.reason and not node.ours:
                 out.append(Action(d.host, d.node, (), f"left alone: {node.state} with someone else's "
                                   f"reason {node.reason!r} (set by {node.reason_user or '?'})", skipped=True))
             elif node.ours:

@@ -68,6 +68,9 @@ def test_inactive_nvlink_and_xid79_named_in_results(ssh_cluster_factory, tmp_pat
     assert proc.returncode == 1, proc.stderr[-2000:]
     hosts = results["hosts"]
     assert hosts["node01"]["verdict"] == "PASS", [f for f in hosts["node01"]["findings"] if f["status"] != "PASS"]
+    checks1 = {f["check"] for f in hosts["node01"]["findings"]}
+    assert {"topology.gpu_pair.nvlink", "topology.gpu_nic.pcie", "nvlink.links", "nvlink.errors.replay",
+            "fabric.manager", "fabric.state", "xid.events"} <= checks1
 
     bad2 = {(f["check"], f["component"]): f for f in hosts["node02"]["findings"] if f["status"] != "PASS"}
     assert hosts["node02"]["verdict"] == "FAIL"

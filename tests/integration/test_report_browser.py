@@ -72,6 +72,18 @@ def test_injected_script_did_not_run(report: Path) -> None:
     assert len(host_rows(dom)) == 7  # the page's own script did run
 
 
+def test_escaping_alone_keeps_it_inert(report: Path) -> None:
+    """The CSP is a second wall: with it removed, escaping must still keep node text inert."""
+    bare = report.with_name("report-no-csp.html")
+    page = report.read_text(encoding="utf-8")
+    bare.write_text(re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page), encoding="utf-8")
+    assert "Content-Security-Policy" not in bare.read_text(encoding="utf-8")
+    dom = chromium(bare, "#filter=bad", "--dump-dom")
+    body = re.search(r"<body[^>]*>", dom)
+    assert body is not None and "data-pwned" not in body[0] and 'data-filter-matches="6"' in body[0]
+    assert "<title>healthcheck FAIL" in dom
+
+
 def test_screenshot(report: Path) -> None:
     shot = report.parent / "report.png"
     chromium(report, "", f"--screenshot={shot}", "--window-size=1300,1600", "--hide-scrollbars")

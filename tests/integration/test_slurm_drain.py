@@ -151,3 +151,27 @@ def test_broken_run_is_refused(slurm, tmp_path):
     out = cli(slurm, "drain", str(run_dir), "--apply")
     assert out.exit_code == 3
     assert "the run looks broken: 6 of 7 hosts are ERROR" in out.output
+
+
+@pytest.mark.sshd
+def test_apply_over_ssh_on_the_inventory_controller(slurm, tmp_path, ssh_cluster_factory):
+    """The controller host named in the inventory runs scontrol over SSH (a real sshd whose scontrol
+    talks to the same real slurmctld): the reason, with its spaces and ';', arrives as one argument."""
+    import yaml
+
+    cluster = ssh_cluster_factory(1, names=["ctl01"])
+    shim = cluster.host("ctl01").bindir / "scontrol"
+    shim.write_text(f"#!/bin/sh\nSLURM_CONF={slurm.env['SLURM_CONF']} exec /usr/bin/scontrol \"$@\"\n")
+    shim.chmod(0o755)
+    inventory = cluster.write_inventory(tmp_path / "inv.yaml", profile=None,
+                                        extra_hosts={n: {} for n in NODES})
+    doc = yaml.safe_load(inventory.read_text())
+    inventory.write_text(yaml.safe_dump({**doc, "controller": "ctl01"}))
+    run_dir = write_run(tmp_path / "remote", {"gpu004": [("gpu.ecc.dbe", "gpu3"), ("xid.79", "gpu3")]},
+                        run_id="remote1")
+    out = CliRunner().invoke(main, ["drain", str(run_dir), "-i", str(inventory), "-F", str(cluster.ssh_config),
+                                    "--apply"], catch_exceptions=False)
+    assert out.exit_code == 0, out.output
+    assert "on ctl01" in out.output and "# applied gpu004 on ctl01: ok" in out.output
+    assert node(slurm, "gpu004").reason == "healthcheck: FAIL gpu.ecc.dbe gpu3=1; FAIL xid.79 gpu3=1 run=remote1"
+    assert cluster.host("ctl01").sessions() >= 2   # the state query, then the update

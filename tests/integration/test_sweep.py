@@ -91,9 +91,13 @@ def test_three_replayed_nights(tmp_path):
         ("history.regression.baseline", "gpu0", 52.0):
             "gpu.temp_c gpu0: 52 C is 24% worse than this node's baseline 42 C (median of its last 2 passing runs)",
     }
-    assert doc3["trends"]["hosts"]["node01"]["gpu.temp_c"] == [40.0, 44.0, 52.0]
-    assert doc3["trends"]["hosts"]["node03"]["gpu.temp_c"] == [40.0, 40.0, 40.0]
-    assert len(doc3["trends"]["runs"]) == 3
+    temps = doc3["trends"]["node01"]["gpu.temp_c"]["values"]
+    assert [v for _, v in temps] == [40.0, 44.0, 52.0]
+    assert [t for t, _ in temps] == [doc1["run"]["started"], doc2["run"]["started"], doc3["run"]["started"]]
+    assert [v for _, v in doc3["trends"]["node03"]["gpu.temp_c"]["values"]] == [40.0, 40.0, 40.0]
+    html = (history / "runs" / doc3["run"]["id"] / "report.html").read_text()
+    assert "What changed since the last run" in html
+    assert '<span class="trend">gpu.temp_c' in html                    # the sparkline per node
     assert (history / "history.sqlite").is_file()
     run3 = history / "runs" / doc3["run"]["id"]
     assert (run3 / "report.html").is_file()

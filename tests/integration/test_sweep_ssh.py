@@ -188,3 +188,17 @@ def test_killed_orchestrator_keeps_completed_hosts(ssh_cluster_factory, tmp_path
     assert done == {"node01", "node02"}
     assert not (run_dir / "results.json").exists()
     assert (run_dir / "raw" / "node01" / "hostname.out").read_text() == "node01\n"
+
+
+def test_ssh_config_user_port_identity_and_proxyjump(ssh_cluster_factory, tmp_path):
+    """No address/port/user in the inventory: all of it, and the jump host, come from ssh_config."""
+    cluster = ssh_cluster_factory(2)
+    cluster.write_ssh_config(extra={"node02": ["  ProxyJump node01"]})
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("hosts:\n  node02: {}\n")
+    rc, results = _run(inv, cluster, tmp_path / "run")
+    assert rc == 0, results
+    assert _finding(results, "node02", "system.hostname")["value"] == "node02"
+    jump, target = cluster.hosts
+    assert (jump.connections(), jump.sessions()) == (1, 0)  # used only to forward the connection
+    assert (target.connections(), target.sessions()) == (1, 1)

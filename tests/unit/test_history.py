@@ -137,12 +137,14 @@ def test_three_nights_degrading_and_recovering(tmp_path):
     # results.json of night 3: findings added, changes and trends at top level, schema intact
     doc = json.loads((tmp_path / "runs" / "night3" / "results.json").read_text())
     assert doc["schema"] == "healthcheck.results/1" and doc["changes"] == r3.changes
-    trends = doc["trends"]
-    assert [r["id"] for r in trends["runs"]] == ["night1", "night2", "night3"]
-    assert trends["hosts"]["gpu001"]["nccl.all_reduce.node.busbw"] == [450.0, 430.0, 380.0]
-    assert trends["hosts"]["gpu001"]["gpu.temp_c"] == [40.0, 44.0, 52.0]   # hottest GPU per run
-    assert trends["hosts"]["gpu001"]["gpu.ecc.aggregate.dram_correctable"] == [0.0, 3.0, 10.0]
-    assert trends["metrics"]["gpu.temp_c"] == {"metric": "temperature", "unit": "C"}
+    trends = doc["trends"]["gpu001"]
+    days = [(NOW - timedelta(days=d)).isoformat() for d in (2, 1, 0)]
+    assert trends["nccl.all_reduce.node.busbw"] == {"metric": "busbw", "unit": "GB/s",
+                                                    "values": [[days[0], 450.0], [days[1], 430.0],
+                                                               [days[2], 380.0]]}
+    assert [v for _, v in trends["gpu.temp_c"]["values"]] == [40.0, 44.0, 52.0]   # hottest GPU per run
+    assert [v for _, v in trends["gpu.ecc.aggregate.dram_correctable"]["values"]] == [0.0, 3.0, 10.0]
+    assert trends["gpu.temp_c"]["unit"] == "C"
     reloaded = load_results(tmp_path / "runs" / "night3")
     assert reloaded.hosts["gpu001"].verdict is Status.WARN
     jsonl = (tmp_path / "runs" / "night3" / "findings.jsonl").read_text().splitlines()

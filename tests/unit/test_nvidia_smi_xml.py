@@ -24,7 +24,7 @@ def test_conformance_every_corpus_xml_parses(path):
 
 def test_a100_v12_dtd_mig_enabled():
     obs = _obs(corpus_text("nvidia-smi-xml/a100-sxm4-80gb-mig-enabled-drv535-v12dtd.txt"))
-    assert (obs.driver_version, obs.cuda_version, obs.count) == ("535.54.03", "12.2", 1)
+    assert (obs.driver_version, obs.cuda_version, obs.count, len(obs.gpus)) == ("535.54.03", "12.2", 4, 1)
     g = obs.gpus[0]
     assert (g.name, g.bus_id, g.vbios, g.module_id) == ("NVIDIA A100-SXM4-80GB", "00000000:01:00.0",
                                                        "92.00.36.00.02", 4)

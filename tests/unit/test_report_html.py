@@ -77,7 +77,7 @@ def test_host_details_findings_margin_panels_and_raw(page: str) -> None:
     gpu002 = details[details.index('id="h-gpu002"'):details.index('id="h-gpu004"')]
     assert "84.0 C" in gpu002 and "&lt;= 80 C" in gpu002 and "-5.0%" in gpu002  # margin (80-84)/80
     gpu001 = details[details.index('id="h-gpu001"'):details.index('id="h-gpu002"')]
-    assert "GPUs (8)" in gpu001 and "0 / 1 PENDING" in gpu001
+    assert "GPUs (8) NVIDIA H100 80GB HBM3" in gpu001 and "0 / 1 PENDING" in gpu001
     assert 'class="bad">0 / 1 PENDING' in gpu001
     assert "topology (nvidia-smi topo -m)" in gpu001 and '<td class="t-nv">NV18</td>' in gpu001
     assert "NIC0 (mlx5_0)" in gpu001 and "400 Gb/sec (4X NDR)" in gpu001 and "symbol_error=3" in gpu001

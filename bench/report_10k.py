@@ -1,0 +1,117 @@
+"""Time the reports on a synthetic 10,000-host run: results.json generation, each format, file sizes.
+
+    python bench/report_10k.py                 # 10,000 hosts in a temporary directory
+    python bench/report_10k.py --hosts 2000 --keep /tmp/run10k
+
+The synthetic fleet is deterministic (seeded): 8 GPUs per host with full GPU observations,
+~3% of hosts failing (a pending row remap, an inactive NVLink, slow NCCL), ~5% warning
+(temperature), 1% unreachable, one host on another driver, per-node nccl curves and HPL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import reports  # noqa: E402
+from healthcheck.results import SCHEMA  # noqa: E402
+
+SIZES = [8 << i for i in range(0, 31, 3)]
+
+
+def finding(host: str, check: str, status: str, message: str, **kw: Any) -> dict[str, Any]:
+    return {"host": host, "check": check, "status": status, "message": message, "component": "node",
+            "value": None, "expected": None, "unit": None, "remedy": None, "source": "nvidia-smi-q-x", **kw}
+
+
+def gpus(rng: random.Random, pending: int | None) -> list[dict[str, Any]]:
+    return [{"index": i, "name": "NVIDIA H100 80GB HBM3", "bus_id": f"00000000:{0x18 + i:02X}:00.0",
+             "memory_total_mib": 81559, "temp_c": round(rng.uniform(30, 45), 1), "slowdown_c": 87.0,
+             "power_draw_w": round(rng.uniform(65, 120), 1), "power_limit_w": 700.0,
+             "pcie_gen_current": 5, "pcie_gen_max": 5, "pcie_width_current": 16, "pcie_width_max": 16,
+             "vbios": "96.00.74.00.0C",
+             "ecc_aggregate": {"sram_correctable": 0, "sram_uncorrectable": 0,
+                               "dram_correctable": rng.choice((0, 0, 0, 2)), "dram_uncorrectable": 0},
+             "remap": {"correctable": 0, "uncorrectable": int(i == pending), "pending": i == pending,
+                       "failure": False}} for i in range(8)]
+
+
+def host(name: str, rng: random.Random) -> dict[str, Any]:
+    roll = rng.random()
+    if roll < 0.01:
+        return {"profile": "h100-sxm5-8x", "group": "rack", "address": None, "observations": {},
+                "findings": [finding(name, "run.transport", "ERROR", "ssh: connection timed out", source=None,
+                                     remedy="Check that the node is up and reachable")]}
+    scale = 0.45 if 0.02 < roll < 0.025 else rng.uniform(0.93, 1.0)
+    pending = rng.randrange(8) if 0.01 <= roll < 0.02 else None
+    found = [finding(name, "gpu.count", "PASS", "count 8 GPUs, within == 8", value=8, expected="== 8")]
+    found += [finding(name, f"gpu.check{k:02d}", "PASS", "ok", component=f"gpu{k % 8}") for k in range(24)]
+    if pending is not None:
+        found.append(finding(name, "gpu.row_remap.pending", "FAIL", f"gpu{pending}: row remap pending",
+                             component=f"gpu{pending}", value=True, expected="false",
+                             remedy="Reset the GPU to apply the pending remap"))
+    if 0.025 <= roll < 0.03:
+        found.append(finding(name, "nvlink.link.down", "FAIL", "gpu2 link 7 inactive", component="gpu2 link 7",
+                             remedy="Reseat the GPU baseboard", source="nvidia-smi-nvlink-s"))
+    if 0.03 <= roll < 0.08:
+        temp = round(rng.uniform(81, 86), 1)
+        found.append(finding(name, "gpu.temperature", "WARN", f"gpu5: temperature {temp} C, expected <= 80 C",
+                             component="gpu5", value=temp, expected="<= 80 C", unit="C",
+                             remedy="Check the airflow"))
+    busbw = round(480 * scale, 1)
+    found.append(finding(name, "nccl.all_reduce.node.busbw", "FAIL" if scale < 0.6 else "PASS",
+                         f"all_reduce node busbw {busbw} GB/s", value=busbw, expected=">= 60% of 480 GB/s",
+                         unit="GB/s", source="nccl-node",
+                         remedy="Check NVLink and NVSwitch" if scale < 0.6 else None))
+    rows = [{"size_bytes": s, "oop_busbw_gbps": round(480 * scale * min(1.0, s / (1 << 28)), 2),
+             "ip_busbw_gbps": 0.0} for s in SIZES]
+    obs = {"gpu": {"gpus": gpus(rng, pending), "count": 8, "cuda_version": "12.4",
+                   "driver_version": "535.161.08" if name == "gpu00042" else "550.54.15"},
+           "system": {"kernel": "5.15.0-105-generic", "os_pretty_name": "Ubuntu 22.04.4 LTS"},
+           "nccl": {"results": [{"test": "all_reduce_perf", "rows": rows}]},
+           "hpl": {"tests": [{"gflops": round(400000 * scale, 1)}]}}
+    return {"profile": "h100-sxm5-8x", "group": f"rack{int(name[3:]) // 32:03d}", "address": None,
+            "findings": found, "observations": obs}
+
+
+def synthetic_results(count: int, seed: int = 7) -> dict[str, Any]:
+    rng = random.Random(seed)
+    hosts = {f"gpu{i:05d}": host(f"gpu{i:05d}", rng) for i in range(1, count + 1)}
+    return {"schema": SCHEMA, "run": {"id": "bench-10k", "started": "2026-11-22T03:15:00Z",
+                                      "finished": "2026-11-22T04:02:00Z", "duration_s": 2820.0, "mode": "ssh",
+                                      "probes": ["gpu", "nvlink", "system"], "version": "bench"},
+            "summary": {}, "hosts": hosts}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=10_000)
+    parser.add_argument("--keep", type=Path, help="write the run here instead of a temporary directory")
+    args = parser.parse_args()
+    run_dir = args.keep or Path(tempfile.mkdtemp(prefix="report10k-"))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    (run_dir / "results.json").write_text(json.dumps(synthetic_results(args.hosts)))
+    print(f"results.json   {(run_dir / 'results.json').stat().st_size / 1e6:7.1f} MB  "
+          f"{time.perf_counter() - t0:6.2f} s to generate")
+    t0 = time.perf_counter()
+    digest = reports.load_digest(run_dir)
+    print(f"load           {'':10s}  {time.perf_counter() - t0:6.2f} s")
+    for spec in reports.all_reporters():
+        t0 = time.perf_counter()
+        path = spec.write_digest(digest)
+        print(f"{path.name:14s} {path.stat().st_size / 1e6:7.1f} MB  {time.perf_counter() - t0:6.2f} s")
+    print(f"run directory: {run_dir}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""GPU grading: our healthy/faulty fixtures, the corpus's faulty captures, and every corpus file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from healthcheck.model import Host, Status
+from healthcheck.profiles import EMPTY_PROFILE, Expectation, Profile, load_profile
+from healthcheck.results import to_jsonable
+from healthcheck.spec import EvalContext
+from probes.gpu import parse_nvidia_smi_output
+from probes.gpu_eval import evaluate_gpu
+from probes.gpu_model import GpuObservation, GpuObservations
+from tests.conftest import corpus_files, corpus_text, fixture_text
+
+H100 = load_profile("h100-sxm5-8x")
+
+
+def _ctx(profile: Profile = H100) -> EvalContext:
+    return EvalContext(host=Host("gpu001"), profile=profile)
+
+
+def _grade(command_id: str, text: str, profile: Profile = H100, rc: int = 0):
+    return evaluate_gpu(parse_nvidia_smi_output(command_id, text, rc), _ctx(profile))
+
+
+def _bad(findings) -> set[tuple[str, str, str]]:
+    return {(f.check, f.component, f.status.value) for f in findings if f.status not in (Status.PASS, Status.SKIP)}
+
+
+def test_healthy_h100_fixture_passes_every_check():
+    findings = _grade("nvidia-smi-q-x", fixture_text("nvidia-smi-xml/h100-8x-healthy.xml"))
+    assert _bad(findings) == set()
+    by_check = {f.check: f for f in findings}
+    assert by_check["gpu.count"].value == 8
+    assert by_check["gpu.temp"].message == ("all 8 GPUs: temp 29-34 C, within T.Limit reading > -2 C (slowdown)")
+    assert by_check["gpu.pcie.gen"].status is Status.SKIP  # idle: generation not graded
+    assert all(f.source == "nvidia-smi-q-x" for f in findings)
+
+
+def test_faulty_h100_fixture_names_each_bad_gpu():
+    findings = _grade("nvidia-smi-q-x", fixture_text("nvidia-smi-xml/h100-8x-faulty.xml"))
+    assert _bad(findings) == {("gpu.row_remap.pending", "gpu2", "FAIL"), ("gpu.pcie.width", "gpu5", "FAIL"),
+                              ("gpu.clock_events", "gpu6", "FAIL")}
+    remap = next(f for f in findings if f.check == "gpu.row_remap.pending" and f.component == "gpu2")
+    assert remap.message.startswith("gpu2 (00000000:4C:00.0): row remap pending: Yes (0 correctable, 1 uncorr")
+    assert "reset the GPU" in remap.remedy and remap.value == "Yes" and remap.expected == "No"
+    width = next(f for f in findings if f.check == "gpu.pcie.width" and f.component == "gpu5")
+    assert (width.value, width.expected, width.unit) == (8, "== 16 lanes", "lanes")
+    clocks = next(f for f in findings if f.check == "gpu.clock_events" and f.component == "gpu6")
+    assert clocks.value == "hw_slowdown, hw_power_brake_slowdown" and "power-brake" in clocks.remedy
+    passing = next(f for f in findings if f.check == "gpu.row_remap.pending" and f.status is Status.PASS)
+    assert passing.message.startswith("gpu0,gpu1,gpu3,gpu4,gpu5,gpu6,gpu7:")
+
+
+def test_without_profile_widths_still_fail_and_thresholds_skip_once():
+    findings = _grade("nvidia-smi-q-x", fixture_text("nvidia-smi-xml/h100-8x-faulty.xml"), EMPTY_PROFILE)
+    assert _bad(findings) == {("gpu.row_remap.pending", "gpu2", "FAIL"), ("gpu.pcie.width", "gpu5", "FAIL"),
+                              ("gpu.clock_events", "gpu6", "FAIL")}
+    width = next(f for f in findings if f.check == "gpu.pcie.width" and f.status is Status.FAIL)
+    assert width.message == "gpu5 (00000000:BB:00.0): PCIe link downtrained to x8 of x16"
+    skips = [f for f in findings if f.check == "gpu.memory_mib"]
+    assert [(f.status, f.component, f.message) for f in skips] == [
+        (Status.SKIP, "node", "no expectation for gpu.memory_mib in profile (none)")]
+
+
+@pytest.mark.parametrize("relpath, expected", [
+    ("nvidia-smi-q/a10-drv535-remap-pending-uncorr4.txt", ("gpu.row_remap.pending", "gpu0", "FAIL")),
+    ("nvidia-smi-q/a100-sxm4-80gb-remap-pending-xid63-excerpt.txt", ("gpu.row_remap.pending", "gpu0", "FAIL")),
+    ("nvidia-smi-q/rtx-pro-6000-blackwell-q-d-row-remapper-pending-yes-uncorr1-max511-high1.txt",
+     ("gpu.row_remap.pending", "gpu0", "FAIL")),
+    ("nvidia-smi-q/h100-class-drv550-q-d-ecc-row-remapper-pending-yes-ecc-mode-unknown-error.txt",
+     ("gpu.unreadable", "gpu0", "FAIL")),
+    ("nvidia-smi-q/ecc-sram-uncorrectable-volatile1-aggregate5-snippet.txt",
+     ("gpu.ecc.sram_uncorrectable", "gpu0", "FAIL")),
+    ("nvidia-smi-q/retired-pages-pending-blacklist-yes-snippet.txt", ("gpu.retired_pages.pending", "gpu0", "FAIL")),
+    ("nvidia-smi-q/v100-sxm2-32gb-dell-c4130-hw-power-brake-slowdown-active-382mhz-snippet.txt",
+     ("gpu.clock_events", "gpu0", "FAIL")),
+    ("nvidia-smi-q/h100-8gpu-drv535.183-gpud.txt", ("gpu.pcie.replays", "gpu0", "WARN")),
+    ("nvidia-smi-q/h100-8gpu-drv535.183-gpud.txt", ("gpu.clock_events", "gpu2", "FAIL")),
+    ("nvidia-smi/rtx-geforce-drv525-fan-ERR.txt", ("gpu.fan", "gpu0", "FAIL")),
+    ("nvidia-smi/h100-8gpu-drv560-persistence-off-fabricmanager-down.txt",
+     ("gpu.persistence_mode", "gpu3", "WARN")),
+    ("nvidia-smi/unable-to-determine-device-handle-unknown-error-after-xid79.txt",
+     ("gpu.lost", "gpu 00000000:A1:00.0", "FAIL")),
+    ("nvidia-smi/unable-to-determine-device-handle-unknown-error-after-xid79.txt", ("gpu.count", "node", "FAIL")),
+])
+def test_corpus_faults_produce_the_right_findings(relpath, expected):
+    command_id = "nvidia-smi-q" if relpath.startswith("nvidia-smi-q/") else "nvidia-smi"
+    assert expected in _bad(_grade(command_id, corpus_text(relpath)))
+
+
+def test_page_retirement_table_full_flags_the_four_pending_gpus():
+    text = corpus_text("nvidia-smi-q/azure-8gpu-page-retirement-table-full-UPSTREAM-EDITED.txt")
+    profile = Profile("v100", expectations={"gpu.retired_pages.count": Expectation(
+        key="gpu.retired_pages.count", op="lt", value=63, unit="pages", source="test: DCGM limit 63")})
+    bad = _bad(_grade("nvidia-smi-q", text, profile))
+    assert {c for (k, c, s) in bad if k == "gpu.retired_pages.pending"} == {"gpu1", "gpu3", "gpu5", "gpu7"}
+    assert {c for (k, c, s) in bad if k == "gpu.retired_pages.count"} == {"gpu0", "gpu1", "gpu5", "gpu7"}
+
+
+def test_tlimit_margin_and_absolute_limits():
+    base = GpuObservation(index=3, bus_id="00000000:5D:00.0", temp_c=90, tlimit_c=-3, slowdown_tlimit_c=-2,
+                          shutdown_tlimit_c=-8, max_operating_tlimit_c=0)
+    obs = GpuObservations(source="nvidia-smi-q-x", gpus=(base,), count=1)
+    temp = next(f for f in evaluate_gpu(obs, _ctx(EMPTY_PROFILE)) if f.check == "gpu.temp")
+    assert (temp.status, temp.component) == (Status.FAIL, "gpu3")
+    assert temp.message == ("gpu3 (00000000:5D:00.0): 90 C, -1 C below slowdown (T.Limit), -3 C below max "
+                            "operating")
+    warm = GpuObservation(index=0, temp_c=86, slowdown_c=89, shutdown_c=92, max_operating_c=85)
+    temp = next(f for f in evaluate_gpu(GpuObservations(source="x", gpus=(warm,), count=1), _ctx(EMPTY_PROFILE))
+                if f.check == "gpu.temp")
+    assert (temp.status, temp.expected) == (Status.WARN, "< 89 C (slowdown, max operating 85 C)")
+
+
+def test_driver_not_loaded_is_a_fail_with_a_remedy():
+    findings = _grade("nvidia-smi-q-x", fixture_text("nvidia-smi-errors/driver-not-loaded.txt"), rc=9)
+    driver = next(f for f in findings if f.check == "gpu.driver")
+    assert driver.status is Status.FAIL and "lsmod" in driver.remedy
+    assert next(f for f in findings if f.check == "gpu.count").value == 0
+
+
+def test_inforom_warning_and_report_both_graded():
+    findings = _grade("nvidia-smi-q-x", fixture_text("nvidia-smi-errors/inforom-warning-before-xml.xml"))
+    inforom = next(f for f in findings if f.check == "gpu.inforom")
+    assert (inforom.status, inforom.component) == (Status.FAIL, "gpu0")
+    assert next(f for f in findings if f.check == "gpu.temp").status is Status.PASS
+
+
+def test_pending_mode_changes_and_recovery_action_warn_or_fail():
+    gpu = GpuObservation(index=1, ecc_current="Disabled", ecc_pending="Enabled", recovery_action="Reset",
+                         reset_required=True, fabric_state="In Progress", fabric_status="N/A")
+    findings = evaluate_gpu(GpuObservations(source="nvml", gpus=(gpu,), count=1), _ctx(EMPTY_PROFILE))
+    assert {("gpu.ecc_mode.pending", "gpu1", "WARN"), ("gpu.recovery_action", "gpu1", "FAIL"),
+            ("gpu.reset_required", "gpu1", "FAIL"), ("gpu.fabric", "gpu1", "FAIL")} <= _bad(findings)
+
+
+def _all_corpus():
+    for folder, command_id in (("nvidia-smi-q", "nvidia-smi-q"), ("nvidia-smi-xml", "nvidia-smi-q-x"),
+                               ("nvidia-smi", "nvidia-smi")):
+        for path in corpus_files(folder):
+            yield pytest.param(path, command_id, id=f"{folder}/{path.name}")
+
+
+@pytest.mark.parametrize("path, command_id", list(_all_corpus()))
+def test_conformance_every_corpus_file_grades_with_complete_findings(path, command_id):
+    text = path.read_text(errors="replace").split("\n", 1)[1]
+    try:
+        obs = parse_nvidia_smi_output(command_id, text, 0)
+    except Exception as exc:  # only the CSV/reset files of nvidia-smi/, see test_nvidia_smi_errors
+        assert command_id == "nvidia-smi" and type(exc).__name__ == "ParseError"
+        return
+    json.dumps(to_jsonable(obs))
+    for profile in (H100, EMPTY_PROFILE):
+        for f in evaluate_gpu(obs, _ctx(profile)):
+            assert f.check.startswith("gpu.") and f.message and f.source == command_id
+            if f.status in (Status.FAIL, Status.WARN):
+                assert f.remedy and f.component, f
