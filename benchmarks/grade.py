@@ -121,8 +121,9 @@ def grade_outcomes(outcomes: Sequence[JobOutcome], hosts: Sequence[Host], profil
     for outcome in outcomes:
         job = outcome.job
         spec = benchmarks.get(job.benchmark)
-        profile = profile_for(by_name.get(job.hosts[0], Host(job.hosts[0])), profiles)
-        ctx = BenchContext(profile, by_name, options)
+        first = by_name.get(job.hosts[0], Host(job.hosts[0]))
+        profile = profile_for(first, profiles)
+        ctx = BenchContext(profile, by_name, inventory_options(first, options))
         findings, parsed = grade_job(outcome, spec, ctx)
         graded.append((outcome, findings))
         if parsed is not None:
@@ -150,3 +151,15 @@ def grade_outcomes(outcomes: Sequence[JobOutcome], hosts: Sequence[Host], profil
             profile = next((p for p in profiles.values() if p.name == profile_name), EMPTY_PROFILE)
             findings += spec.fleet(parsed, BenchContext(profile, by_name, options))
     return findings, observations
+
+
+def inventory_options(host: Host, options: Mapping[str, Any]) -> dict[str, Any]:
+    """Run options over the host's inventory var ``benchmarks`` (``nccl.binary_dir`` style keys)."""
+    raw = host.vars.get("benchmarks") if isinstance(host.vars, Mapping) else None
+    merged: dict[str, Any] = {}
+    for tool, values in (raw or {}).items():
+        if tool == "launcher" and isinstance(values, Mapping):
+            merged["launcher"] = {**values, **(options.get("launcher") or {})}
+        elif isinstance(values, Mapping):
+            merged.update({f"{tool}.{key}": value for key, value in values.items()})
+    return {**merged, **{k: v for k, v in options.items() if k != "launcher" or "launcher" not in merged}}

@@ -90,7 +90,8 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m|\[0;31m|\[0m")
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _ROW = re.compile(rf"^(?P<tv>W[A-Z0-9]+)\s+(?P<n>\d+)\s+(?P<nb>\d+)\s+(?P<p>\d+)\s+(?P<q>\d+)\s+"
                   rf"(?P<time>{_NUM})\s+(?P<gflops>{_NUM})(?:\s*\(\s*(?P<per>{_NUM})\s*\))?\s*$")
-_RESIDUAL = re.compile(r"^\s*\|\|Ax-b\|\|_oo\s*/\s*\(\s*(?:eps|EPS).*=\s*(?P<value>\S+)\s+\.+\s+(?P<verdict>PASSED|FAILED)")
+_RESIDUAL = re.compile(r"^\s*\|\|Ax-b\|\|_oo\s*/\s*\(\s*(?:eps|EPS).*=\s*(?P<value>\S+)\s+\.+\s+"
+                       r"(?P<verdict>PASSED|FAILED)")
 _MXP_SIZE = re.compile(r"N\s*=\s*(\d+),\s*NB\s*=\s*(\d+),\s*NPROW\s*=\s*(\d+),\s*NPCOL\s*=\s*(\d+)")
 _MXP_GFLOPS = re.compile(rf"^\s*GFLOPS\s*=\s*({_NUM}),\s*per GPU\s*=\s*({_NUM})")
 _CLOCK = re.compile(r"!!!! WARNING:\s+Rank:\s*(\d+)\s*:\s*(\S+)\s*:\s*GPU\s+(\S+)\s+Clock:\s*(\d+)\s*MHz")

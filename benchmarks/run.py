@@ -24,7 +24,7 @@ from typing import Any
 import benchmarks
 from benchmarks import BenchContext, BenchmarkSpec, bench_setting
 from benchmarks.attribution import retest_candidates
-from benchmarks.grade import JobOutcome, grade_job, grade_outcomes, pair_results, profile_for
+from benchmarks.grade import JobOutcome, grade_job, grade_outcomes, inventory_options, pair_results, profile_for
 from benchmarks.launch import LauncherSettings, hostfile_text, launch_script, launcher_argv
 from benchmarks.plan import Job, job_id, plan_jobs, retest_pairs, stage_of
 from healthcheck.defaults import DEFAULTS
@@ -72,8 +72,9 @@ def _launch(job: Job, hosts: Mapping[str, Host], profile: Profile, spec: Benchma
                          settings=settings)
     script = launch_script(argv, program, hostfile_text(nodes, job.ranks_per_host), settings)
     launcher_name = str(options.get("launcher_host") or job.hosts[0])
-    launcher = Host(LOCAL, transport="local") if launcher_name == LOCAL else hosts.get(launcher_name, Host(launcher_name))
-    runner = _local_transport() if launcher_name == LOCAL else transport
+    local = launcher_name == LOCAL
+    launcher = Host(LOCAL, transport="local") if local else hosts.get(launcher_name, Host(launcher_name))
+    runner = _local_transport() if local else transport
     result: CommandResult = runner.run(launcher, script, job.timeout_s + settings.grace_s, command_id=job.job_id)
     return JobOutcome(job=job, launcher=launcher_name, command=script, rc=result.rc, timed_out=result.timed_out,
                       transport_error=result.transport_error, duration_s=result.duration_s,
@@ -179,7 +180,7 @@ def _retest_jobs(graded: Sequence[tuple[JobOutcome, list[Finding]]], profile: Pr
 
 
 def execute_benchmarks(run_dir: Path, hosts: Sequence[Host], profiles: Mapping[str, Profile], transport: Any,
-                       options: Mapping[str, Any], failed_hosts: set[str] | frozenset[str] = frozenset(),
+                       run_options: Mapping[str, Any], failed_hosts: set[str] | frozenset[str] = frozenset(),
                        ) -> tuple[list[Finding], dict[str, dict[str, Any]]]:
     """Plan, launch and grade ``options["benchmarks"]`` over ``hosts``; store every job's raw output.
 
@@ -187,32 +188,43 @@ def execute_benchmarks(run_dir: Path, hosts: Sequence[Host], profiles: Mapping[s
     host or ``local``; default: the job's first host), ``launcher`` (LauncherSettings overrides),
     ``skip_failed_hosts`` (default True: hosts in ``failed_hosts`` are not benchmarked),
     ``pair_rounds``, ``per_rail``, ``parallel_jobs``, ``retest`` (default True), and any
-    ``<benchmark>.<setting>`` overriding the profile's ``settings.benchmarks``.
+    ``<benchmark>.<setting>`` overriding the profile's ``settings.benchmarks``; an inventory host
+    var ``benchmarks: {nccl: {binary_dir: ...}, launcher: {...}}`` sits between the two.
     """
     by_name = {h.name: h for h in hosts}
-    skip = bool(options.get("skip_failed_hosts", True))
+    skip = bool(run_options.get("skip_failed_hosts", True))
     eligible = [h for h in hosts if not (skip and h.name in failed_hosts)]
     findings: list[Finding] = []
     manifest: list[dict[str, Any]] = []
     outcomes: list[JobOutcome] = []
-    for spec in benchmarks.select(list(options.get("benchmarks") or ())):
-        findings += [Finding(host=h.name, check=f"{spec.name}.skipped", status=Status.SKIP, source="benchmarks",
-                             message=f"{spec.name} not run: the host failed its probes") for h in hosts
-                     if h not in eligible]
+    for spec in benchmarks.select(list(run_options.get("benchmarks") or ())):
+        findings += [Finding(host=h.name, check=f"{spec.name}.skipped", status=Status.SKIP,
+                             source="benchmarks", message=f"{spec.name} not run: the host failed its probes")
+                     for h in hosts if h not in eligible]
         for profile, group in _groups(eligible, profiles):
-            jobs = plan_benchmark(spec, group, profile, options)
-            done = _run_jobs(run_dir, jobs, by_name, profile, transport, options, manifest)
-            if options.get("retest", True):
-                graded = [(o, grade_job(o, spec, BenchContext(profile, by_name, options))[0]) for o in done]
-                done += _run_jobs(run_dir, _retest_jobs(graded, profile, options), by_name, profile, transport,
-                                  options, manifest)
+            done = _run_group(run_dir, spec, group, profile, by_name, transport,
+                              inventory_options(group[0], run_options), manifest)
             outcomes += done
             covered = {h for o in done for h in o.job.hosts}
-            findings += [Finding(host=h.name, check=f"{spec.name}.skipped", status=Status.SKIP, source="benchmarks",
-                                 message=f"{spec.name}: no job for this host (no partner with profile {profile.name})")
+            findings += [Finding(host=h.name, check=f"{spec.name}.skipped", status=Status.SKIP,
+                                 source="benchmarks", message=f"{spec.name}: no job for this host (no partner "
+                                                              f"with profile {profile.name})")
                          for h in group if h.name not in covered]
-    graded_findings, observations = grade_outcomes(outcomes, hosts, profiles, options)
+    graded_findings, observations = grade_outcomes(outcomes, hosts, profiles, run_options)
     return findings + graded_findings, observations
+
+
+def _run_group(run_dir: Path, spec: BenchmarkSpec, group: Sequence[Host], profile: Profile,
+               by_name: Mapping[str, Host], transport: Any, options: Mapping[str, Any],
+               manifest: list[dict[str, Any]]) -> list[JobOutcome]:
+    """First-pass jobs of one benchmark over hosts sharing a profile, then retests of suspects."""
+    done = _run_jobs(run_dir, plan_benchmark(spec, group, profile, options), by_name, profile, transport,
+                     options, manifest)
+    if options.get("retest", True):
+        graded = [(o, grade_job(o, spec, BenchContext(profile, by_name, options))[0]) for o in done]
+        done += _run_jobs(run_dir, _retest_jobs(graded, profile, options), by_name, profile, transport,
+                          options, manifest)
+    return done
 
 
 def replay_benchmarks(run_dir: Path, hosts: Sequence[Host], profiles: Mapping[str, Profile],

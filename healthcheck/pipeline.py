@@ -149,8 +149,9 @@ def execute_run(opts: RunOptions) -> RunOutcome:
 
     def grade(host: Host, collection: HostCollection) -> HostResult:
         profile = profiles.get(host.profile or "", EMPTY_PROFILE)
+        preparsed = local_nvml_observations(selected) if host.transport == "local" and mode != "replay" else {}
         findings, observations = grade_host(host, collection, selected, profile, mode,
-                                            previous.get(host.name), options)
+                                            previous.get(host.name), options, preparsed)
         log.append(findings)
         return HostResult(name=host.name, findings=findings, observations=observations,
                           profile=host.profile, group=host.group, address=host.address)
@@ -196,6 +197,25 @@ def _transport(opts: RunOptions, mode: str, hosts: Sequence[Host]) -> Transport:
     if mode == "replay":
         return make("replay")
     return PerHostTransport({kind: make(kind) for kind in sorted({h.transport for h in hosts})})
+
+
+def local_nvml_observations(selected: Sequence[Any]) -> dict[str, Any]:
+    """GPU observations from NVML for a local host, when pynvml and the driver library load;
+    otherwise nothing, and the gpu probe reads the script's ``nvidia-smi -q -x`` as usual."""
+    if "gpu" not in {p.name for p in selected}:
+        return {}
+    from probes.nvml import collect_nvml
+
+    class _NoNvml(Exception):
+        pass
+
+    def no_fallback() -> Any:
+        raise _NoNvml
+
+    try:
+        return {"gpu": collect_nvml(fallback=no_fallback)}
+    except _NoNvml:
+        return {}
 
 
 def _fleet(host_results: Mapping[str, HostResult], hosts: Sequence[Host],

@@ -44,10 +44,26 @@ def _gate_finding(host: str, probe: Probe, result: CommandResult) -> Finding:
                    if status is not Status.SKIP else None)
 
 
+def _evaluate(probe: Probe, observations: Any, ctx: EvalContext, sources: str,
+              gated: list[Finding]) -> list[Finding]:
+    try:
+        return gated + list(probe.evaluate(observations, ctx))
+    except Exception as exc:
+        return [*gated, Finding(host=ctx.host.name, check=f"{probe.name}.evaluate", status=Status.ERROR,
+                                source=sources, message=f"evaluation failed: {type(exc).__name__}: {exc}",
+                                remedy="A healthcheck bug or a malformed profile: check the profile "
+                                       f"{ctx.profile.name}")]
+
+
 def run_probe(probe: Probe, host: Host, results: Mapping[str, CommandResult],
-              ctx: EvalContext) -> tuple[list[Finding], Any]:
-    """Findings and observations of one probe on one host; never raises."""
+              ctx: EvalContext, preparsed: Any = None) -> tuple[list[Finding], Any]:
+    """Findings and observations of one probe on one host; never raises.
+
+    ``preparsed`` are observations gathered another way (NVML in local mode): they skip
+    gating and parsing and are evaluated exactly like parsed ones."""
     name = host.name
+    if preparsed is not None:
+        return _evaluate(probe, preparsed, ctx, "nvml", []), preparsed
     if getattr(probe, "unavailable", None):
         return [Finding(host=name, check=f"{probe.name}.collect", status=Status.SKIP,
                         message=f"probe {probe.name} unavailable: {probe.unavailable}")], None
@@ -74,15 +90,7 @@ def run_probe(probe: Probe, host: Host, results: Mapping[str, CommandResult],
         return [Finding(host=name, check=f"{probe.name}.parse", status=Status.ERROR, source=",".join(usable),
                         message=f"parser crashed on {', '.join(usable)}: {type(exc).__name__}: {exc}",
                         remedy="A healthcheck bug: attach the raw output from the run directory")], None
-    try:
-        findings = gated + list(probe.evaluate(observations, ctx))
-    except Exception as exc:
-        findings = [*gated, Finding(host=name, check=f"{probe.name}.evaluate", status=Status.ERROR,
-                            source=",".join(usable),
-                            message=f"evaluation failed: {type(exc).__name__}: {exc}",
-                            remedy="A healthcheck bug or a malformed profile: check the profile "
-                                   f"{ctx.profile.name}")]
-    return findings, observations
+    return _evaluate(probe, observations, ctx, ",".join(usable), gated), observations
 
 
 def reachability_finding(host: Host, collection: HostCollection, transport: str) -> Finding:
@@ -118,7 +126,8 @@ def _collected_at(collection: HostCollection) -> datetime:
 
 def grade_host(host: Host, collection: HostCollection, probes: Sequence[Probe], profile: Profile,
                transport: str, previous: Mapping[str, Any] | None = None,
-               options: Mapping[str, Any] | None = None) -> tuple[list[Finding], dict[str, Any]]:
+               options: Mapping[str, Any] | None = None,
+               preparsed: Mapping[str, Any] | None = None) -> tuple[list[Finding], dict[str, Any]]:
     """All findings and JSON observations of one host."""
     opts = dict(options or {})
     findings = [reachability_finding(host, collection, transport)]
@@ -128,7 +137,8 @@ def grade_host(host: Host, collection: HostCollection, probes: Sequence[Probe], 
     now = _collected_at(collection)
     ctx = EvalContext(host=host, profile=profile, previous=previous or {}, options=opts, now=now)
     for probe in probes:
-        probe_findings, obs = run_probe(probe, host, collection.results, ctx)
+        probe_findings, obs = run_probe(probe, host, collection.results, ctx,
+                                        (preparsed or {}).get(probe.name))
         findings.extend(probe_findings)
         if obs is not None:
             observations[probe.name] = to_jsonable(obs)

@@ -36,7 +36,8 @@ def gpu_finding(ctx: EvalContext, obs: GpuObservations, gpu: GpuObservation, che
     """A finding about one GPU; ``message`` is prefixed with the GPU and its bus id."""
     return Finding(host=ctx.host.name, check=check, status=status, component=component(gpu),
                    value=value, expected=expected, unit=unit, message=f"{label(gpu)}: {message}",
-                   remedy=remedy if status is not Status.PASS else None, source=obs.source)
+                   remedy=remedy if status in (Status.WARN, Status.FAIL, Status.ERROR) else None,
+                   source=obs.source)
 
 
 def graded(ctx: EvalContext, obs: GpuObservations, gpu: GpuObservation, check: str, measured: Any,

@@ -177,7 +177,7 @@ def parse_ibstat(text: str) -> IbstatReport:
     devices = tuple(IbDevice(name=ca["name"], hca_type=ca["attrs"].get("CA type"),
                              fw_ver=ca["attrs"].get("Firmware version"),
                              ports=tuple(_ibstat_port(ca["name"], p) for p in ca["ports"]))
-                    for ca in cas)
+                    for ca in sorted(cas, key=lambda ca: _natural(ca["name"])))
     return IbstatReport(devices=devices, panic=panic)
 
 

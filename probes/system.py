@@ -41,13 +41,15 @@ COMMANDS = {
 
 def mount_probe_command(extra: list[str] | tuple[str, ...] = (),
                         timeout_s: int = MOUNT_STAT_TIMEOUT_S) -> str:
-    """All real mounts of /proc/mounts (plus ``extra``), each ``stat -f``'d under ``timeout``, in parallel."""
+    """All real mounts of /proc/mounts (plus ``extra``), each ``stat -f``'d under ``timeout``, in parallel.
+
+    /proc/mounts escapes spaces as ``\\040``; ``printf %b`` turns them back before ``stat``."""
     paths = " ".join(shlex.quote(p) for p in extra)
     return ("probe_mount() { if command -v timeout >/dev/null 2>&1; then "
             f"timeout -k 1 {int(timeout_s)} stat -f -c %T \"$1\" >/dev/null 2>&1; "
             "else stat -f -c %T \"$1\" >/dev/null 2>&1; fi; echo \"$? $1\"; }; "
             f"for m in $(awk '$3 !~ /^({_PSEUDO_FS})$/ {{print $2}}' /proc/mounts | sort -u) {paths}; "
-            "do probe_mount \"$m\" & done; wait; echo '# mount-probe end'")
+            "do probe_mount \"$(printf '%b' \"$m\")\" & done; wait; echo '# mount-probe end'")
 
 
 def render_commands(options: Mapping[str, Any]) -> dict[str, str]:

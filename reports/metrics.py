@@ -25,9 +25,9 @@ METRICS: dict[str, tuple[str, str]] = {
     "healthcheck_run_duration_seconds": ("gauge", "How long the sweep took"),
     "healthcheck_run_info": ("gauge", "The run (id, version, mode) as labels"),
     "healthcheck_hosts": ("gauge", "Number of hosts per verdict"),
-    "healthcheck_host_verdict": ("gauge", "1 for the host's verdict, 0 for the other statuses"),
-    "healthcheck_check_status": ("gauge", "1 per finding, labelled with its status"),
-    "healthcheck_check_value": ("gauge", "The measured value of a numeric finding (unit in label)"),
+    "healthcheck_host_verdict": ("gauge", "Always 1: the host's verdict is the label"),
+    "healthcheck_check_status": ("gauge", "Always 1: the check's worst status over components is the label"),
+    "healthcheck_check_failing_components": ("gauge", "Components of the check with FAIL or ERROR"),
 }
 
 Extractor = Callable[[str, Any], Iterable[Sample]]

@@ -1,8 +1,7 @@
 """Prometheus samples from the built-in probes' observations (JSON form), by probe name.
 
     healthcheck_gpu_temperature_celsius{gpu="3",host="gpu001"} 41.0
-    healthcheck_gpu_ecc_errors_total{gpu="3",host="gpu001",memory="dram",scope="aggregate",
-                                     type="uncorrectable"} 2.0
+    healthcheck_gpu_ecc_errors_total{gpu="3",host="gpu001",type="uncorrectable"} 2.0
     healthcheck_nvlink_link_active{gpu="0",host="gpu001",link="5"} 0.0
     healthcheck_ib_port_up{host="gpu001",port="mlx5_0/1"} 1.0
 
@@ -20,18 +19,9 @@ from reports.metrics import METRICS, Sample, extractor, number
 METRICS.update({
     "healthcheck_gpus": ("gauge", "GPUs the node reports"),
     "healthcheck_gpu_temperature_celsius": ("gauge", "GPU core temperature"),
-    "healthcheck_gpu_memory_temperature_celsius": ("gauge", "GPU memory (HBM) temperature"),
     "healthcheck_gpu_power_draw_watts": ("gauge", "GPU power draw"),
-    "healthcheck_gpu_power_limit_watts": ("gauge", "GPU enforced power limit"),
-    "healthcheck_gpu_memory_total_bytes": ("gauge", "GPU memory size"),
-    "healthcheck_gpu_pcie_link_width": ("gauge", "PCIe link width in lanes (current and max)"),
-    "healthcheck_gpu_pcie_link_generation": ("gauge", "PCIe link generation (current and max)"),
-    "healthcheck_gpu_pcie_replays_total": ("counter", "PCIe replay counter"),
-    "healthcheck_gpu_ecc_errors_total": ("counter", "ECC error counts by scope, memory and type"),
-    "healthcheck_gpu_remapped_rows_total": ("counter", "Remapped rows by cause"),
+    "healthcheck_gpu_ecc_errors_total": ("counter", "Aggregate (lifetime) ECC errors, SRAM + DRAM, by type"),
     "healthcheck_gpu_row_remap_pending": ("gauge", "1 when a row remap is pending (GPU reset needed)"),
-    "healthcheck_gpu_row_remap_failure": ("gauge", "1 when row remapping failed (RMA)"),
-    "healthcheck_gpu_retired_pages_total": ("counter", "Retired pages by cause (pre-Ampere)"),
     "healthcheck_nvlink_link_active": ("gauge", "1 when the NVLink link is active"),
     "healthcheck_nvlink_link_speed_bytes_per_second": ("gauge", "NVLink link speed"),
     "healthcheck_nvlink_errors_total": ("counter", "NVLink error counters by type"),
@@ -44,7 +34,6 @@ METRICS.update({
     "healthcheck_pair_latency_seconds": ("gauge", "Latency measured between two nodes"),
 })
 
-MIB = 1024 * 1024
 _IB_ERRORS = ("symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
               "port_rcv_remote_physical_errors", "port_xmit_discards", "local_link_integrity_errors",
               "excessive_buffer_overrun_errors")
@@ -62,33 +51,19 @@ def _sample(name: str, labels: Mapping[str, str], value: Any, scale: float = 1.0
 
 
 def _gpu(host: str, g: Mapping[str, Any]) -> Iterable[Sample]:
+    """Five series per GPU: the key values for trending (the findings carry the rest)."""
     labels = {"host": host, "gpu": str(g.get("index"))}
     yield from _sample("healthcheck_gpu_temperature_celsius", labels, g.get("temp_c"))
-    yield from _sample("healthcheck_gpu_memory_temperature_celsius", labels, g.get("memory_temp_c"))
     yield from _sample("healthcheck_gpu_power_draw_watts", labels, g.get("power_draw_w"))
-    yield from _sample("healthcheck_gpu_power_limit_watts", labels, g.get("power_limit_w"))
-    yield from _sample("healthcheck_gpu_memory_total_bytes", labels, g.get("memory_total_mib"), MIB)
-    yield from _sample("healthcheck_gpu_pcie_replays_total", labels, g.get("pcie_replays"))
-    for kind in ("current", "max"):
-        yield from _sample("healthcheck_gpu_pcie_link_width", {**labels, "kind": kind},
-                           g.get(f"pcie_width_{kind}"))
-        yield from _sample("healthcheck_gpu_pcie_link_generation", {**labels, "kind": kind},
-                           g.get(f"pcie_gen_{kind}"))
-    for scope in ("volatile", "aggregate"):
-        counts = g.get(f"ecc_{scope}")
-        for key, value in (counts.items() if isinstance(counts, Mapping) else ()):
-            memory, _, kind = key.partition("_")
-            yield from _sample("healthcheck_gpu_ecc_errors_total",
-                               {**labels, "scope": scope, "memory": memory, "type": kind}, value)
-    remap = g.get("remap") if isinstance(g.get("remap"), Mapping) else {}
-    for cause in ("correctable", "uncorrectable"):
-        yield from _sample("healthcheck_gpu_remapped_rows_total", {**labels, "cause": cause},
-                           remap.get(cause))
-    yield from _sample("healthcheck_gpu_row_remap_pending", labels, remap.get("pending"))
-    yield from _sample("healthcheck_gpu_row_remap_failure", labels, remap.get("failure"))
-    for cause in ("sbe", "dbe"):
-        yield from _sample("healthcheck_gpu_retired_pages_total", {**labels, "cause": cause},
-                           g.get(f"retired_{cause}"))
+    counts = g.get("ecc_aggregate")
+    if isinstance(counts, Mapping):
+        for kind in ("correctable", "uncorrectable"):
+            values = [v for k, v in counts.items() if k.endswith(f"_{kind}") and isinstance(v, int)]
+            if values:
+                yield Sample("healthcheck_gpu_ecc_errors_total", {**labels, "type": kind}, float(sum(values)))
+    remap = g.get("remap")
+    if isinstance(remap, Mapping):
+        yield from _sample("healthcheck_gpu_row_remap_pending", labels, remap.get("pending"))
 
 
 @extractor("gpu")

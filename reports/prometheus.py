@@ -1,7 +1,7 @@
 """``metrics.prom`` for the node_exporter textfile collector (Prometheus text format 0.0.4).
 
     healthcheck_host_verdict{host="gpu001",verdict="FAIL"} 1.0
-    healthcheck_check_status{check="gpu.count",component="node",host="gpu001",status="FAIL"} 1.0
+    healthcheck_check_status{check="gpu.count",host="gpu001",status="FAIL"} 1.0
     healthcheck_gpu_temperature_celsius{gpu="3",host="gpu001"} 41.0
 
 Names carry their unit (``_celsius``, ``_bytes_per_second``, ``_total``); values from
@@ -26,7 +26,12 @@ from reports.metrics import METRICS, Sample, observation_samples
 
 
 def run_samples(digest: RunDigest) -> Iterable[Sample]:
-    """Run-level, per-host and per-check samples (no observation needed)."""
+    """Run-level, per-host and per-check samples (no observation needed).
+
+    A host's verdict and a check's status are one sample each, labelled with the status (value
+    1), so the file stays one line per host and check at 10,000 hosts. A check's status is its
+    worst over components; ``healthcheck_check_failing_components`` counts the FAIL/ERROR ones.
+    """
     run = digest.run
     if isinstance(run.get("duration_s"), int | float):
         yield Sample("healthcheck_run_duration_seconds", {}, float(run["duration_s"]))
@@ -37,14 +42,17 @@ def run_samples(digest: RunDigest) -> Iterable[Sample]:
     for status in Status:
         yield Sample("healthcheck_hosts", {"verdict": status.value}, float(len(by_verdict[status])))
     for host in digest.results.hosts.values():
-        for status in Status:
-            yield Sample("healthcheck_host_verdict", {"host": host.name, "verdict": status.value},
-                         float(host.verdict is status))
+        yield Sample("healthcheck_host_verdict", {"host": host.name, "verdict": host.verdict.value}, 1.0)
+        worst: dict[str, Status] = {}
+        failing: dict[str, int] = defaultdict(int)
         for f in host.findings:
-            labels = {"host": host.name, "check": f.check, "component": f.component}
-            yield Sample("healthcheck_check_status", {**labels, "status": f.status.value}, 1.0)
-            if isinstance(f.value, int | float) and not isinstance(f.value, bool):
-                yield Sample("healthcheck_check_value", {**labels, "unit": f.unit or ""}, float(f.value))
+            if f.check not in worst or f.status.rank > worst[f.check].rank:
+                worst[f.check] = f.status
+            failing[f.check] += f.status in (Status.FAIL, Status.ERROR)
+        for check, status in worst.items():
+            labels = {"host": host.name, "check": check}
+            yield Sample("healthcheck_check_status", {**labels, "status": status.value}, 1.0)
+            yield Sample("healthcheck_check_failing_components", labels, float(failing[check]))
 
 
 def bench_samples(digest: RunDigest) -> Iterable[Sample]:

@@ -3,8 +3,7 @@ two otherwise-good nodes; what cannot be decided stays unconfirmed (never silent
 
 from __future__ import annotations
 
-from benchmarks.attribution import (PairResult, apply_blame, attribute, attribution_findings,
-                                    retest_candidates)
+from benchmarks.attribution import PairResult, apply_blame, attribute, attribution_findings, retest_candidates
 from healthcheck.model import Finding, Status
 
 

@@ -77,7 +77,8 @@ def test_hpcc_section_summary_and_pingpong() -> None:
 
 
 def test_hpl_nvidia_formats_and_gpu_warnings() -> None:
-    wc0 = parse_hpl(corpus_text("hpl/hpl-nvidia-24.3.0-a100-2node-p2q1-nccl-info-destroy-lines-interleaved-passed-snippet.txt"))
+    wc0 = parse_hpl(corpus_text(
+        "hpl/hpl-nvidia-24.3.0-a100-2node-p2q1-nccl-info-destroy-lines-interleaved-passed-snippet.txt"))
     t = wc0.tests[0]
     assert (t.variant, t.n, t.p, t.q, t.gflops, t.gflops_per_gpu, t.residual) == \
         ("WC0", 136192, 2, 1, 33110.0, 16560.0, 0.000342665054)

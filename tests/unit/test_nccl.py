@@ -8,8 +8,15 @@ import math
 import pytest
 
 from benchmarks import BenchContext
-from benchmarks.nccl import (BUSBW_FACTORS, busbw_metric, evaluate_nccl, fleet_nccl, infer_ranks,
-                             nccl_program, parse_nccl_tests)
+from benchmarks.nccl import (
+    BUSBW_FACTORS,
+    busbw_metric,
+    evaluate_nccl,
+    fleet_nccl,
+    infer_ranks,
+    nccl_program,
+    parse_nccl_tests,
+)
 from benchmarks.plan import Job
 from healthcheck.model import Host, Status
 from healthcheck.profiles import Expectation, Profile
@@ -92,7 +99,7 @@ def test_wrong_counts_and_out_of_bounds() -> None:
 def test_legacy_error_column_and_validation_off() -> None:
     legacy = parse_nccl_tests(corpus_text("nccl-tests/all_gather-v100-dgx2-12gpu-legacy-error-1e+00-4-FAILED.txt"))
     assert legacy.legacy_error_column and len(legacy.devices) == 12
-    assert [(x.size_bytes, x.oop_wrong) for x in legacy.rows if x.wrong][0] == (4294967280, 1.0)
+    assert next((x.size_bytes, x.oop_wrong) for x in legacy.rows if x.wrong) == (4294967280, 1.0)
     off = parse_nccl_tests(corpus_text("nccl-tests/all_reduce-a100-40gb-8gpu-legacy-format-validation0.txt"))
     assert off.validation is False and off.rows[0].oop_wrong is None and len(off.rows) == 34
     assert off.rows[-1].oop_busbw_gbps == 235.26
@@ -128,7 +135,8 @@ def test_aborted_runs_and_warnings() -> None:
     assert len(boot.warnings) == 8 and {w.host for w in boot.warnings} == {"h100-4"}
     assert "neither AF_INET(2) nor AF_INET6(10)" in boot.warnings[0].text
     assert any(e.message == "rank 10 exited with code 3" for e in boot.launcher_errors)
-    qp = parse_nccl_tests(corpus_text("nccl-tests/alltoall-2node-16gpu-roce-NCCL-WARN-async-fatal-QP-invalid-request.txt"))
+    qp = parse_nccl_tests(corpus_text(
+        "nccl-tests/alltoall-2node-16gpu-roce-NCCL-WARN-async-fatal-QP-invalid-request.txt"))
     assert qp.warnings[0].host == "node-0" and qp.warnings[0].device == 0
     assert qp.warnings[0].text.startswith("NET/IB : mlx5_3:1 async fatal event on QP")
     slots = parse_nccl_tests(corpus_text("nccl-tests/mpirun-not-enough-slots-abort-gcm.txt"))
@@ -171,7 +179,8 @@ def test_abort_and_launch_failures() -> None:
     assert run[0].status is Status.FAIL and "system not yet initialized" in run[0].message
     busy = parse_nccl_tests(corpus_text("nccl-tests/all_reduce-gh200-2node-exclusive-process-device-busy-abort.txt"))
     job = _job("pair", ("gpu-1-1", "gpu-1-7"), ranks_per_host=4)
-    hosts = {f.host for f in evaluate_nccl(job, busy, _ctx(_profile(), "gpu-1-1", "gpu-1-7")) if f.status is Status.FAIL}
+    findings = evaluate_nccl(job, busy, _ctx(_profile(), "gpu-1-1", "gpu-1-7"))
+    hosts = {f.host for f in findings if f.status is Status.FAIL}
     assert hosts == {"gpu-1-1", "gpu-1-7"}
     slots = parse_nccl_tests(corpus_text("nccl-tests/mpirun-not-enough-slots-abort-gcm.txt"))
     job_f = evaluate_nccl(_job(), slots, _ctx(_profile(), "node005"))
@@ -211,7 +220,8 @@ def test_rank_count_from_busbw_factor() -> None:
 
 
 def test_metric_floor_and_fleet_outlier() -> None:
-    r = parse_nccl_tests(corpus_text("nccl-tests/all_reduce-h200-2node-16gpu-nccl2.30-tests2.18.3-spectrumx-ucx-warn-interleaved.txt"))
+    r = parse_nccl_tests(corpus_text(
+        "nccl-tests/all_reduce-h200-2node-16gpu-nccl2.30-tests2.18.3-spectrumx-ucx-warn-interleaved.txt"))
     assert busbw_metric(r, None) == (485.66, 17179869184)
     assert busbw_metric(r, 1 << 30) == (485.66, 17179869184)
     good = parse_nccl_tests(corpus_text("nccl-tests/all_reduce-h100-8gpu-single-node-nvls-476GBs-g8.txt"))

@@ -193,3 +193,17 @@ def test_nvidia_smi_fallback_runs_and_parses():
         return _ns(stdout=fixture_text("nvidia-smi-errors/driver-not-loaded.txt"), stderr="", returncode=9)
 
     assert [e.kind for e in collect_nvidia_smi(fail).errors] == ["driver_not_loaded"]
+
+
+def test_local_run_grades_nvml_observations(monkeypatch, tmp_path):
+    """``healthcheck run --local`` takes GPU observations from NVML when libnvidia-ml loads."""
+    from healthcheck.pipeline import RunOptions, execute_run
+
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml([h100(i) for i in range(7)]))
+    outcome = execute_run(RunOptions(local=True, profile="h100-sxm5-8x", probes=["gpu"],
+                                     run_dir=tmp_path / "run"))
+    [host] = outcome.results.hosts.values()
+    count = next(f for f in host.findings if f.check == "gpu.count")
+    assert (count.status, count.value, count.source) == (Status.FAIL, 7, "nvml")
+    assert host.observations["gpu"]["source"] == "nvml"
+    assert len(host.observations["gpu"]["gpus"]) == 7

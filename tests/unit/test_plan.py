@@ -11,8 +11,14 @@ from pathlib import Path
 import pytest
 
 from benchmarks import Program
-from benchmarks.launch import (LauncherSettings, hostfile_text, launch_script, mpirun_argv,
-                               parse_launcher_errors, srun_argv)
+from benchmarks.launch import (
+    LauncherSettings,
+    hostfile_text,
+    launch_script,
+    mpirun_argv,
+    parse_launcher_errors,
+    srun_argv,
+)
 from benchmarks.plan import Job, job_id, pair_rounds, plan_jobs, retest_pairs
 from benchmarks.run import execute_benchmarks, load_outcomes, replay_benchmarks
 from healthcheck.model import CommandResult, Host, Status

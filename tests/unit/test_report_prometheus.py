@@ -28,21 +28,22 @@ def value(text: str, name: str, **labels: str) -> float:
 
 def test_host_verdicts_and_check_status(text: str) -> None:
     assert value(text, "healthcheck_host_verdict", host="gpu001", verdict="FAIL") == 1.0
-    assert value(text, "healthcheck_host_verdict", host="gpu001", verdict="PASS") == 0.0
+    assert ("healthcheck_host_verdict", frozenset({("host", "gpu001"), ("verdict", "PASS")})) not in samples(text)
     assert value(text, "healthcheck_hosts", verdict="FAIL") == 5.0
-    assert value(text, "healthcheck_check_status", host="node-a", check="run.transport", component="node",
-                 status="ERROR") == 1.0
-    assert value(text, "healthcheck_check_value", host="gpu002", check="gpu.temperature", component="gpu3",
-                 unit="C") == 84.0
+    assert value(text, "healthcheck_check_status", host="node-a", check="run.transport", status="ERROR") == 1.0
+    assert value(text, "healthcheck_check_status", host="gpu002", check="gpu.temperature", status="WARN") == 1.0
+    assert value(text, "healthcheck_check_failing_components", host="gpu001", check="gpu.row_remap.pending") == 1
+    assert value(text, "healthcheck_check_failing_components", host="gpu001", check="gpu.count") == 0
     assert value(text, "healthcheck_run_duration_seconds") == 125.0
 
 
 def test_observation_values_in_base_units(text: str) -> None:
     assert value(text, "healthcheck_gpu_temperature_celsius", host="gpu001", gpu="3") == 38.0
-    assert value(text, "healthcheck_gpu_ecc_errors_total", host="gpu001", gpu="0", scope="aggregate",
-                 memory="dram", type="correctable") == 4.0
+    assert value(text, "healthcheck_gpu_ecc_errors_total", host="gpu001", gpu="0", type="correctable") == 4.0
+    assert value(text, "healthcheck_gpu_ecc_errors_total", host="gpu001", gpu="3", type="uncorrectable") == 0.0
     assert value(text, "healthcheck_gpu_row_remap_pending", host="gpu017", gpu="3") == 1.0
-    assert value(text, "healthcheck_gpu_memory_total_bytes", host="gpu003", gpu="0") == 81559 * 1024 * 1024
+    assert value(text, "healthcheck_gpu_row_remap_pending", host="gpu017", gpu="2") == 0.0
+    assert value(text, "healthcheck_gpus", host="gpu003") == 8
     assert value(text, "healthcheck_nvlink_link_active", host="gpu004", gpu="3", link="5") == 0.0
     assert value(text, "healthcheck_nvlink_errors_total", host="gpu004", gpu="3", link="4",
                  type="recovery") == 2.0
@@ -68,5 +69,4 @@ def test_types_suffixes_and_sorted_deterministic_output(tmp_path: Path, text: st
 
 def test_label_values_are_escaped(text: str) -> None:
     # the message is not a label; hosts and checks are, and the output still parses
-    assert value(text, "healthcheck_check_status", host="gpu005", check="xid.event", component="gpu0",
-                 status="FAIL") == 1.0
+    assert value(text, "healthcheck_check_status", host="gpu005", check="xid.event", status="FAIL") == 1.0

@@ -1,0 +1,220 @@
+"""InfiniBand/RoCE probe: sysfs and ibstat parsers on the corpus and our fixtures, grading and growth."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from healthcheck.model import CommandResult, Host, Status
+from healthcheck.profiles import Expectation, load_profile
+from healthcheck.results import to_jsonable
+from healthcheck.spec import EvalContext, ParseError
+from probes.ib_parse import parse_ib_sysfs, parse_ibstat, parse_proc_modules, parse_rate
+from probes.infiniband import COMMANDS, evaluate_infiniband, parse_infiniband
+from tests.conftest import corpus_files, corpus_text, fixture_text
+
+H100 = load_profile("h100-sxm5-8x")
+
+
+def own(rel: str) -> str:
+    """Our fixture without its first (comment) line."""
+    return fixture_text(f"ib/{rel}").split("\n", 1)[1]
+
+
+def result(cid: str, text: str, rc: int = 0) -> CommandResult:
+    return CommandResult(host="gpu001", command_id=cid, stdout=text.encode(), rc=rc)
+
+
+def evaluate(outputs: dict[str, str], profile=H100, previous=None):
+    obs = parse_infiniband({cid: result(cid, text) for cid, text in outputs.items()})
+    ctx = EvalContext(host=Host(name="gpu001"), profile=profile, previous=previous or {})
+    return obs, evaluate_infiniband(obs, ctx)
+
+
+def by_check(findings, check):
+    return [f for f in findings if f.check == check]
+
+
+def test_parse_rate_forms():
+    assert parse_rate("400 Gb/sec (4X NDR)") == (400.0, "4X", "NDR")
+    assert parse_rate("100 Gb/sec (2X HDR)") == (100.0, "2X", "HDR")
+    assert parse_rate("10 Gb/sec (4X)") == (10.0, "4X", None)
+    assert parse_rate("garbage") == (None, None, None)
+
+
+def test_sysfs_corpus_h100_cx7():
+    text = corpus_text("ib/sysfs-class-infiniband-h100-cx7-ndr-counters-UPSTREAM-EDITED.txt")
+    devices = parse_ib_sysfs(text + "# ib-sysfs end\n")
+    assert [d.name for d in devices] == ["mlx5_0", "mlx5_1", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7", "mlx5_8",
+                                         "mlx5_9", "mlx5_bond_0"]
+    mlx5_1 = devices[1]
+    assert (mlx5_1.hca_type, mlx5_1.fw_ver) == ("MT4129", "28.41.1000")
+    port = mlx5_1.ports[0]
+    assert (port.state, port.phys_state, port.rate_gbps, port.width, port.speed, port.link_layer) == \
+        ("ACTIVE", "LinkUp", 400.0, "4X", "NDR", "InfiniBand")
+    assert port.counters["link_downed"] == 255 and port.counters["port_rcv_errors"] == 14
+    assert port.hw_counters["roce_adp_retrans"] == 3
+    bond = devices[-1].ports[0]
+    assert (devices[-1].hca_type, bond.rate_text, bond.width, bond.link_layer) == \
+        ("MT41692", "200 Gb/sec (2X NDR)", "2X", "Ethernet")
+
+
+def test_sysfs_without_end_marker_is_truncated():
+    text = corpus_text("ib/sysfs-class-infiniband-h100-cx7-ndr-counters-UPSTREAM-EDITED.txt")
+    with pytest.raises(ParseError, match="truncated"):
+        parse_ib_sysfs(text)
+
+
+@pytest.mark.parametrize("path", corpus_files("ib", "ibstat-*.txt"), ids=lambda p: p.name)
+def test_ibstat_conformance(path):
+    text = corpus_text(f"ib/{path.name}")
+    report = parse_ibstat(text)
+    assert report.devices
+    for device in report.devices:
+        assert device.hca_type and device.hca_type.startswith("MT")
+        for port in device.ports:
+            assert port.state in ("ACTIVE", "DOWN", "INIT", "ARMED") and port.rate_gbps is not None
+
+
+def test_ibstat_ports_down_disabled():
+    report = parse_ibstat(corpus_text("ib/ibstat-h100-node-eth400-2ports-down.txt"))
+    assert len(report.devices) == 12
+    down = sorted((p.name, p.state, p.phys_state, p.rate_gbps) for d in report.devices for p in d.ports
+                  if p.state != "ACTIVE")
+    assert down == [("mlx5_11/1", "DOWN", "Disabled", 40.0), ("mlx5_5/1", "DOWN", "Disabled", 40.0)]
+    assert report.devices[0].fw_ver == "28.39.1002"
+
+
+def test_ibstat_ibpanic_keeps_devices_before_it():
+    report = parse_ibstat(corpus_text("ib/ibstat-a100-azure-ibpanic-exit255.txt"))
+    assert report.panic is not None and report.panic.device == "mlx5_8"
+    assert "stat of IB device 'mlx5_8' failed" in report.panic.message
+    assert len(report.devices) == 8 and report.devices[0].hca_type == "MT4124"
+
+
+def test_ibstat_dual_port_and_short_form():
+    full = parse_ibstat(corpus_text("ib/ibstat-2x-mlx4-connectx3-dualport-fdr56-active.txt"))
+    assert [p.name for d in full.devices for p in d.ports] == ["mlx4_0/1", "mlx4_0/2", "mlx4_1/1", "mlx4_1/2"]
+    assert {p.rate_gbps for d in full.devices for p in d.ports} == {56.0}
+    short = parse_ibstat(corpus_text("ib/ibstat-s-short-mlx4.txt"))
+    assert [(d.name, d.fw_ver, d.ports) for d in short.devices] == [("mlx4_0", "2.42.5000", ()),
+                                                                    ("mlx4_1", "2.42.5000", ())]
+
+
+def test_ibstatus_and_garbage_are_not_ibstat():
+    with pytest.raises(ParseError):
+        parse_ibstat(corpus_text("ib/ibstatus-a100-8x-hdr200-all-active.txt"))
+    with pytest.raises(ParseError):
+        parse_ibstat(own("bad/ibstat-garbage.txt"))
+
+
+def test_truncated_sysfs_fixture_raises():
+    with pytest.raises(ParseError, match="truncated"):
+        parse_infiniband({"ib-sysfs": result("ib-sysfs", own("bad/sysfs-truncated-mid-line.txt"))})
+
+
+def test_healthy_h100_passes_and_storage_ports_are_left_out():
+    _, findings = evaluate({"ib-sysfs": own("sysfs-h100-8x-ndr-healthy.txt"),
+                            "proc-modules": own("proc-modules-peermem.txt")})
+    assert {f.status for f in findings} == {Status.PASS}, [f.message for f in findings if f.status != Status.PASS]
+    assert by_check(findings, "ib.hca.count")[0].value == 8
+    assert by_check(findings, "ib.port.count")[0].value == 8
+    assert len(by_check(findings, "ib.port.rate")) == 8
+    assert by_check(findings, "ib.gpudirect_rdma")[0].message.endswith("(nvidia_peermem)")
+
+
+def test_degraded_ports_each_named():
+    _, findings = evaluate({"ib-sysfs": own("sysfs-h100-degraded-2x-hdr-down-symbol-errors.txt"),
+                            "proc-modules": own("proc-modules-no-peermem.txt")})
+    bad_rate = {f.component: f for f in by_check(findings, "ib.port.rate") if f.status is Status.FAIL}
+    assert set(bad_rate) == {"mlx5_4/1", "mlx5_9/1", "mlx5_10/1"}
+    assert "width 2X instead of 4X" in bad_rate["mlx5_4/1"].message
+    assert "speed HDR instead of NDR" in bad_rate["mlx5_9/1"].message
+    assert bad_rate["mlx5_9/1"].value == "200 Gb/sec (4X HDR)"
+    state = [f for f in by_check(findings, "ib.port.state") if f.status is Status.FAIL]
+    assert [(f.component, f.value) for f in state] == [("mlx5_10/1", "DOWN / Disabled")]
+    sym = by_check(findings, "ib.counter.symbol_error")
+    assert [(f.component, f.value, f.status) for f in sym] == [("mlx5_5/1", 250, Status.FAIL)]
+    downed = by_check(findings, "ib.counter.link_downed")
+    assert [(f.component, f.value, f.status) for f in downed] == [("mlx5_5/1", 3, Status.WARN)]
+    peer = by_check(findings, "ib.gpudirect_rdma")[0]
+    assert peer.status is Status.FAIL and "neither nvidia_peermem nor nv_peer_mem" in peer.message
+
+
+def test_counter_growth_since_previous_run_is_flapping():
+    before, _ = evaluate({"ib-sysfs": own("sysfs-h100-8x-ndr-healthy.txt")})
+    _, findings = evaluate({"ib-sysfs": own("sysfs-h100-link-downed-grew-fw-28.41.txt")},
+                           previous={"infiniband": to_jsonable(before)})
+    growth = {(f.check, f.component): f for f in findings if f.check.startswith("ib.counter_growth.")}
+    flap = growth[("ib.counter_growth.link_downed", "mlx5_6/1")]
+    assert flap.status is Status.FAIL and flap.value == 7 and "flapping" in flap.message
+    sym = growth[("ib.counter_growth.symbol_error", "mlx5_0/1")]
+    assert sym.status is Status.WARN and sym.value == 12
+    assert len(growth) == 2
+    # the absolute link_downed 7 is also above the warn level
+    assert by_check(findings, "ib.counter.link_downed")[0].component == "mlx5_6/1"
+
+
+def test_counter_reset_counts_from_zero():
+    before, _ = evaluate({"ib-sysfs": own("sysfs-h100-link-downed-grew-fw-28.41.txt")})
+    _, findings = evaluate({"ib-sysfs": own("sysfs-h100-8x-ndr-healthy.txt")},
+                           previous={"infiniband": to_jsonable(before)})
+    assert not [f for f in findings if f.check.startswith("ib.counter_growth.")]
+
+
+def test_saturated_counter_is_explained():
+    devices = parse_ib_sysfs(corpus_text("ib/sysfs-class-infiniband-h100-cx7-ndr-counters-UPSTREAM-EDITED.txt")
+                             + "# ib-sysfs end\n")
+    from probes.ib_parse import IbObservation
+    ctx = EvalContext(host=Host(name="gpu001"), profile=H100)
+    findings = evaluate_infiniband(IbObservation(devices=devices, source="ib-sysfs"), ctx)
+    downed = [f for f in by_check(findings, "ib.counter.link_downed") if f.component == "mlx5_1/1"][0]
+    assert downed.status is Status.FAIL and "saturated at its 8-bit maximum" in downed.message
+    # mlx5_bond_0 (BlueField-3, Ethernet, 2X) is not a ConnectX-7 and is not graded
+    assert not [f for f in findings if "mlx5_bond_0" in f.component]
+
+
+def test_roce_profile_grades_ibstat_fallback_ports_down():
+    roce = replace(H100, expectations={**H100.expectations, "ib.port.link_layer": Expectation(
+        key="ib.port.link_layer", op="eq", value="Ethernet", source="test: RoCE fabric")})
+    obs, findings = evaluate({"ib-sysfs": "# ib-sysfs: no /sys/class/infiniband devices\n",
+                              "ibstat": corpus_text("ib/ibstat-h100-node-eth400-2ports-down.txt")}, profile=roce)
+    assert obs.source == "ibstat"
+    assert by_check(findings, "ib.port.count")[0].value == 8
+    down = [f.component for f in by_check(findings, "ib.port.state") if f.status is Status.FAIL]
+    assert down == ["mlx5_5/1", "mlx5_11/1"]
+    rates = [f for f in by_check(findings, "ib.port.rate") if f.status is Status.FAIL]
+    assert [f.component for f in rates] == ["mlx5_5/1", "mlx5_11/1"]
+    assert "rate 40.0 instead of 400" in rates[0].message
+
+
+def test_ib_profile_on_roce_node_counts_zero_and_names_left_out_ports():
+    _, findings = evaluate({"ibstat": corpus_text("ib/ibstat-h100-node-8x400G-roce-all-active.txt")})
+    count = by_check(findings, "ib.port.count")[0]
+    assert count.status is Status.FAIL and count.value == 0
+    assert "mlx5_0/1 Ethernet" in count.message
+
+
+def test_ibpanic_is_a_failure_naming_the_device():
+    a100 = load_profile("a100-sxm4-80gb-8x")
+    _, findings = evaluate({"ibstat": corpus_text("ib/ibstat-a100-azure-ibpanic-exit255.txt")}, profile=a100)
+    panic = by_check(findings, "ib.ibstat")[0]
+    assert (panic.status, panic.component) == (Status.FAIL, "mlx5_8")
+    assert by_check(findings, "ib.hca.count")[0].value == 8
+
+
+def test_no_devices_expected_vs_unexpected():
+    l40s = load_profile("l40s-pcie-4x")
+    none = "# ib-sysfs: no /sys/class/infiniband devices\n"
+    _, findings = evaluate({"ib-sysfs": none}, profile=l40s)
+    assert [(f.check, f.status) for f in findings] == [("ib.hca.count", Status.SKIP)]
+    _, findings = evaluate({"ib-sysfs": none})
+    assert by_check(findings, "ib.hca.count")[0].status is Status.FAIL
+
+
+def test_proc_modules_and_commands():
+    assert "nv_peer_mem" not in parse_proc_modules(own("proc-modules-peermem.txt"))
+    assert "nvidia_peermem" in parse_proc_modules(own("proc-modules-peermem.txt"))
+    assert "/sys/class/infiniband/*/ports/*/counters/*" in COMMANDS["ib-sysfs"]
+    assert "# ib-sysfs end" in COMMANDS["ib-sysfs"]
