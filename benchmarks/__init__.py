@@ -1,7 +1,7 @@
 """The benchmark registry: nccl-tests, HPL/HPCC, IMB and OSU, each a ``BenchmarkSpec`` value.
 
-    from benchmarks import registry
-    spec = registry.get("nccl")
+    import benchmarks
+    spec = benchmarks.get("nccl")
     spec.program(job, profile, options)      # Program(argv=("all_reduce_perf", "-b", ...), env={...})
     spec.parse(text)                         # NcclTestResult (pure; ParseError on garbage)
     spec.evaluate(job, result, ctx)          # [Finding, ...] for the hosts in the job
@@ -67,7 +67,7 @@ class BenchmarkSpec:
     description: str
     tests: Callable[[Profile, Mapping[str, Any]], tuple[str, ...]]
     shapes: Mapping[str, tuple[str, ...]]
-    ranks_per_host: Callable[[Profile, str], int]
+    ranks_per_host: Callable[..., int]  # (profile, shape, options) -> ranks per node
     program: Callable[[Any, Profile, Mapping[str, Any]], Program]
     parse: Callable[[str], Any]
     evaluate: Callable[[Any, Any, BenchContext], list[Finding]]

@@ -35,7 +35,7 @@ from healthcheck.model import Host
 
 TOP_KEYS = ("defaults", "groups", "hosts", "controller")
 GROUP_KEYS = ("hosts", "vars")
-KNOWN_VARS = ("address", "user", "port", "profile", "transport", "slurm_node", "k8s_node", "rail",
+KNOWN_VARS = ("address", "user", "port", "profile", "transport", "slurm_node", "k8s_node", "rail", "benchmarks",
               "xid_ignore", "mounts", "services", "labels", "extra")
 TRANSPORTS = ("ssh", "local")
 

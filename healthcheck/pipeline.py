@@ -24,7 +24,7 @@ import healthcheck
 import probes as probe_registry
 from healthcheck.defaults import DEFAULTS
 from healthcheck.inventory import Inventory, load_inventory
-from healthcheck.model import Finding, Host, HostCollection
+from healthcheck.model import Finding, Host, HostCollection, Status
 from healthcheck.profiles import EMPTY_PROFILE, Profile, available_profiles, load_profile
 from healthcheck.progress import ProgressDisplay
 from healthcheck.results import HostResult, RunResults, load_results, write_results
@@ -163,6 +163,8 @@ def execute_run(opts: RunOptions) -> RunOutcome:
         host_results = runner.run(hosts, grade)
     if opts.replay is not None:
         _copy_job_outputs(Path(opts.replay), run_dir)
+    bench_findings = _benchmarks(opts, mode, run_dir, hosts, profiles, transport, host_results)
+    log.append(bench_findings)
     fleet_findings = _fleet(host_results, hosts, profiles)
     log.append(fleet_findings)
     for f in fleet_findings:
@@ -175,6 +177,7 @@ def execute_run(opts: RunOptions) -> RunOutcome:
                 "replay_of": str(opts.replay or ""), "version": healthcheck.__version__,
                 "profiles": sorted(profiles)}
     ordered = {h.name: host_results[h.name] for h in hosts if h.name in host_results}
+    ordered.update({n: r for n, r in host_results.items() if n not in ordered})
     results = RunResults(run=run_info, hosts=ordered)
     write_results(run_dir, results)
     report_error = None
@@ -197,6 +200,39 @@ def _transport(opts: RunOptions, mode: str, hosts: Sequence[Host]) -> Transport:
     if mode == "replay":
         return make("replay")
     return PerHostTransport({kind: make(kind) for kind in sorted({h.transport for h in hosts})})
+
+
+HARD_FAIL_CATEGORIES = ("gpu", "nvlink", "topology", "fabric", "xid")
+
+
+def hard_failed(result: HostResult) -> bool:
+    """Unreachable, or a FAIL in a subject that makes a benchmark on the host meaningless."""
+    return any((f.check == "host.reachable" and f.status is Status.ERROR)
+               or (f.status is Status.FAIL and f.category in HARD_FAIL_CATEGORIES) for f in result.findings)
+
+
+def _benchmarks(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host],
+                profiles: Mapping[str, Profile], transport: Transport,
+                host_results: dict[str, HostResult]) -> list[Finding]:
+    """Run the selected benchmarks after the probes (or re-grade a bundle's stored jobs)."""
+    from benchmarks.run import execute_benchmarks, replay_benchmarks
+
+    run_options = {**opts.probe_options, "benchmarks": list(opts.benchmarks), "plan": opts.plan}
+    by_host = {h.name: profiles.get(h.profile or "", EMPTY_PROFILE) for h in hosts}
+    if mode == "replay":
+        if not (run_dir / "raw" / "_jobs").is_dir():
+            return []
+        findings, observations = replay_benchmarks(run_dir, hosts, by_host, run_options)
+    elif opts.benchmarks:
+        failed = {name for name, r in host_results.items() if hard_failed(r)}
+        findings, observations = execute_benchmarks(run_dir, hosts, by_host, transport, run_options, failed)
+    else:
+        return []
+    for name, obs in observations.items():
+        host_results.setdefault(name, HostResult(name=name)).observations.update(obs)
+    for f in findings:
+        host_results.setdefault(f.host, HostResult(name=f.host)).findings.append(f)
+    return findings
 
 
 def local_nvml_observations(selected: Sequence[Any]) -> dict[str, Any]:

@@ -68,9 +68,9 @@ def dcgm_unavailable(result: CommandResult) -> str | None:
     text = result.text + result.err_text
     if NOT_INSTALLED in text or result.rc == 127:
         return "dcgmi is not installed on this node"
-    if m := _ENGINE_DOWN.search(text):
-        line = next((ln.strip() for ln in text.splitlines() if m.group(0) in ln), m.group(0))
-        return f"the DCGM host engine (nv-hostengine) is not reachable: {line}"
+    said = [ln.strip().removeprefix("Error: ") for ln in text.splitlines() if _ENGINE_DOWN.search(ln)]
+    if said:
+        return f"the DCGM host engine (nv-hostengine) is not reachable: {' / '.join(said)}"
     return None
 
 

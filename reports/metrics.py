@@ -26,8 +26,7 @@ METRICS: dict[str, tuple[str, str]] = {
     "healthcheck_run_info": ("gauge", "The run (id, version, mode) as labels"),
     "healthcheck_hosts": ("gauge", "Number of hosts per verdict"),
     "healthcheck_host_verdict": ("gauge", "Always 1: the host's verdict is the label"),
-    "healthcheck_check_status": ("gauge", "Always 1: the check's worst status over components is the label"),
-    "healthcheck_check_failing_components": ("gauge", "Components of the check with FAIL or ERROR"),
+    "healthcheck_check_status": ("gauge", "Components of the check in its worst status (the label)"),
 }
 
 Extractor = Callable[[str, Any], Iterable[Sample]]

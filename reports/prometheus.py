@@ -28,9 +28,10 @@ from reports.metrics import METRICS, Sample, observation_samples
 def run_samples(digest: RunDigest) -> Iterable[Sample]:
     """Run-level, per-host and per-check samples (no observation needed).
 
-    A host's verdict and a check's status are one sample each, labelled with the status (value
-    1), so the file stays one line per host and check at 10,000 hosts. A check's status is its
-    worst over components; ``healthcheck_check_failing_components`` counts the FAIL/ERROR ones.
+    A host's verdict and a check's status are one sample each, labelled with the status, so the
+    file stays one line per host and check at 10,000 hosts. A check's status is its worst over
+    components and the value counts the components in that status (3 GPUs with a pending remap
+    give ``{status="FAIL"} 3``); the verdict's value is always 1.
     """
     run = digest.run
     if isinstance(run.get("duration_s"), int | float):
@@ -44,15 +45,14 @@ def run_samples(digest: RunDigest) -> Iterable[Sample]:
     for host in digest.results.hosts.values():
         yield Sample("healthcheck_host_verdict", {"host": host.name, "verdict": host.verdict.value}, 1.0)
         worst: dict[str, Status] = {}
-        failing: dict[str, int] = defaultdict(int)
+        count: dict[tuple[str, Status], int] = defaultdict(int)
         for f in host.findings:
             if f.check not in worst or f.status.rank > worst[f.check].rank:
                 worst[f.check] = f.status
-            failing[f.check] += f.status in (Status.FAIL, Status.ERROR)
+            count[(f.check, f.status)] += 1
         for check, status in worst.items():
-            labels = {"host": host.name, "check": check}
-            yield Sample("healthcheck_check_status", {**labels, "status": status.value}, 1.0)
-            yield Sample("healthcheck_check_failing_components", labels, float(failing[check]))
+            yield Sample("healthcheck_check_status", {"host": host.name, "check": check, "status": status.value},
+                         float(count[(check, status)]))
 
 
 def bench_samples(digest: RunDigest) -> Iterable[Sample]:

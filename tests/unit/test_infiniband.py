@@ -10,7 +10,7 @@ from healthcheck.model import CommandResult, Host, Status
 from healthcheck.profiles import Expectation, load_profile
 from healthcheck.results import to_jsonable
 from healthcheck.spec import EvalContext, ParseError
-from probes.ib_parse import parse_ib_sysfs, parse_ibstat, parse_proc_modules, parse_rate
+from probes.ib_parse import IbObservation, parse_ib_sysfs, parse_ibstat, parse_proc_modules, parse_rate
 from probes.infiniband import COMMANDS, evaluate_infiniband, parse_infiniband
 from tests.conftest import corpus_files, corpus_text, fixture_text
 
@@ -166,10 +166,10 @@ def test_counter_reset_counts_from_zero():
 def test_saturated_counter_is_explained():
     devices = parse_ib_sysfs(corpus_text("ib/sysfs-class-infiniband-h100-cx7-ndr-counters-UPSTREAM-EDITED.txt")
                              + "# ib-sysfs end\n")
-    from probes.ib_parse import IbObservation
+
     ctx = EvalContext(host=Host(name="gpu001"), profile=H100)
     findings = evaluate_infiniband(IbObservation(devices=devices, source="ib-sysfs"), ctx)
-    downed = [f for f in by_check(findings, "ib.counter.link_downed") if f.component == "mlx5_1/1"][0]
+    downed = next(f for f in by_check(findings, "ib.counter.link_downed") if f.component == "mlx5_1/1")
     assert downed.status is Status.FAIL and "saturated at its 8-bit maximum" in downed.message
     # mlx5_bond_0 (BlueField-3, Ethernet, 2X) is not a ConnectX-7 and is not graded
     assert not [f for f in findings if "mlx5_bond_0" in f.component]

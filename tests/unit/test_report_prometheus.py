@@ -32,9 +32,21 @@ def test_host_verdicts_and_check_status(text: str) -> None:
     assert value(text, "healthcheck_hosts", verdict="FAIL") == 5.0
     assert value(text, "healthcheck_check_status", host="node-a", check="run.transport", status="ERROR") == 1.0
     assert value(text, "healthcheck_check_status", host="gpu002", check="gpu.temperature", status="WARN") == 1.0
-    assert value(text, "healthcheck_check_failing_components", host="gpu001", check="gpu.row_remap.pending") == 1
-    assert value(text, "healthcheck_check_failing_components", host="gpu001", check="gpu.count") == 0
+    assert value(text, "healthcheck_check_status", host="gpu001", check="gpu.count", status="PASS") == 1.0
     assert value(text, "healthcheck_run_duration_seconds") == 125.0
+
+
+def test_check_status_counts_components_in_the_worst_status(tmp_path: Path) -> None:
+    from healthcheck.model import Finding, Status
+    from healthcheck.results import HostResult, RunResults, write_results
+
+    fs = [Finding("n1", "gpu.row_remap.pending", Status.FAIL if i in (2, 5) else Status.PASS, "m",
+                  component=f"gpu{i}") for i in range(8)]
+    write_results(tmp_path, RunResults({"id": "x"}, {"n1": HostResult("n1", fs)}))
+    text = render_prometheus(load_digest(tmp_path)).decode()
+    assert value(text, "healthcheck_check_status", host="n1", check="gpu.row_remap.pending", status="FAIL") == 2
+    assert [line for line in text.splitlines() if line.startswith("healthcheck_check_status")] == [
+        'healthcheck_check_status{check="gpu.row_remap.pending",host="n1",status="FAIL"} 2.0']
 
 
 def test_observation_values_in_base_units(text: str) -> None:
@@ -67,6 +79,15 @@ def test_types_suffixes_and_sorted_deterministic_output(tmp_path: Path, text: st
     assert "# TYPE healthcheck_check_status gauge" in text
 
 
-def test_label_values_are_escaped(text: str) -> None:
-    # the message is not a label; hosts and checks are, and the output still parses
-    assert value(text, "healthcheck_check_status", host="gpu005", check="xid.event", status="FAIL") == 1.0
+def test_label_values_are_escaped() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from reports.metrics import Sample
+    from reports.prometheus import _Collector, families
+
+    odd = 'x"}\nfake_metric 1\\'
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(families([Sample("healthcheck_hosts", {"verdict": odd}, 2.0)])))
+    text = generate_latest(registry).decode()
+    assert "\nfake_metric" not in text
+    assert value(text, "healthcheck_hosts", verdict=odd) == 2.0

@@ -1,0 +1,216 @@
+"""DCGM probe: diag JSON (3.x and 4.x) and text tables, health, discovery, exit codes, absent DCGM."""
+
+from __future__ import annotations
+
+import pytest
+
+from healthcheck.model import CommandResult, Host, Status
+from healthcheck.profiles import load_profile
+from healthcheck.spec import EvalContext, ParseError
+from probes.dcgm import PROBE, evaluate_dcgm, parse_dcgm, render_commands
+from probes.dcgm_diag import parse_dcgmi_diag, severity_name
+from probes.dcgm_health import parse_dcgmi_discovery, parse_dcgmi_health
+from tests.conftest import corpus_files, corpus_text, fixture_text
+
+H100 = load_profile("h100-sxm5-8x")
+SNIPPET_NOT_JSON = "diag-r4-j-dcgm4-8gpu-diagnostic-test-entity-results-info-truncated-snippet.txt"
+
+
+def own(rel: str) -> str:
+    return fixture_text(f"dcgmi/{rel}").split("\n", 1)[1]
+
+
+def run(outputs: dict[str, tuple[str, int]], level: int = 1):
+    results = {cid: CommandResult(host="gpu001", command_id=cid, stdout=text.encode(), rc=rc)
+               for cid, (text, rc) in outputs.items()}
+    obs = parse_dcgm(results)
+    ctx = EvalContext(host=Host(name="gpu001"), profile=H100, options={"dcgm_diag_level": level})
+    return obs, evaluate_dcgm(obs, ctx)
+
+
+def checks(findings, prefix):
+    return [f for f in findings if f.check.startswith(prefix)]
+
+
+@pytest.mark.parametrize("path", corpus_files("dcgmi", "diag-*.txt"), ids=lambda p: p.name)
+def test_diag_conformance(path):
+    text = corpus_text(f"dcgmi/{path.name}")
+    if path.name == SNIPPET_NOT_JSON:  # one test object ending in '},': not a document
+        with pytest.raises(ParseError):
+            parse_dcgmi_diag(text)
+        return
+    report = parse_dcgmi_diag(text)
+    assert report.tests
+    for test in report.tests:
+        assert test.status in ("pass", "fail", "warn", "skip"), (test.name, test.status)
+
+
+def test_severity_names_follow_the_release():
+    assert severity_name(1, "3.1.8") == "ISOLATE"
+    assert severity_name(1, "3.3.3") == "MONITOR"
+    assert severity_name(2, "4.2.3") == "ISOLATE"
+    assert severity_name(6, "4.2.3") == "RESET"
+    assert severity_name(5, None) == "CONFIG"
+    assert severity_name(None, "4.2.3") is None
+
+
+def test_dcgm4_json_gb10_exit_226_is_a_result_not_an_error():
+    text = corpus_text("dcgmi/diag-r1-j-dcgm4.2.3-gb10-software-fail-persistence-off-sram-threshold-unreadable.txt")
+    report = parse_dcgmi_diag(text)
+    assert (report.format, report.dcgm_version, report.driver_version) == ("json-4", "4.2.3", "580.82.09")
+    test = report.tests[0]
+    assert (test.category, test.name, test.status) == ("Deployment", "software", "fail")
+    warning = test.results[0].warnings[0]
+    assert (test.results[0].entity, warning.error_id, warning.severity) == ("gpu0", 29, "CONFIG")
+    _, findings = run({"dcgmi-diag": (text, 226)})
+    software = checks(findings, "dcgm.diag.software")[0]
+    assert (software.status, software.component) == (Status.FAIL, "gpu0")
+    assert "[CONFIG] Persistence Mode" in software.message and "configuration problem" in software.remedy
+    summary = checks(findings, "dcgm.diag")[0]
+    assert summary.check == "dcgm.diag" and summary.status is Status.FAIL and summary.value == 226
+
+
+def test_dcgm3_text_pass_all_tests():
+    report = parse_dcgmi_diag(corpus_text("dcgmi/diag-r2-8x-a100-80gb-p4de-dcgm3.3.3-pass.txt"))
+    assert (report.format, report.dcgm_version, report.driver_version) == ("text", "3.3.3", "535.104.12")
+    assert [t.name for t in report.tests][-2:] == ["PCIe", "GPU Memory"]
+    assert len(report.tests) == 11
+    _, findings = run({"dcgmi-diag": (corpus_text("dcgmi/diag-r2-8x-a100-80gb-p4de-dcgm3.3.3-pass.txt"), 0)}, 2)
+    assert {f.status for f in checks(findings, "dcgm.diag")} == {Status.PASS}
+    assert "dcgmi diag -r 2 (DCGM 3.3.3" in checks(findings, "dcgm.diag")[0].message
+
+
+def test_dcgm3_text_gpu_memory_fail_all_and_pcie_skip():
+    text = corpus_text("dcgmi/diag-r3-8x-h100-cuinit-system-not-yet-initialized-gpu-memory-fail.txt")
+    _, findings = run({"dcgmi-diag": (text, 226)}, 3)
+    memory = checks(findings, "dcgm.diag.gpu_memory")
+    assert [(f.component, f.status) for f in memory] == [("all GPUs", Status.FAIL)]
+    assert "system not yet initialized" in memory[0].message and "GPU 7 Error using CUDA API" in memory[0].message
+    assert [f.status for f in checks(findings, "dcgm.diag.pcie")] == [Status.SKIP]
+    persistence = checks(findings, "dcgm.diag.persistence_mode")[0]
+    assert persistence.status is Status.PASS
+
+
+def test_wrapped_warning_joins_mid_word_and_names_gpu0():
+    text = corpus_text("dcgmi/diag-r2-gpu-memory-fail-thermal-violation-snippet.txt")
+    _, findings = run({"dcgmi-diag": (text, 226)}, 2)
+    bad = [f for f in checks(findings, "dcgm.diag.gpu_memory") if f.status is not Status.PASS]
+    assert [(f.component, f.status) for f in bad] == [("gpu0", Status.FAIL)]
+    assert "Thermal violations totaling 13.3 seconds started at 9.7 seconds" in bad[0].message
+
+
+def test_dcgm4_text_pcie_fail_while_every_gpu_passes():
+    text = corpus_text("dcgmi/diag-r2-dcgm4.2.3-4x-l40s-26b9-pcie-fail-child-process-error.txt")
+    report = parse_dcgmi_diag(text)
+    pcie = next(t for t in report.tests if t.name == "pcie")
+    assert pcie.status == "fail" and len(pcie.warnings) == 4
+    assert "'A child process (152) exited with non-zero status 1'" in pcie.warnings[0].message
+    _, findings = run({"dcgmi-diag": (text, 226)}, 2)
+    node = checks(findings, "dcgm.diag.pcie")
+    assert [(f.component, f.status) for f in node] == [("node", Status.FAIL)]
+    assert [f.status for f in checks(findings, "dcgm.diag.memory")] == [Status.PASS]
+
+
+def test_deployment_error_row_snippet():
+    report = parse_dcgmi_diag(corpus_text("dcgmi/diag-deployment-error-uncorrectable-row-remap-pending-snippet.txt"))
+    assert [(t.name, t.status) for t in report.tests] == [("Deployment", "fail")]
+    assert report.tests[0].warnings[0].message == ("GPU 3 has uncorrectable memory errors and row remappings "
+                                                   "are pending")
+
+
+def test_dcgm3_json_own_fixture_isolate_on_gpu3():
+    report = parse_dcgmi_diag(own("diag-r2-j-dcgm3.3-8gpu-gpu3-memory-fail.json"))
+    assert (report.format, report.dcgm_version) == ("json-3", "3.3.8")
+    assert len(report.tests) == 10  # 9 deployment tests (null entries skipped) + GPU Memory
+    _, findings = run({"dcgmi-diag": (own("diag-r2-j-dcgm3.3-8gpu-gpu3-memory-fail.json"), 226)}, 2)
+    memory = [f for f in checks(findings, "dcgm.diag.gpu_memory") if f.status is not Status.PASS]
+    assert [(f.component, f.status) for f in memory] == [("gpu3", Status.FAIL)]
+    assert "[ISOLATE]" in memory[0].message and "RMA" in memory[0].remedy
+    denylist = checks(findings, "dcgm.diag.denylist")[0]
+    assert denylist.status is Status.PASS and "gpu0,gpu1" in denylist.message
+
+
+def test_old_severity_table_escalates_warn_to_fail():
+    _, findings = run({"dcgmi-diag": (own("diag-r2-j-dcgm3.1-gpu5-pcie-warn-old-severity-isolate.json"), 0)}, 2)
+    pcie = [f for f in checks(findings, "dcgm.diag.pcie") if f.status is not Status.PASS]
+    assert [(f.component, f.status, f.value) for f in pcie] == [("gpu5", Status.FAIL, "warn")]
+    assert "[ISOLATE] GPU 5 PCIe replay count 96" in pcie[0].message
+
+
+def test_dcgm4_pass_fixture_and_exit_226_without_failures_is_error():
+    text = own("diag-r1-j-dcgm4.2-8x-h100-pass.json")
+    _, findings = run({"dcgmi-diag": (text, 0)})
+    assert {f.status for f in findings} == {Status.PASS}
+    _, findings = run({"dcgmi-diag": (text, 226)})
+    summary = checks(findings, "dcgm.diag")[0]
+    assert summary.status is Status.ERROR and "exit code 226" in summary.message
+
+
+def test_truncated_diag_json_is_an_error_finding():
+    _, findings = run({"dcgmi-diag": (own("bad/diag-r3-j-truncated.json"), 137)})
+    assert [(f.check, f.status) for f in findings] == [("dcgm.diag", Status.ERROR)]
+    assert "could not be read" in findings[0].message
+
+
+def test_dcgmi_absent_or_host_engine_down_is_skip():
+    marker = "healthcheck: dcgmi not installed\n"
+    _obs, findings = run({"dcgmi-discovery": (marker, 0), "dcgmi-diag": (marker, 0), "dcgmi-health": (marker, 0)})
+    assert [(f.check, f.status) for f in findings] == [("dcgm.discovery", Status.SKIP), ("dcgm.diag", Status.SKIP),
+                                                       ("dcgm.health", Status.SKIP)]
+    assert "not installed" in findings[1].message
+    down = own("discovery-hostengine-down.txt")
+    _, findings = run({"dcgmi-discovery": (down, 255), "dcgmi-health": (down, 255)})
+    assert {f.status for f in findings} == {Status.SKIP}
+    assert "nv-hostengine" in findings[0].message and "Host engine connection invalid" in findings[0].message
+
+
+def test_health_json_and_text():
+    healthy = parse_dcgmi_health(corpus_text("dcgmi/health-c-j-healthy-false-negative-gpu-needs-reset.txt"))
+    assert (healthy.overall, healthy.incidents) == ("Healthy", ())
+    text = parse_dcgmi_health(corpus_text("dcgmi/health-c-text-dcgm4.6.1-l4-warning-power-violation-clocks-event.txt"))
+    assert text.overall == "Warning"
+    incident = text.incidents[0]
+    assert (incident.entity, incident.system, incident.health) == ("gpu0", "Power system", "Warning")
+    assert incident.message == ("Detected clocks event due to power violation in GPU 0. Monitor the power "
+                                "conditions. This GPU can still perform workload.")
+    _, findings = run({"dcgmi-health": (own("health-c-j-gpu1-pcie-failure-gpu3-thermal-warning.json"), 0)})
+    assert [(f.check, f.component, f.status) for f in findings] == [
+        ("dcgm.health", "node", Status.FAIL), ("dcgm.health.pcie", "gpu1", Status.FAIL),
+        ("dcgm.health.thermal", "gpu3", Status.WARN)]
+    assert "412" in findings[1].message
+
+
+def test_health_watches_not_enabled_and_garbage():
+    _, findings = run({"dcgmi-health": (own("health-c-watches-not-enabled.txt"), 255)})
+    assert [(f.check, f.status) for f in findings] == [("dcgm.health", Status.SKIP)]
+    assert "dcgmi health -s a" in findings[0].remedy
+    with pytest.raises(ParseError):
+        parse_dcgmi_health(own("bad/health-c-garbage.txt"))
+    _, findings = run({"dcgmi-health": (own("bad/health-c-garbage.txt"), 0)})
+    assert [(f.check, f.status) for f in findings] == [("dcgm.health", Status.ERROR)]
+
+
+@pytest.mark.parametrize("path", corpus_files("dcgmi", "discovery-*.txt"), ids=lambda p: p.name)
+def test_discovery_conformance(path):
+    disc = parse_dcgmi_discovery(corpus_text(f"dcgmi/{path.name}"))
+    assert disc.gpus and all(g.bus_id and g.uuid.startswith("GPU-") for g in disc.gpus)
+    assert disc.nvswitch_count == 0
+
+
+def test_discovery_null_names_and_gpu_count():
+    text = corpus_text("dcgmi/discovery-l-4x-h100-sxm-name-NULL-0-nvswitches-dcgm3.1.7.txt")
+    _, findings = run({"dcgmi-discovery": (text, 0)})
+    count = checks(findings, "dcgm.discovery.gpu_count")[0]
+    assert (count.status, count.value) == (Status.FAIL, 4)
+    names = checks(findings, "dcgm.discovery.gpu_name")
+    assert [(f.component, f.status) for f in names] == [(f"gpu{i}", Status.WARN) for i in range(4)]
+    _, findings = run({"dcgmi-discovery": (own("discovery-l-8x-h100.txt"), 0)})
+    assert [(f.check, f.status, f.value) for f in findings] == [("dcgm.discovery.gpu_count", Status.PASS, 8)]
+
+
+def test_commands_level_and_timeout():
+    assert render_commands({"dcgm_diag_level": 3})["dcgmi-diag"].endswith("dcgmi diag -r 3 -j")
+    assert render_commands({})["dcgmi-health"].endswith("dcgmi health -c -j")
+    with pytest.raises(ValueError):
+        render_commands({"dcgm_diag_level": 7})
+    assert PROBE.command_timeouts["dcgmi-diag"] >= 1800
