@@ -17,7 +17,7 @@ Rules (pure, no I/O):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from healthcheck.model import Finding, Status
@@ -44,8 +44,8 @@ class NodeBlame:
 @dataclass(frozen=True)
 class PairBlame:
     job_id: str
-    hosts: tuple[str, str]
-    blame: str  # none | node | link | unknown
+    hosts: tuple[str, ...]
+    blame: str  # none | node | link | unknown | included (a multi-node job that included a bad node)
     blamed: tuple[str, ...]
     reason: str
 
@@ -151,8 +151,25 @@ def attribution_findings(base: str, nodes: dict[str, NodeBlame], pairs: Sequence
     return out
 
 
+# Checks a link blame never softens: wrong results, aborted or hung jobs stay FAIL/ERROR on both nodes.
+KEEP_ON_LINK = (".data", ".run", ".job", ".ranks", ".residual")
+
+
+def included_blame(job_id: str, hosts: Sequence[str], nodes: Mapping[str, NodeBlame]) -> PairBlame | None:
+    """Blame for a multi-node (cluster) job that included nodes the pair attribution found bad."""
+    bad = tuple(h for h in hosts if h in nodes and nodes[h].verdict == "bad")
+    if not bad:
+        return None
+    return PairBlame(job_id, tuple(hosts), "included", bad, "; ".join(f"{h} {nodes[h].reason}" for h in bad))
+
+
 def apply_blame(findings: Sequence[Finding], pairs: Sequence[PairBlame]) -> list[Finding]:
-    """Re-state a failed pair's findings on a host the attribution cleared (PASS) or for a link (WARN)."""
+    """Re-state a failed pair's findings on a host the attribution cleared (PASS) or for a link (WARN).
+
+    For a link, only performance findings become WARN; data corruption (``.data``), aborted runs
+    and hung jobs keep their status (with the link named in the message). A cluster job that
+    included a bad node is inconclusive for the other nodes: their performance findings become WARN.
+    """
     by_job = {p.job_id: p for p in pairs}
     out = []
     for f in findings:
@@ -163,7 +180,12 @@ def apply_blame(findings: Sequence[Finding], pairs: Sequence[PairBlame]) -> list
             out.append(replace(f, status=Status.PASS, remedy=None,
                                message=f"{f.message} [attributed to {', '.join(pair.blamed)}: {pair.reason}]"))
         elif pair.blame == "link":
-            out.append(replace(f, status=Status.WARN, message=f"{f.message} [attributed to the link: {pair.reason}]"))
+            status = f.status if f.check.endswith(KEEP_ON_LINK) else Status.WARN
+            out.append(replace(f, status=status, message=f"{f.message} [attributed to the link: {pair.reason}]"))
+        elif pair.blame == "included" and f.host not in pair.blamed:
+            status = f.status if f.check.endswith(KEEP_ON_LINK) else Status.WARN
+            out.append(replace(f, status=status, message=f"{f.message} [inconclusive for {f.host}: the job included "
+                                                         f"{', '.join(pair.blamed)}, bad in the pair tests]"))
         else:
             out.append(f)
     return out

@@ -31,6 +31,7 @@ BUILTIN = (
     "probes.xid",
     "probes.infiniband",
     "probes.dcgm",
+    "probes.dcgm_fields",
     "probes.ras",
     "probes.resources",
     "probes.versions",

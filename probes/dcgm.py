@@ -6,7 +6,7 @@
     dcgmi-health    -> {"body": {"Overall Health": {"value": "Healthy"}, ...},
                         "header": ["Health Monitor Report"]}
 
-The diag level comes from the run option ``dcgm_diag_level`` (1 nightly, 3 acceptance; default 1).
+The diag level is the run option ``dcgm_diag_level``, else 3 for ``--plan acceptance`` and 1 otherwise.
 When dcgmi is not installed or nv-hostengine is not running, every DCGM check is SKIP with that reason,
 never PASS or FAIL. Diag parsing lives in ``probes/dcgm_diag.py``, health and discovery parsing in
 ``probes/dcgm_health.py``.
@@ -44,8 +44,16 @@ _REMEDY_DEFAULT = ("Follow the DCGM message; rerun `dcgmi diag -r 3` and read th
                    "logs (/var/log/nvidia-dcgm) before returning the node to service")
 
 
+def diag_level(options: Mapping[str, Any]) -> int:
+    """``dcgm_diag_level`` when given, else 3 for the acceptance plan and 1 otherwise (DCGM's doctrine:
+    level 1 as a readiness check, level 3 by an administrator)."""
+    if options.get("dcgm_diag_level") is not None:
+        return int(options["dcgm_diag_level"])
+    return 3 if options.get("plan") == "acceptance" else 1
+
+
 def render_commands(options: Mapping[str, Any]) -> dict[str, str]:
-    level = int(options.get("dcgm_diag_level", 1))
+    level = diag_level(options)
     if level not in (1, 2, 3, 4):
         raise ValueError(f"dcgm_diag_level must be 1-4, got {level}")
     return {"dcgmi-discovery": _GUARD + "dcgmi discovery -l",
@@ -113,7 +121,7 @@ def evaluate_dcgm(obs: DcgmObservation, ctx: EvalContext) -> list[Finding]:
     if obs.discovery is not None:
         findings += _discovery_findings(host, obs.discovery, ctx)
     if obs.diag is not None:
-        findings += evaluate_diag(host, obs.diag, obs.diag_rc, ctx.options.get("dcgm_diag_level", 1))
+        findings += evaluate_diag(host, obs.diag, obs.diag_rc, diag_level(ctx.options))
     if obs.health is not None:
         findings += _health_findings(host, obs.health)
     return findings

@@ -1,7 +1,8 @@
-"""Pure parsers for InfiniBand/RoCE state: sysfs "path:value" dumps, ``ibstat``, ``/proc/modules``.
+"""Pure parsers for InfiniBand/RoCE state: sysfs "path:value" dumps, ``ibstat``, GPUDirect modules.
 
     parse_ib_sysfs("/sys/class/infiniband/mlx5_0/ports/1/rate:400 Gb/sec (4X NDR)\\n# ib-sysfs end\\n")
     parse_ibstat("CA 'mlx5_0'\\n\\tCA type: MT4129\\n\\tPort 1:\\n\\t\\tState: Active\\n...")
+    parse_peermem_module("nvidia_peermem\\n# peermem end\\n", ("nvidia_peermem", "nv_peer_mem"))
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ class IbObservation:
     devices: tuple[IbDevice, ...]
     source: str                                  # command id the devices came from
     ibstat_error: IbstatPanic | None = None
-    peermem_modules: tuple[str, ...] | None = None  # None: /proc/modules not read
+    peermem_modules: tuple[str, ...] | None = None  # None: not collected or truncated
+    peermem_collected: bool = False
 
 
 def _state(text: str) -> str:
@@ -190,6 +192,10 @@ def _ibstat_port(dev: str, attrs: Mapping) -> IbPort:
                   rate_text=f"{rate} Gb/sec" if rate else None, link_layer=attrs.get("Link layer"))
 
 
-def parse_proc_modules(text: str) -> set[str]:
-    """``/proc/modules``: the first field of every line is a loaded module's name."""
-    return {line.split()[0] for line in text.splitlines() if line.strip()}
+def parse_peermem_module(text: str, known: tuple[str, ...]) -> tuple[str, ...] | None:
+    """Our ``peermem-module`` output: the names of ``known`` modules found in /sys/module (a loaded or
+    built-in module has a directory there), then ``# peermem end``; None when that line is missing."""
+    if "# peermem end" not in text:
+        return None
+    found = {line.strip() for line in text.splitlines()}
+    return tuple(m for m in known if m in found)

@@ -3,7 +3,7 @@
     ib-sysfs   -> /sys/class/infiniband/mlx5_0/ports/1/rate:400 Gb/sec (4X NDR)     (one "path:value" line
                   per sysfs file, as ``grep -H``; a closing "# ib-sysfs end" line proves completeness)
     ibstat     -> CA 'mlx5_0' / Port 1: / State: Active / Rate: 400 / Link layer: InfiniBand
-    proc-modules -> nvidia_peermem 16384 0 - Live 0x0000000000000000 (GPUDirect RDMA)
+    peermem-module -> "nvidia_peermem" (a GPUDirect RDMA module present in /sys/module), then "# peermem end"
 
 sysfs is preferred (it carries width, speed and error counters); ``ibstat`` is the fallback for
 capture bundles without sysfs, and its ``ibpanic`` abort is reported naming the device. Error
@@ -28,7 +28,7 @@ from probes.ib_parse import (
     IbPort,
     parse_ib_sysfs,
     parse_ibstat,
-    parse_proc_modules,
+    parse_peermem_module,
 )
 
 _SYSFS_FILES = ("fw_ver", "hca_type", "board_id", "ports/*/state", "ports/*/phys_state", "ports/*/rate",
@@ -40,7 +40,8 @@ COMMANDS = {
     "ib-sysfs": IB_SYSFS,
     "ibstat": "if command -v ibstat >/dev/null 2>&1; then ibstat; "
               "else echo 'healthcheck: ibstat not installed'; fi",
-    "proc-modules": "cat /proc/modules",
+    "peermem-module": "for m in nvidia_peermem nv_peer_mem; do if [ -d /sys/module/$m ]; then echo $m; fi; "
+                      "done; echo '# peermem end'",
 }
 PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
 _REMEDY_LINK = ("Check the cable and transceiver of this port (reseat, then swap), the switch port, and "
@@ -67,13 +68,10 @@ def parse_infiniband(outputs: Mapping[str, CommandResult]) -> IbObservation:
             devices, source = parsed.devices, "ibstat"
     if source is None and ibstat_error is None and sysfs is not None:
         raise ParseError(f"ib-sysfs exited {sysfs.rc} and ibstat gave nothing usable", sysfs.err_text)
-    modules = outputs.get("proc-modules")
-    peermem = None
-    if modules is not None and modules.rc == 0:
-        loaded = parse_proc_modules(modules.text)
-        peermem = tuple(m for m in PEERMEM_MODULES if m in loaded)
+    modules = outputs.get("peermem-module")
+    peermem = parse_peermem_module(modules.text, PEERMEM_MODULES) if modules is not None else None
     return IbObservation(devices=devices, source=source or "ibstat", ibstat_error=ibstat_error,
-                         peermem_modules=peermem)
+                         peermem_modules=peermem, peermem_collected=modules is not None)
 
 
 def fabric_ports(devices: tuple[IbDevice, ...], profile: Profile) -> tuple[list[IbPort], list[IbPort]]:
@@ -228,12 +226,16 @@ def _gpudirect_findings(host: str, obs: IbObservation, ctx: EvalContext) -> list
     exp = ctx.profile.expect("ib.gpudirect_rdma")
     if exp is None:
         return []
+    if not obs.peermem_collected:
+        return [Finding(host=host, check="ib.gpudirect_rdma", status=Status.SKIP, source="peermem-module",
+                        message="peermem-module was not collected (not in this bundle)")]
     if obs.peermem_modules is None:
-        return [Finding(host=host, check="ib.gpudirect_rdma", status=Status.ERROR, source="proc-modules",
-                        message="could not read /proc/modules to check for nvidia_peermem")]
+        return [Finding(host=host, check="ib.gpudirect_rdma", status=Status.ERROR, source="peermem-module",
+                        message="peermem-module output missing or truncated: cannot tell whether "
+                                "nvidia_peermem is loaded")]
     loaded = bool(obs.peermem_modules)
     f = finding_from_expectation(
-        host, "ib.gpudirect_rdma", exp, loaded, source="proc-modules", profile=ctx.profile,
+        host, "ib.gpudirect_rdma", exp, loaded, source="peermem-module", profile=ctx.profile,
         remedy="Load the GPUDirect RDMA module: `modprobe nvidia-peermem` (and list it in "
                "/etc/modules-load.d)")
     detail = ", ".join(obs.peermem_modules) if loaded else "neither nvidia_peermem nor nv_peer_mem loaded"

@@ -58,9 +58,11 @@ def register(spec: ReporterSpec) -> ReporterSpec:
 
 
 def all_reporters() -> list[ReporterSpec]:
+    """Every reporter: the built-ins in ``BUILTIN`` order, then any registered by plugins."""
     for module in BUILTIN:
         importlib.import_module(module)
-    return list(_REPORTERS.values())
+    rank = {module: i for i, module in enumerate(BUILTIN)}
+    return sorted(_REPORTERS.values(), key=lambda s: rank.get(s.render.__module__, len(rank)))
 
 
 def get(name: str) -> ReporterSpec:

@@ -1,43 +1,53 @@
-"""Benchmark views for the HTML report: busbw curves, pair heatmaps, HPL per node, IMB per pair.
+"""Benchmark views for the reports: busbw curves, pair values, HPL per node, expectation bands.
 
     views = bench_views(digest)
-    views.curves        # {"all_reduce_perf": [Curve(host, [(size_bytes, busbw_gbps), ...])]}
-    views.pairs         # [PairValue("gpu001", "gpu002", "busbw_gbps", 48.1, "nccl")]
-    views.hpl           # {"gpu001": 51230.0}
+    views.curves["all_reduce_perf"]     # [Curve("gpu001", ..., ((8, 0.1), ..., (8 << 30, 476.5)))]
+    views.peaks["all_reduce_perf"]      # {"gpu001": 476.5, ...} every node job, for the distribution
+    views.pairs                         # [PairValue("gpu001", "gpu002", "busbw_gbps", 48.1, "nccl ...")]
+    views.hpl                           # {"gpu001": 51230.0}
 
-Benchmark observations are read by field name wherever they sit (per-host observations of the
-``nccl``/``hpl``/``imb``/``osu`` probes, or a top-level ``benchmarks`` key), so these views follow
-the parsers' dataclasses without importing them. Unknown shapes simply give empty views.
+Input: the job summaries the benchmark stage stores in each host's observations
+(``observations["benchmarks"][<benchmark>] = [{"job_id", "test", "shape", "hosts", "rail",
+"metric", "status", "result"}]``, see ``benchmarks/grade.py``); a job shared by two hosts is
+counted once. ``metric`` is the tool's headline number (nccl busbw GB/s, HPL GFLOPS, IMB PingPong
+GB/s). Curves and IMB latency need the parsed rows: taken from ``result`` when the run kept it,
+otherwise parsed again from ``raw/_jobs/<job_id>.out`` with the benchmark's own parser, and only
+for the jobs drawn (the worst ``MAX_CURVES``) so 10,000 nodes stay cheap.
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from reports.digest import RunDigest, expected_band
 
-SIZE_KEYS = ("size_bytes", "msg_size_bytes", "bytes", "size")
-BUSBW_KEYS = ("busbw_gbps", "oop_busbw_gbps", "ip_busbw_gbps")  # a row's busbw: the best of these
-PAIR_KEYS = (("host_a", "host_b"), ("a", "b"), ("src", "dst"), ("node_a", "node_b"), ("left", "right"))
-PAIR_VALUE_KEYS = ("busbw_gbps", "avg_busbw_gbps", "bandwidth_gbps", "bw_gbps", "min_bandwidth_gbps",
-                   "mbytes_per_s", "latency_us", "t_avg_us", "max_latency_us")
-HPL_KEYS = ("gflops", "gflops_total", "rmax_gflops", "gflops_per_node")
-TEST_KEYS = ("test", "collective", "binary", "name", "benchmark")
-BENCH_PROBES = ("nccl", "hpl", "imb", "osu", "bench")
+MAX_CURVES = 40
+PAIR_SHAPES = ("pair", "rail")
+
+
+@dataclass(frozen=True)
+class Job:
+    job_id: str
+    benchmark: str
+    test: str
+    shape: str
+    hosts: tuple[str, ...]
+    metric: float | None
+    status: str = ""
+    rail: str | None = None
+    result: Any = None
 
 
 @dataclass(frozen=True)
 class Curve:
-    host: str
+    label: str
     test: str
     points: tuple[tuple[float, float], ...]
-
-    @property
-    def peak_gbps(self) -> float:
-        return max(y for _, y in self.points)
+    peak_gbps: float
 
 
 @dataclass(frozen=True)
@@ -47,19 +57,19 @@ class PairValue:
     metric: str
     value: float
     source: str
-    size_bytes: float | None = None
 
 
 @dataclass
 class BenchViews:
     curves: dict[str, list[Curve]] = field(default_factory=dict)
+    peaks: dict[str, dict[str, float]] = field(default_factory=dict)
     pairs: list[PairValue] = field(default_factory=list)
     hpl: dict[str, float] = field(default_factory=dict)
-    bands: dict[str, tuple[float, float | None]] = field(default_factory=dict)  # probe -> (low, high)
+    bands: dict[str, tuple[float, float | None]] = field(default_factory=dict)  # check id -> band
 
     @property
     def empty(self) -> bool:
-        return not (self.curves or self.pairs or self.hpl)
+        return not (self.curves or self.peaks or self.pairs or self.hpl)
 
     def pair_metrics(self) -> dict[str, list[PairValue]]:
         out: dict[str, list[PairValue]] = defaultdict(list)
@@ -67,117 +77,114 @@ class BenchViews:
             out[f"{p.source} {p.metric}"].append(p)
         return dict(sorted(out.items()))
 
+    def band(self, check: str) -> tuple[float, float | None] | None:
+        return self.bands.get(check)
+
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def jobs(digest: RunDigest) -> list[Job]:
+    """Every benchmark job of the run, once, from the hosts' ``benchmarks`` observations."""
+    seen: dict[str, Job] = {}
+    for host in digest.results.hosts.values():
+        by_bench = host.observations.get("benchmarks")
+        for bench, summaries in (by_bench.items() if isinstance(by_bench, Mapping) else ()):
+            for s in summaries if isinstance(summaries, list) else ():
+                if isinstance(s, Mapping) and s.get("job_id") and s["job_id"] not in seen:
+                    seen[s["job_id"]] = Job(
+                        job_id=str(s["job_id"]), benchmark=str(bench), test=str(s.get("test") or bench),
+                        shape=str(s.get("shape") or ""), hosts=tuple(str(h) for h in s.get("hosts") or ()),
+                        metric=_number(s.get("metric")), status=str(s.get("status") or ""),
+                        rail=s.get("rail"), result=s.get("result"))
+    return list(seen.values())
+
+
+def parsed_result(digest: RunDigest, job: Job) -> Any:
+    """The job's parsed result as JSON: kept in results.json, or parsed from its raw output."""
+    if job.result is not None:
+        return job.result
+    path = digest.run_dir / "raw" / "_jobs" / f"{job.job_id}.out"
+    if "/" in job.job_id or not path.is_file():
         return None
-    return float(value)
+    try:
+        import benchmarks
+        from healthcheck.results import to_jsonable
+
+        spec = benchmarks.get(job.benchmark)
+        return to_jsonable(spec.parse(path.read_bytes().decode("utf-8", errors="replace")))
+    except Exception:  # an unknown benchmark or output its parser rejects: the grading said so already
+        return None
 
 
-def _first(rec: Mapping[str, Any], keys: tuple[str, ...]) -> tuple[str, float] | None:
-    for key in keys:
-        value = _number(rec.get(key))
-        if value is not None:
-            return key, value
+def busbw_points(result: Any) -> tuple[tuple[float, float], ...]:
+    """(size_bytes, busbw_gbps) of nccl-tests rows, the best of out-of-place and in-place."""
+    rows = result.get("rows") if isinstance(result, Mapping) else None
+    points = []
+    for r in rows if isinstance(rows, list) else ():
+        size = _number(r.get("size_bytes")) if isinstance(r, Mapping) else None
+        values = [v for k in ("oop_busbw_gbps", "ip_busbw_gbps", "busbw_gbps")
+                  if isinstance(r, Mapping) and (v := _number(r.get(k))) is not None]
+        if size and values:
+            points.append((size, max(values)))
+    return tuple(sorted(points))
+
+
+def imb_latency_us(result: Any) -> float | None:
+    """Small-message PingPong latency from a parsed IMB result (smallest #bytes with a time)."""
+    sections = result.get("sections") if isinstance(result, Mapping) else None
+    for section in sections if isinstance(sections, list) else ():
+        if isinstance(section, Mapping) and str(section.get("benchmark", "")).lower() == "pingpong":
+            timed = [r for r in section.get("rows") or [] if isinstance(r, Mapping) and _number(r.get("t_usec"))]
+            if timed:
+                return _number(min(timed, key=lambda r: r.get("bytes") or 0)["t_usec"])
     return None
 
 
-def busbw(rec: Mapping[str, Any]) -> float | None:
-    """A nccl-tests row's bus bandwidth: the best of out-of-place and in-place."""
-    values = [v for k in BUSBW_KEYS if (v := _number(rec.get(k))) is not None]
-    return max(values) if values else None
+def busbw_check(test: str, shape: str = "node") -> str:
+    """The check id benchmarks/nccl.py grades busbw under: ``nccl.all_reduce.node.busbw``."""
+    return f"nccl.{re.sub(r'_perf(_mpi)?$', '', test)}.{shape}.busbw"
 
 
-def walk(obs: Any, context: Mapping[str, Any] | None = None, depth: int = 0
-         ) -> Iterator[tuple[Mapping[str, Any], list[Mapping[str, Any]]]]:
-    """Every list of records inside ``obs`` with the mapping that holds it (depth-limited)."""
-    if depth > 4:
-        return
-    if isinstance(obs, Mapping):
-        for value in obs.values():
-            yield from walk(value, obs, depth + 1)
-    elif isinstance(obs, list):
-        records = [r for r in obs if isinstance(r, Mapping)]
-        if records:
-            yield (context or {}), records
-            for rec in records:
-                yield from walk(rec, rec, depth + 1)
+def _pair_metric(job: Job) -> str:
+    if job.benchmark == "osu" and "latency" in job.test:
+        return "latency_us"
+    return {"nccl": "busbw_gbps", "imb": "bandwidth_gbps", "hpl": "gflops"}.get(job.benchmark, "bandwidth_gbps")
 
 
-def _test_name(context: Mapping[str, Any], probe: str) -> str:
-    return next((str(context[k]) for k in TEST_KEYS if isinstance(context.get(k), str)), probe)
-
-
-def _pair(rec: Mapping[str, Any]) -> tuple[str, str] | None:
-    for ka, kb in PAIR_KEYS:
-        if isinstance(rec.get(ka), str) and isinstance(rec.get(kb), str):
-            return rec[ka], rec[kb]
-    for key in ("pair", "hosts", "nodes"):
-        value = rec.get(key)
-        if isinstance(value, list | tuple) and len(value) == 2 and all(isinstance(v, str) for v in value):
-            return value[0], value[1]
-    return None
-
-
-def _collect(views: BenchViews, host: str | None, probe: str, obs: Any, seen: set) -> None:
-    for context, records in walk(obs):
-        curve = [(s[1], b) for r in records
-                 if (s := _first(r, SIZE_KEYS)) and (b := busbw(r)) is not None]
-        if len(curve) >= 2 and host is not None and not any(_pair(r) for r in records):
-            test = _test_name(context, probe)
-            key = (host, test, tuple(curve))
-            if key not in seen:
-                seen.add(key)
-                views.curves.setdefault(test, []).append(Curve(host, test, tuple(sorted(curve))))
-            continue
-        for rec in records:
-            pair, value = _pair(rec), _first(rec, PAIR_VALUE_KEYS)
-            if pair and value:
-                size = _first(rec, SIZE_KEYS)
-                key = (frozenset(pair), value[0], size and size[1], probe)
-                if key not in seen:
-                    seen.add(key)
-                    views.pairs.append(PairValue(pair[0], pair[1], value[0], value[1], probe,
-                                                 size[1] if size else None))
-    if host is not None and probe.startswith("hpl"):
-        values = [v[1] for _, recs in walk({"r": [obs]}) for r in recs if (v := _first(r, HPL_KEYS))]
-        if values:
-            views.hpl[host] = max(values)
-
-
-def _jobs(views: BenchViews, jobs: list, seen: set) -> None:
-    """Top-level ``benchmarks`` job records: one host -> per-node views, two hosts -> a pair."""
-    for job in jobs:
-        if not isinstance(job, Mapping):
-            continue
-        hosts = [h for h in job.get("hosts") or [] if isinstance(h, str)]
-        name = str(job.get("benchmark") or job.get("test") or "bench")
-        result = job.get("result", job)
-        if len(hosts) == 1:
-            _collect(views, hosts[0], name, result, seen)
-        elif len(hosts) == 2 and (value := _number(job.get("metric"))) is not None:
-            views.pairs.append(PairValue(hosts[0], hosts[1], str(job.get("unit") or "metric"), value, name))
-        elif len(hosts) == 2:
-            _collect(views, None, name, {"pairs": [{**result, "pair": hosts}]}, seen)
+def _curves(digest: RunDigest, views: BenchViews, node_jobs: Iterable[Job]) -> None:
+    by_test: dict[str, list[Job]] = defaultdict(list)
+    for job in node_jobs:
+        by_test[job.test].append(job)
+        if job.metric is not None:
+            views.peaks.setdefault(job.test, {})[job.hosts[0]] = job.metric
+    for test, items in by_test.items():
+        drawn = sorted(items, key=lambda j: (j.metric is None, j.metric or 0.0))[:MAX_CURVES]
+        for job in drawn:
+            points = busbw_points(parsed_result(digest, job))
+            if len(points) >= 2:
+                views.curves.setdefault(test, []).append(
+                    Curve(job.hosts[0], test, points, job.metric or max(y for _, y in points)))
 
 
 def bench_views(digest: RunDigest) -> BenchViews:
     """Benchmark views of a run (empty when no benchmark ran)."""
     views = BenchViews()
-    seen: set = set()
-    for host in digest.results.hosts.values():
-        for probe, obs in host.observations.items():
-            if probe.startswith(BENCH_PROBES):
-                _collect(views, host.name, probe, obs, seen)
-    extra = digest.document.get("benchmarks")
-    if isinstance(extra, list):
-        _jobs(views, extra, seen)
-    elif isinstance(extra, Mapping):
-        for probe, obs in extra.items():
-            _collect(views, None, str(probe), obs, seen)
+    all_jobs = [j for j in jobs(digest) if j.hosts]
+    _curves(digest, views, (j for j in all_jobs if j.benchmark == "nccl" and j.shape == "node"))
+    for job in all_jobs:
+        if job.benchmark == "hpl" and job.shape == "node" and job.metric is not None:
+            views.hpl[job.hosts[0]] = job.metric
+        if job.shape in PAIR_SHAPES and len(job.hosts) == 2:
+            source = f"{job.benchmark} {job.test}" + (f" rail {job.rail}" if job.rail else "")
+            if job.metric is not None:
+                views.pairs.append(PairValue(*job.hosts, _pair_metric(job), job.metric, source))
+            if job.benchmark == "imb" and (lat := imb_latency_us(parsed_result(digest, job))) is not None:
+                views.pairs.append(PairValue(*job.hosts, "latency_us", lat, source))
     for f in digest.results.findings():
-        if f.category.startswith(BENCH_PROBES) and ("busbw" in f.check or "gflops" in f.check):
+        if f.category in ("nccl", "hpl", "imb", "osu") and f.expected is not None and f.check not in views.bands:
             band = expected_band(f.expected)
             if band is not None:
-                views.bands.setdefault(f.category + (".gflops" if "gflops" in f.check else ""), band)
+                views.bands[f.check] = band
     return views

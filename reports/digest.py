@@ -127,9 +127,14 @@ class RunDigest:
         return {s: sorted(v) for s, v in out.items()}
 
     def raw_excerpt(self, host: str, command_id: str, limit: int = EXCERPT_BYTES) -> str | None:
-        """The first ``limit`` bytes of ``raw/<host>/<command_id>.out`` as text, or None."""
-        path = self.run_dir / "raw" / host / f"{command_id}.out"
-        if "/" in command_id or ".." in command_id or not path.is_file():
+        """The first ``limit`` bytes of ``raw/<host>/<command_id>.out`` (or of the benchmark job
+        ``raw/_jobs/<command_id>.out``) as text, or None when there is no such output."""
+        if "/" in command_id or "\\" in command_id or command_id.startswith("."):
+            return None
+        raw = self.run_dir / "raw"
+        path = next((p for p in (raw / host / f"{command_id}.out", raw / "_jobs" / f"{command_id}.out")
+                     if p.is_file()), None)
+        if path is None:
             return None
         with path.open("rb") as fh:
             chunk = fh.read(limit + 1)

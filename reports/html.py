@@ -25,7 +25,7 @@ from markupsafe import Markup
 from healthcheck.model import Status
 from healthcheck.results import HostResult
 from reports import ReporterSpec, register
-from reports.bench_views import bench_views
+from reports.bench_views import bench_views, busbw_check
 from reports.charts import Series, bar_chart, heatmap, line_chart, sparkline, strip_chart
 from reports.digest import BAD, RunDigest, fold, margin
 from reports.fleet import version_rows
@@ -35,6 +35,7 @@ DETAIL_ALL_UP_TO = 64      # runs this small get a detail section for every host
 DETAIL_MAX = 300           # at most this many hosts get a detail section (worst first)
 GROUPS_MAX = 400           # grouped findings listed in the page
 HEATMAP_MAX_NODES = 96
+HPL_BARS_MAX = 60          # slowest nodes drawn
 STATUS_ORDER = [s.value for s in sorted(Status, key=lambda s: -s.rank)]
 CATEGORY_NAMES = {"gpu": "GPU", "nvlink": "NVLink", "ib": "InfiniBand", "infiniband": "InfiniBand",
                   "ecc": "ECC", "xid": "Xid", "topo": "Topology", "topology": "Topology", "dcgm": "DCGM",
@@ -131,7 +132,8 @@ def trend_views(trends: Any) -> list[dict[str, Any]]:
         values = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
         if values:
             unit = series.get("unit") if isinstance(series, Mapping) else None
-            out.append({"metric": metric, "unit": unit or "", "last": values[-1],
+            label = (series.get("metric") if isinstance(series, Mapping) else None) or metric
+            out.append({"metric": label, "check": metric, "unit": unit or "", "last": values[-1],
                         "chart": sparkline(values, label=metric)})
     return out
 
@@ -140,7 +142,8 @@ def host_detail(digest: RunDigest, host: HostResult, raw_all: bool) -> dict[str,
     findings = sorted(host.findings, key=lambda f: (-f.status.rank, f.check, f.component))
     sources = {f.source for f in findings if f.source and (raw_all or f.status in BAD)}
     raw = [(s, text) for s in sorted(sources) if (text := digest.raw_excerpt(host.name, s)) is not None]
-    return {"host": host, "bad": [(f, margin(f)) for f in findings if f.status is not Status.PASS],
+    return {"host": host, "bad": [(f, margin(f)) for f in findings if f.status in BAD],
+            "skipped": [(f, margin(f)) for f in findings if f.status is Status.SKIP],
             "good": [(f, margin(f)) for f in findings if f.status is Status.PASS],
             "panels": host_panels(host.observations), "raw": raw,
             "trends": trend_views((digest.document.get("trends") or {}).get(host.name))}
@@ -149,31 +152,31 @@ def host_detail(digest: RunDigest, host: HostResult, raw_all: bool) -> dict[str,
 def bench_context(digest: RunDigest) -> dict[str, Any]:
     views = bench_views(digest)
     curves = []
-    for test, items in sorted(views.curves.items()):
-        band = views.bands.get("nccl") or next((v for k, v in views.bands.items() if k.startswith("nccl")
-                                                 and not k.endswith(".gflops")), None)
-        peaks = {c.host: c.peak_gbps for c in items}
+    for test in sorted(set(views.curves) | set(views.peaks)):
+        band = views.band(busbw_check(test))
         low = band[0] if band else None
-        series = [Series(f"{c.host} {test}", c.points, highlight=low is not None and c.peak_gbps < low)
-                  for c in sorted(items, key=lambda c: c.peak_gbps)]
-        chart_band = (band[0], band[1] or max(peaks.values())) if band else None
-        curves.append({"test": test, "hosts": len(items),
+        items = views.curves.get(test, [])
+        peaks = views.peaks.get(test, {})
+        series = [Series(c.label, c.points, highlight=low is not None and c.peak_gbps < low) for c in items]
+        top = max([*peaks.values(), *(c.peak_gbps for c in items)], default=0.0)
+        chart_band = (band[0], band[1] or top) if band else None
+        curves.append({"test": test, "hosts": len(peaks), "drawn": len(items),
                        "chart": line_chart(series, band=chart_band, x_label="message size (bytes)",
                                            y_label="busbw (GB/s)", title=f"{test} busbw vs size"),
                        "distribution": _distribution(peaks, low)})
     heatmaps = []
     for metric, pairs in views.pair_metrics().items():
         nodes = sorted({p.a for p in pairs} | {p.b for p in pairs})
-        cells = {(p.a, p.b): p.value for p in pairs}
         lower_better = metric.endswith("_us")
         worst = sorted(pairs, key=lambda p: p.value, reverse=lower_better)[:20]
-        chart = (heatmap(nodes, cells, unit=metric.split()[-1], higher_is_better=not lower_better)
-                 if len(nodes) <= HEATMAP_MAX_NODES else "")
+        chart = (heatmap(nodes, {(p.a, p.b): p.value for p in pairs}, unit=metric.split()[-1],
+                         higher_is_better=not lower_better) if len(nodes) <= HEATMAP_MAX_NODES else "")
         heatmaps.append({"metric": metric, "nodes": len(nodes), "pairs": len(pairs), "chart": chart,
-                         "worst": worst})
-    hpl_ref = next((band[0] for key, band in views.bands.items() if key.endswith(".gflops")), None)
-    hpl_bars = sorted(views.hpl.items(), key=lambda kv: kv[1])[:200]
-    return {"empty": views.empty, "curves": curves, "heatmaps": heatmaps,
+                         "worst": worst, "lower_better": lower_better})
+    hpl_band = views.band("hpl.node.gflops")
+    hpl_ref = hpl_band[0] if hpl_band else None
+    hpl_bars = sorted(views.hpl.items(), key=lambda kv: kv[1])[:HPL_BARS_MAX]
+    return {"empty": views.empty, "curves": curves, "heatmaps": heatmaps, "hpl_nodes": len(views.hpl),
             "hpl": bar_chart(hpl_bars, reference=hpl_ref, unit="GFLOPS", title="HPL GFLOPS per node",
                              bad={h for h, v in hpl_bars if hpl_ref and v < hpl_ref}) if hpl_bars else ""}
 

@@ -56,23 +56,19 @@ def run_samples(digest: RunDigest) -> Iterable[Sample]:
 
 
 def bench_samples(digest: RunDigest) -> Iterable[Sample]:
-    """Peak busbw per node and test, best HPL per node, pair bandwidth/latency (base units)."""
+    """Per-node busbw and HPL, pair bandwidth and latency, in base units."""
     views = bench_views(digest)
-    for test, curves in views.curves.items():
-        for c in curves:
-            yield Sample("healthcheck_nccl_busbw_bytes_per_second", {"host": c.host, "test": test},
-                         c.peak_gbps * 1e9)
+    for test, peaks in views.peaks.items():
+        for host, gbps in peaks.items():
+            yield Sample("healthcheck_nccl_busbw_bytes_per_second", {"host": host, "test": test}, gbps * 1e9)
     for host, gflops in views.hpl.items():
         yield Sample("healthcheck_hpl_flops", {"host": host}, gflops * 1e9)
     for p in views.pairs:
-        labels = {"host_a": p.a, "host_b": p.b, "benchmark": p.source,
-                  "size_bytes": "" if p.size_bytes is None else f"{p.size_bytes:.0f}"}
+        labels = {"host_a": p.a, "host_b": p.b, "benchmark": p.source}
         if p.metric.endswith("_us"):
             yield Sample("healthcheck_pair_latency_seconds", labels, p.value / 1e6)
         elif p.metric.endswith("_gbps"):
             yield Sample("healthcheck_pair_bandwidth_bytes_per_second", labels, p.value * 1e9)
-        elif p.metric == "mbytes_per_s":
-            yield Sample("healthcheck_pair_bandwidth_bytes_per_second", labels, p.value * 1e6)
 
 
 def families(samples: Iterable[Sample]) -> list[Metric]:

@@ -3,7 +3,7 @@
 // only: no node-supplied text is ever parsed as HTML.
 (function () {
   "use strict";
-  var PAGE = 100;
+  var PAGE = 50;
   var data = JSON.parse(document.getElementById("hc-index").textContent);
   var S = data.statuses, hosts = data.hosts, checks = data.checks;
   var $ = function (id) { return document.getElementById(id); };

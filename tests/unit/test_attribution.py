@@ -74,3 +74,17 @@ def test_apply_blame_clears_the_partner_and_softens_links() -> None:
     assert out[("j-n1-n2", "n2")].status is Status.PASS and "[attributed to n1:" in out[("j-n1-n2", "n2")].message
     assert out[("j-n2-n4", "n2")].status is Status.WARN and "link" in out[("j-n2-n4", "n4")].message
     assert nodes["n1"].verdict == "bad"
+
+
+def test_link_blame_never_softens_wrong_results_or_hung_jobs() -> None:
+    _nodes, pairs = attribute(_pairs("n1-n2:x n1-n3:ok n2-n4:ok n3-n4:ok"))
+    assert [(p.job_id, p.blame) for p in pairs] == [("j-n1-n2", "link")]
+    found = [Finding(host="n1", check="nccl.all_reduce.data", status=Status.FAIL, message="#wrong 512",
+                     source="j-n1-n2"),
+             Finding(host="n2", check="nccl.all_reduce.job", status=Status.ERROR, message="job hung",
+                     source="j-n1-n2"),
+             Finding(host="n2", check="nccl.all_reduce.pair.busbw", status=Status.FAIL, message="busbw 150 GB/s",
+                     source="j-n1-n2")]
+    out = apply_blame(found, pairs)
+    assert [f.status for f in out] == [Status.FAIL, Status.ERROR, Status.WARN]
+    assert all("[attributed to the link: n1 and n2 both passed with other partners" in f.message for f in out)

@@ -211,6 +211,8 @@ def test_discovery_null_names_and_gpu_count():
 def test_commands_level_and_timeout():
     assert render_commands({"dcgm_diag_level": 3})["dcgmi-diag"].endswith("dcgmi diag -r 3 -j")
     assert render_commands({})["dcgmi-health"].endswith("dcgmi health -c -j")
+    assert render_commands({"plan": "acceptance"})["dcgmi-diag"].endswith("-r 3 -j")
+    assert render_commands({"plan": "quick"})["dcgmi-diag"].endswith("-r 1 -j")
     with pytest.raises(ValueError):
         render_commands({"dcgm_diag_level": 7})
     assert PROBE.command_timeouts["dcgmi-diag"] >= 1800

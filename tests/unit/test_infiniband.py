@@ -10,11 +10,12 @@ from healthcheck.model import CommandResult, Host, Status
 from healthcheck.profiles import Expectation, load_profile
 from healthcheck.results import to_jsonable
 from healthcheck.spec import EvalContext, ParseError
-from probes.ib_parse import IbObservation, parse_ib_sysfs, parse_ibstat, parse_proc_modules, parse_rate
+from probes.ib_parse import IbObservation, parse_ib_sysfs, parse_ibstat, parse_peermem_module, parse_rate
 from probes.infiniband import COMMANDS, evaluate_infiniband, parse_infiniband
 from tests.conftest import corpus_files, corpus_text, fixture_text
 
 H100 = load_profile("h100-sxm5-8x")
+LOADED = "nvidia_peermem\n# peermem end\n"
 
 
 def own(rel: str) -> str:
@@ -116,7 +117,7 @@ def test_truncated_sysfs_fixture_raises():
 
 def test_healthy_h100_passes_and_storage_ports_are_left_out():
     _, findings = evaluate({"ib-sysfs": own("sysfs-h100-8x-ndr-healthy.txt"),
-                            "proc-modules": own("proc-modules-peermem.txt")})
+                            "peermem-module": LOADED})
     assert {f.status for f in findings} == {Status.PASS}, [f.message for f in findings if f.status != Status.PASS]
     assert by_check(findings, "ib.hca.count")[0].value == 8
     assert by_check(findings, "ib.port.count")[0].value == 8
@@ -126,7 +127,7 @@ def test_healthy_h100_passes_and_storage_ports_are_left_out():
 
 def test_degraded_ports_each_named():
     _, findings = evaluate({"ib-sysfs": own("sysfs-h100-degraded-2x-hdr-down-symbol-errors.txt"),
-                            "proc-modules": own("proc-modules-no-peermem.txt")})
+                            "peermem-module": "# peermem end\n"})
     bad_rate = {f.component: f for f in by_check(findings, "ib.port.rate") if f.status is Status.FAIL}
     assert set(bad_rate) == {"mlx5_4/1", "mlx5_9/1", "mlx5_10/1"}
     assert "width 2X instead of 4X" in bad_rate["mlx5_4/1"].message
@@ -189,6 +190,13 @@ def test_roce_profile_grades_ibstat_fallback_ports_down():
     assert "rate 40.0 instead of 400" in rates[0].message
 
 
+def test_ibstat_polling_port_on_ib_node():
+    _, findings = evaluate({"ibstat": own("ibstat-h100-8x-ib-mlx5_3-down-polling.txt")})
+    bad = [(f.check, f.component, f.value) for f in findings if f.status is Status.FAIL]
+    assert bad == [("ib.port.state", "mlx5_3/1", "DOWN / Polling"), ("ib.port.rate", "mlx5_3/1", "10 Gb/sec")]
+    assert by_check(findings, "ib.port.count")[0].status is Status.PASS
+
+
 def test_ib_profile_on_roce_node_counts_zero_and_names_left_out_ports():
     _, findings = evaluate({"ibstat": corpus_text("ib/ibstat-h100-node-8x400G-roce-all-active.txt")})
     count = by_check(findings, "ib.port.count")[0]
@@ -213,8 +221,13 @@ def test_no_devices_expected_vs_unexpected():
     assert by_check(findings, "ib.hca.count")[0].status is Status.FAIL
 
 
-def test_proc_modules_and_commands():
-    assert "nv_peer_mem" not in parse_proc_modules(own("proc-modules-peermem.txt"))
-    assert "nvidia_peermem" in parse_proc_modules(own("proc-modules-peermem.txt"))
+def test_peermem_module_and_commands():
+    known = ("nvidia_peermem", "nv_peer_mem")
+    assert parse_peermem_module(LOADED, known) == ("nvidia_peermem",)
+    assert parse_peermem_module("nv_peer_mem\n# peermem end\n", known) == ("nv_peer_mem",)
+    assert parse_peermem_module("nvidia_peermem\n", known) is None  # truncated
+    assert "/sys/module/$m" in COMMANDS["peermem-module"]
+    _, findings = evaluate({"ib-sysfs": own("sysfs-h100-8x-ndr-healthy.txt"), "peermem-module": "nvidia_peermem\n"})
+    assert [f.status for f in by_check(findings, "ib.gpudirect_rdma")] == [Status.ERROR]
     assert "/sys/class/infiniband/*/ports/*/counters/*" in COMMANDS["ib-sysfs"]
     assert "# ib-sysfs end" in COMMANDS["ib-sysfs"]

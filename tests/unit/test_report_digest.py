@@ -16,6 +16,7 @@ import pytest
 from healthcheck.model import Finding, Status
 from healthcheck.results import SCHEMA
 from reports.digest import expected_band, expected_bounds, fold, group_findings, load_digest, margin
+from tests.conftest import fixture_text
 
 XSS = "<script>document.title='pwned';document.body.setAttribute('data-pwned','1')</script>"
 IMG_XSS = "<img src=x onerror=\"document.body.setAttribute('data-pwned','2')\">"
@@ -47,12 +48,36 @@ def gpu_obs(driver: str = "550.54.15", **bad: Any) -> dict[str, Any]:
             "cuda_version": "12.4"}
 
 
-def nccl_obs(scale: float) -> dict[str, Any]:
+def job(bench: str, test: str, shape: str, hosts: list[str], metric: float | None,
+        result: Any = None) -> dict[str, Any]:
+    """A job summary as benchmarks/grade.py stores it in each host's observations."""
+    return {"job_id": f"{bench}-{test}-{shape}-{'-'.join(hosts)}", "test": test, "shape": shape,
+            "hosts": hosts, "rail": None, "retest_of": None, "rc": 0, "duration_s": 12.5, "metric": metric,
+            "status": "PASS", "result": result}
+
+
+def nccl_rows(scale: float) -> dict[str, Any]:
     sizes = [8, 1024, 1 << 20, 1 << 27, 1 << 30, 1 << 33]
     peak = [0.1, 5.0, 90.0, 380.0, 470.0, 480.0]
-    rows = [{"size_bytes": s, "oop_busbw_gbps": round(p * scale, 2),
-             "ip_busbw_gbps": round(p * scale * 0.99, 2)} for s, p in zip(sizes, peak, strict=True)]
-    return {"results": [{"test": "all_reduce_perf", "rows": rows, "avg_busbw_gbps": 200.0 * scale}]}
+    return {"rows": [{"size_bytes": s, "oop_busbw_gbps": round(p * scale, 2),
+                      "ip_busbw_gbps": round(p * scale * 0.99, 2)} for s, p in zip(sizes, peak, strict=True)]}
+
+
+PAIR_JOBS = {("gpu001", "gpu002"): job("imb", "PingPong", "pair", ["gpu001", "gpu002"], 3.1),
+             ("gpu001", "gpu003"): job("nccl", "all_reduce_perf", "pair", ["gpu001", "gpu003"], 45.5),
+             ("gpu003", "gpu004"): job("nccl", "all_reduce_perf", "pair", ["gpu003", "gpu004"], 12.0)}
+IMB_JOB_ID = PAIR_JOBS[("gpu001", "gpu002")]["job_id"]
+
+
+def bench_obs(name: str) -> dict[str, Any]:
+    scale = 0.5 if name == "gpu004" else 1.0
+    out: dict[str, list] = {
+        "nccl": [job("nccl", "all_reduce_perf", "node", [name], 480.0 * scale, nccl_rows(scale))],
+        "hpl": [job("hpl", "hpl", "node", [name], 400000.0 * (0.625 if name == "gpu004" else 1.0))]}
+    for pair, summary in PAIR_JOBS.items():
+        if name in pair:
+            out.setdefault(summary["job_id"].split("-")[0], []).append(summary)
+    return {"benchmarks": out}
 
 
 TOPOLOGY = {"kind": "matrix", "columns": ["GPU0", "GPU1", "NIC0"],
@@ -122,10 +147,7 @@ def make_run(tmp_path: Path, extra: dict[str, Any] | None = None) -> Path:
                                "system": {"hostname": name, "kernel": "5.15.0-105-generic", "os_pretty_name":
                                           "Ubuntu 22.04.4 LTS", "uptime_s": 3600.0}}
         if name != "gpu017":
-            obs["nccl"] = nccl_obs(0.5 if name == "gpu004" else 1.0)
-            obs["hpl"] = {"flavor": "nvidia", "tests": [{"variant": "WR", "n": 1, "nb": 1, "p": 1, "q": 1,
-                                                         "time_s": 1.0, "gflops": 400000.0 if name != "gpu004"
-                                                         else 250000.0, "residual_passed": True}]}
+            obs.update(bench_obs(name))
         if name == "gpu001":
             obs.update(topology=TOPOLOGY, infiniband=INFINIBAND)
         if name == "gpu004":
@@ -138,18 +160,15 @@ def make_run(tmp_path: Path, extra: dict[str, Any] | None = None) -> Path:
                    "duration_s": 125.0, "mode": "ssh", "probes": ["gpu", "nvlink", "topology"],
                    "inventory": "inventories/lab.yaml", "version": "0.1.0"},
            "summary": {}, "hosts": hosts,
-           "benchmarks": [{"benchmark": "imb", "test": "PingPong", "hosts": ["gpu001", "gpu002"],
-                           "metric": 2.1, "unit": "latency_us"},
-                          {"benchmark": "nccl", "test": "all_reduce_perf", "hosts": ["gpu001", "gpu003"],
-                           "metric": 45.5, "unit": "busbw_gbps"},
-                          {"benchmark": "nccl", "test": "all_reduce_perf", "hosts": ["gpu003", "gpu004"],
-                           "metric": 12.0, "unit": "busbw_gbps"}],
            **(extra or {})}
     raw = run_dir / "raw" / "gpu005"
     raw.mkdir(parents=True)
     (raw / "kernel-log.out").write_bytes(b"NVRM: Xid 79 \xff\xfe fallen off the bus " + XSS.encode() + b"\n")
     (run_dir / "raw" / "gpu001").mkdir()
     (run_dir / "raw" / "gpu001" / "nvidia-smi-q-x.out").write_bytes(b"<nvidia_smi_log>\n" + b"x" * 9000)
+    jobs = run_dir / "raw" / "_jobs"
+    jobs.mkdir()
+    (jobs / f"{IMB_JOB_ID}.out").write_text(fixture_text("imb/imb-pingpong-degraded-link-4.8us.txt"))
     (run_dir / "results.json").write_text(json.dumps(doc, indent=1))
     (run_dir / "manifest.json").write_text(json.dumps({"args": ["healthcheck", "run", "-i", "lab.yaml"],
                                                        "note": XSS}))
@@ -219,3 +238,5 @@ def test_raw_excerpt_decodes_bad_bytes_and_truncates(tmp_path: Path) -> None:
     assert long is not None and long.endswith("[... truncated]") and len(long) < 130
     assert digest.raw_excerpt("gpu001", "../../results") is None
     assert digest.raw_excerpt("gpu001", "missing") is None
+    job = digest.raw_excerpt("gpu002", IMB_JOB_ID)  # a benchmark job's output lives in raw/_jobs/
+    assert job is not None and "Benchmarking PingPong" in job

@@ -95,10 +95,17 @@ def test_fleet_versions_and_bench_views(page: str) -> None:
     assert row and row[1] == "550.54.15" and row[2] == "5" and "535.161.08" in row[3] and "gpu005" in row[3]
     assert "1 outlier" in fleet and "gpu004" in fleet
     bench = page[page.index('id="bench"'):page.index('id="details"')]
-    assert "all_reduce_perf: busbw vs message size (5 runs)" in bench
-    assert 'class="band"' in bench and "<polyline" in bench
-    assert "Pairs: nccl busbw_gbps (2 pairs, 3 nodes)" in bench and "gpu003 ↔ gpu004" in bench
-    assert "HPL per node" in bench and 'class="bar bad"' not in bench  # no HPL expectation in findings
+    assert "all_reduce_perf: busbw vs message size per node (5 nodes)" in bench
+    assert 'class="band"' in bench and len(re.findall("<polyline", bench)) == 5
+    assert len(re.findall('stroke="#dc2626" stroke-width="2.2"><title>gpu004</title>', bench)) == 1
+    assert "nccl all_reduce_perf busbw_gbps per pair (2 pairs, 3 nodes)" in bench
+    worst = re.findall(r'<td class="host">([^<]+)</td><td class="num">([^<]+)</td>', bench)
+    assert worst[-2:] == [("gpu003 ↔ gpu004", "12"), ("gpu001 ↔ gpu003", "45.5")]  # lowest first
+    # IMB: bandwidth from the job summary, latency parsed again from raw/_jobs/<job>.out
+    assert "imb PingPong latency_us per pair (1 pair, 2 nodes)" in bench
+    assert ("gpu001 ↔ gpu002", "4.8") in worst
+    assert "HPL GFLOPS per node (5 nodes, slowest first)" in bench
+    assert 'class="bar bad"' not in bench  # no HPL expectation among the findings
 
 
 def test_host_index_is_compact_and_script_safe(tmp_path: Path) -> None:

@@ -65,8 +65,10 @@ def test_observation_values_in_base_units(text: str) -> None:
     assert value(text, "healthcheck_nccl_busbw_bytes_per_second", host="gpu004",
                  test="all_reduce_perf") == 240e9
     assert value(text, "healthcheck_hpl_flops", host="gpu004") == 250000e9
-    assert value(text, "healthcheck_pair_latency_seconds", host_a="gpu001", host_b="gpu002", benchmark="imb",
-                 size_bytes="") == pytest.approx(2.1e-6)
+    assert value(text, "healthcheck_pair_latency_seconds", host_a="gpu001", host_b="gpu002",
+                 benchmark="imb PingPong") == pytest.approx(4.8e-6)
+    assert value(text, "healthcheck_pair_bandwidth_bytes_per_second", host_a="gpu001", host_b="gpu002",
+                 benchmark="imb PingPong") == pytest.approx(3.1e9)
 
 
 def test_types_suffixes_and_sorted_deterministic_output(tmp_path: Path, text: str) -> None:

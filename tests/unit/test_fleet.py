@@ -1,0 +1,87 @@
+"""Fleet consistency: versions differing from the per-profile majority (WARN, FAIL when pinned)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from healthcheck.model import Host, Status
+from healthcheck.profiles import Expectation, load_profile
+from probes import fleet_checks
+from probes.fleet import VersionConsistency, host_facts
+
+H100 = load_profile("h100-sxm5-8x")
+A100 = load_profile("a100-sxm4-80gb-8x")
+
+
+def versions(driver="550.90.07", fw="28.41.1000", vbios="96.00.89.00.01", storage_fw="22.39.1002"):
+    return {"driver_module": driver, "driver_userspace": driver, "cuda": "12.4", "nccl": "2.21.5",
+            "ofed": "MLNX_OFED_LINUX-23.10-1.1.9.0", "vbios": {str(i): vbios for i in range(8)},
+            "hca_fw": {**{f"mlx5_{i}": {"type": "MT4129", "fw": fw} for i in range(8)},
+                       "mlx5_8": {"type": "MT4125", "fw": storage_fw}}}
+
+
+def fleet(obs, profile_of=None, profiles=None):
+    hosts = {h: Host(name=h, profile=(profile_of or {}).get(h, "h100-sxm5-8x")) for h in obs}
+    profiles = profiles or {"h100-sxm5-8x": H100, "a100-sxm4-80gb-8x": A100}
+    return VersionConsistency().evaluate_fleet(obs, hosts, profiles)
+
+
+def find(findings, host, check, component="node"):
+    return next(f for f in findings if (f.host, f.check, f.component) == (host, check, component))
+
+
+def test_registered():
+    assert [c.name for c in fleet_checks()].count("fleet.versions") == 1
+
+
+def test_outlier_firmware_and_driver_name_majority_and_host():
+    obs = {"node01": {"versions": versions()}, "node02": {"versions": versions(fw="28.39.1002",
+                                                                              driver="550.54.15")},
+           "node03": {"versions": versions()}}
+    findings = fleet(obs)
+    fw = find(findings, "node02", "fleet.version.hca_fw", "MT4129")
+    assert (fw.status, fw.value, fw.expected) == (Status.WARN, "28.39.1002", "28.41.1000")
+    assert "majority 28.41.1000" in fw.message and "differing: node02" in fw.message
+    assert find(findings, "node01", "fleet.version.hca_fw", "MT4129").status is Status.PASS
+    driver = find(findings, "node02", "fleet.version.driver")
+    assert (driver.status, driver.expected, driver.source) == (Status.WARN, "550.90.07", "nvidia-driver-version")
+    # other HCA types are compared on their own
+    assert find(findings, "node02", "fleet.version.hca_fw", "MT4125").status is Status.PASS
+    assert {f.status for f in findings if f.host in ("node01", "node03")} == {Status.PASS}
+
+
+def test_pinned_version_difference_is_fail():
+    pinned = replace(H100, expectations={**H100.expectations, "version.driver": Expectation(
+        key="version.driver", op="eq", value="550.90.07", source="site pin")})
+    obs = {f"node0{i}": {"versions": versions()} for i in range(1, 4)}
+    obs["node03"] = {"versions": versions(driver="550.54.15")}
+    findings = fleet(obs, profiles={"h100-sxm5-8x": pinned})
+    driver = find(findings, "node03", "fleet.version.driver")
+    assert driver.status is Status.FAIL and "pins this version" in driver.message
+
+
+def test_no_majority_warns_every_host():
+    obs = {"node01": {"versions": versions(driver="550.54.15")}, "node02": {"versions": versions()}}
+    findings = [f for f in fleet(obs) if f.check == "fleet.version.driver"]
+    assert [(f.host, f.status) for f in findings] == [("node01", Status.WARN), ("node02", Status.WARN)]
+    assert "no majority" in findings[0].message and "550.54.15 on node01" in findings[0].message
+
+
+def test_profiles_are_compared_separately_and_kernel_os_included():
+    obs = {"a1": {"versions": versions(driver="535.129.03")}, "h1": {"versions": versions()},
+           "h2": {"versions": versions()},
+           "h3": {"versions": versions(), "system": {"kernel": "6.8.0-40-generic", "os_pretty_name": "Ubuntu"}}}
+    for h in ("h1", "h2"):
+        obs[h]["system"] = {"kernel": "5.15.0-105-generic", "os_pretty_name": "Ubuntu"}
+    findings = fleet(obs, profile_of={"a1": "a100-sxm4-80gb-8x"})
+    assert not [f for f in findings if f.host == "a1"]  # alone in its profile: nothing to compare
+    kernel = find(findings, "h3", "fleet.version.kernel")
+    assert (kernel.status, kernel.expected) == (Status.WARN, "5.15.0-105-generic")
+    assert find(findings, "h1", "fleet.version.os").status is Status.PASS
+
+
+def test_malformed_or_missing_observations_do_not_raise():
+    assert host_facts({"versions": "garbage", "system": None}) == {}
+    assert host_facts({"versions": {"vbios": [1, 2], "hca_fw": {"mlx5_0": "x"}}}) == {}
+    findings = fleet({"node01": {}, "node02": {"versions": {}}}, profile_of={})
+    assert findings == []
