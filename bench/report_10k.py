@@ -45,6 +45,13 @@ def gpus(rng: random.Random, pending: int | None) -> list[dict[str, Any]]:
                        "failure": False}} for i in range(8)]
 
 
+def job(name: str, bench: str, test: str, metric: float, result: Any) -> dict[str, Any]:
+    """A per-node job summary as benchmarks/grade.py stores it (``result`` kept for nccl curves)."""
+    return {"job_id": f"{bench}-{test}-node-{name}", "test": test, "shape": "node", "hosts": [name],
+            "rail": None, "retest_of": None, "rc": 0, "duration_s": 60.0, "metric": metric,
+            "status": "PASS", "result": result}
+
+
 def host(name: str, rng: random.Random) -> dict[str, Any]:
     roll = rng.random()
     if roll < 0.01:
@@ -77,8 +84,8 @@ def host(name: str, rng: random.Random) -> dict[str, Any]:
     obs = {"gpu": {"gpus": gpus(rng, pending), "count": 8, "cuda_version": "12.4",
                    "driver_version": "535.161.08" if name == "gpu00042" else "550.54.15"},
            "system": {"kernel": "5.15.0-105-generic", "os_pretty_name": "Ubuntu 22.04.4 LTS"},
-           "nccl": {"results": [{"test": "all_reduce_perf", "rows": rows}]},
-           "hpl": {"tests": [{"gflops": round(400000 * scale, 1)}]}}
+           "benchmarks": {"nccl": [job(name, "nccl", "all_reduce_perf", busbw, {"rows": rows})],
+                          "hpl": [job(name, "hpl", "hpl", round(400000 * scale, 1), None)]}}
     return {"profile": "h100-sxm5-8x", "group": f"rack{int(name[3:]) // 32:03d}", "address": None,
             "findings": found, "observations": obs}
 

@@ -18,7 +18,15 @@ from typing import Any
 
 import benchmarks
 from benchmarks import BenchContext, BenchmarkSpec
-from benchmarks.attribution import PairResult, apply_blame, attribute, attribution_findings
+from benchmarks.attribution import (
+    NodeBlame,
+    PairBlame,
+    PairResult,
+    apply_blame,
+    attribute,
+    attribution_findings,
+    included_blame,
+)
 from benchmarks.launch import TIMEOUT_EXIT_CODES, parse_launcher_errors
 from benchmarks.plan import Job
 from healthcheck.model import Finding, Host, Status, worst
@@ -137,12 +145,19 @@ def grade_outcomes(outcomes: Sequence[JobOutcome], hosts: Sequence[Host], profil
         for h in job.hosts:
             observations.setdefault(h, {"benchmarks": {}})["benchmarks"].setdefault(job.benchmark, []).append(summary)
     findings: list[Finding] = []
-    blames = []
+    blames: list[PairBlame] = []
+    bad_nodes: dict[tuple[str, str], dict[str, NodeBlame]] = {}
     for (bench, test, shape, rail), results in pair_results(graded).items():
         nodes, pairs = attribute(results)
         base = f"{check_base(Job('', bench, test, shape, (), 1))}.{'rails' if shape == 'rail' else 'pairs'}"
         findings += attribution_findings(base, nodes, pairs, component=f"rail {rail}" if rail else "node")
         blames += pairs
+        bad_nodes.setdefault((bench, test), {}).update({h: n for h, n in nodes.items() if n.verdict == "bad"})
+    for outcome, _findings in graded:  # a cluster job with a node found bad in the pairs is blamed on it
+        job = outcome.job
+        blame = included_blame(job.job_id, job.hosts, bad_nodes.get((job.benchmark, job.test), {})) \
+            if job.shape == "cluster" else None
+        blames += [blame] if blame else []
     for _outcome, job_findings in graded:
         findings += apply_blame(job_findings, blames)
     for (bench, profile_name), parsed in parsed_by_bench.items():

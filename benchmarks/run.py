@@ -27,6 +27,7 @@ from benchmarks.attribution import retest_candidates
 from benchmarks.grade import JobOutcome, grade_job, grade_outcomes, inventory_options, pair_results, profile_for
 from benchmarks.launch import LauncherSettings, hostfile_text, launch_script, launcher_argv
 from benchmarks.plan import Job, job_id, plan_jobs, retest_pairs, stage_of
+from benchmarks.telemetry import merge_telemetry, sample_during
 from healthcheck.defaults import DEFAULTS
 from healthcheck.model import CommandResult, Finding, Host, Status
 from healthcheck.profiles import Profile
@@ -113,8 +114,11 @@ def _run_jobs(run_dir: Path, jobs: Sequence[Job], hosts: Mapping[str, Host], pro
     parallel = int(options.get("parallel_jobs") or DEFAULTS.bench_parallel_jobs)
     for wave in _waves(jobs):
         with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(wave)))) as pool:
-            done = list(pool.map(lambda j: _launch(j, hosts, profile, benchmarks.get(j.benchmark), transport,
-                                                   options), wave))
+            # telemetry (issue 9): single-node jobs run with a GPU field sampler on their node
+            # (benchmarks/telemetry.py; off with the option telemetry=False), stored under raw/_telemetry/
+            done = list(pool.map(lambda j: sample_during(
+                run_dir, j, hosts, transport, profile, options,
+                lambda: _launch(j, hosts, profile, benchmarks.get(j.benchmark), transport, options)), wave))
         for outcome in done:
             store_outcome(run_dir, outcome, manifest)
         outcomes += done
@@ -211,7 +215,8 @@ def execute_benchmarks(run_dir: Path, hosts: Sequence[Host], profiles: Mapping[s
                                                               f"with profile {profile.name})")
                          for h in group if h.name not in covered]
     graded_findings, observations = grade_outcomes(outcomes, hosts, profiles, run_options)
-    return findings + graded_findings, observations
+    # telemetry (issue 9): the series sampled during the jobs join the findings and observations
+    return merge_telemetry(run_dir, hosts, profiles, findings + graded_findings, observations)
 
 
 def _run_group(run_dir: Path, spec: BenchmarkSpec, group: Sequence[Host], profile: Profile,
@@ -233,4 +238,10 @@ def replay_benchmarks(run_dir: Path, hosts: Sequence[Host], profiles: Mapping[st
     outcomes = load_outcomes(run_dir)
     known = {h.name for h in hosts}
     extra = sorted({n for o in outcomes for n in o.job.hosts} - known)
-    return grade_outcomes(outcomes, [*hosts, *(Host(n) for n in extra)], profiles, options)
+    findings, observations = grade_outcomes(outcomes, [*hosts, *(Host(n) for n in extra)], profiles, options)
+    for bench in dict.fromkeys(o.job.benchmark for o in outcomes):  # hosts the original run left out
+        covered = {n for o in outcomes if o.job.benchmark == bench for n in o.job.hosts}
+        findings = [Finding(host=h.name, check=f"{bench}.skipped", status=Status.SKIP, source="benchmarks",
+                            message=f"{bench} not run on this host in the original run (failed its probes or "
+                                    "had no partner)") for h in hosts if h.name not in covered] + findings
+    return merge_telemetry(run_dir, hosts, profiles, findings, observations)  # telemetry (issue 9): replayed too

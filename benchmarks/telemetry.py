@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import math
 import secrets
-import shlex
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -34,7 +33,7 @@ from healthcheck.model import CommandResult, Finding, Host, Status
 from healthcheck.profiles import Profile
 from healthcheck.results import to_jsonable
 from healthcheck.spec import ParseError
-from probes.dcgm_fields import field_ids, sampler_script, unavailable_finding
+from probes.dcgm_fields import field_ids, sampler_script, stop_command, unavailable_finding
 from probes.dcgm_fields_eval import (
     CHECKS,
     FieldCheck,
@@ -88,7 +87,7 @@ def sample_during(run_dir: Path, job: Job, hosts: Mapping[str, Host], transport:
         finally:
             window[1] = time.monotonic() - clock
             for n in nodes:  # a failed stop leaves the sampler to end at its own count
-                transport.run(n, f": > {shlex.quote(stops[n.name])}", 30.0, "telemetry-stop")
+                transport.run(n, stop_command(stops[n.name]), 30.0, "telemetry-stop")
             for name, future in futures.items():
                 meta = {"job": job.to_json(), "host": name, "field_ids": list(ids), "count": count,
                         "interval_ms": interval, "job_window_s": [round(w, 3) for w in window]}

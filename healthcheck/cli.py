@@ -17,6 +17,7 @@ from pathlib import Path
 
 import click
 
+import benchmarks as bench_registry
 import healthcheck
 import probes as probe_registry
 from healthcheck.defaults import DEFAULTS
@@ -119,7 +120,7 @@ def run(inventory: Path | None, replay: Path | None, local: bool, out: Path, run
         probe_options={"kernel_log_window_h": xid_window, "plan": plan})
     try:
         outcome = execute_run(opts)
-    except (*SETUP_ERRORS, probe_registry.RegistryError) as exc:
+    except (*SETUP_ERRORS, probe_registry.RegistryError, bench_registry.RegistryError) as exc:
         click.echo(f"healthcheck: {exc}", err=True)
         sys.exit(ExitCode.USAGE)
     print_summary(outcome.results, outcome.run_dir)

@@ -27,7 +27,7 @@ from healthcheck.inventory import Inventory, load_inventory
 from healthcheck.model import Finding, Host, HostCollection, Status
 from healthcheck.profiles import EMPTY_PROFILE, Profile, available_profiles, load_profile
 from healthcheck.progress import ProgressDisplay
-from healthcheck.results import HostResult, RunResults, load_results, write_results
+from healthcheck.results import HostResult, RunResults, load_results, to_jsonable, write_results
 from healthcheck.rundir import FindingsLog, new_run_dir, read_bundle, write_collection, write_json
 from healthcheck.runner import Runner, host_deadline, plan_commands
 from healthcheck.spec import Transport
@@ -138,6 +138,10 @@ def execute_run(opts: RunOptions) -> RunOutcome:
     hosts, _inventory = _hosts(opts, search)
     profiles = _load_profiles(hosts, search)
     selected = probe_registry.select(opts.probes, opts.skip_probes)
+    if opts.benchmarks:
+        import benchmarks
+
+        benchmarks.select(opts.benchmarks)  # unknown names fail here, before anything runs
     options = {"kernel_log_window_h": DEFAULTS.kernel_log_window_h, **opts.probe_options}
     commands = plan_commands(selected, options, opts.timeout_s)
     mode = "replay" if opts.replay is not None else ("local" if opts.local else "ssh")
@@ -229,7 +233,7 @@ def _benchmarks(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host
     else:
         return []
     for name, obs in observations.items():
-        host_results.setdefault(name, HostResult(name=name)).observations.update(obs)
+        host_results.setdefault(name, HostResult(name=name)).observations.update(to_jsonable(obs))
     for f in findings:
         host_results.setdefault(f.host, HostResult(name=f.host)).findings.append(f)
     return findings

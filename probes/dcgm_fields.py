@@ -81,10 +81,17 @@ def sampler_script(ids: Sequence[int], count: int, interval_ms: int, stop_file: 
               f"  q={QUERY_GPU}; nvidia-smi --query-gpu=$q --format=csv >/dev/null 2>&1 || q={QUERY_GPU_PRE535}",
               f"  {smi_loop}",
               "else", f"  echo '{SAMPLER_MARK} none {_NO_TOOL}'", "fi"]
-    if stop_file:
-        lines += [f"[ -e \"$hc_f\" ] && echo '{SAMPLER_MARK} stopped'",
-                  "rm -f \"$hc_f\" \"$hc_f.pid\" \"$hc_f.done\""]
+    if stop_file:  # no stop yet: leave a ".finished" note so the late stop command cleans up after itself
+        lines += [f"if [ -e \"$hc_f\" ]; then echo '{SAMPLER_MARK} stopped'; rm -f \"$hc_f\"; "
+                  "else : >\"$hc_f.finished\"; fi",
+                  "rm -f \"$hc_f.pid\" \"$hc_f.done\""]
     return "\n".join([*lines, 'exit "${hc_rc:-0}"']) + "\n"
+
+
+def stop_command(stop_file: str) -> str:
+    """Ends a ``sampler_script(..., stop_file)`` run (or, when it already ended, removes its traces)."""
+    f = shlex.quote(stop_file)
+    return f": > {f}; if [ -e {f}.finished ]; then rm -f {f} {f}.finished; fi"
 
 
 def render_commands(options: Mapping[str, Any]) -> dict[str, str]:
@@ -170,4 +177,4 @@ PROBE = register(ProbeSpec(
 ))
 
 __all__ = ["COMMAND_ID", "FieldsObservation", "evaluate_dcgm_fields", "field_ids", "parse_dcgm_fields",
-           "sampler_script"]
+           "sampler_script", "stop_command"]

@@ -1,16 +1,17 @@
 """Fabric probe: on NVSwitch systems, the Fabric Manager service and each GPU's fabric state.
 
-    systemctl is-active nvidia-fabricmanager     -> active            (rc 0; inactive/failed: rc 3)
-    nvidia-smi --query-gpu=index,fabric.state,fabric.status --format=csv,noheader
-                                                 -> 0, Completed, Success
+    fabricmanager-status  systemctl is-active nvidia-fabricmanager  -> active  (rc 0; inactive/failed: rc 3)
+    nvidia-smi-q-x        the gpu probe's ``nvidia-smi -q -x``: <fabric><state>Completed</state>
+                          <status>Success</status></fabric> per GPU (run once for every probe reading it)
 
-NVSwitch SXid lines of the kernel log are graded by the xid probe (check ``fabric.sxid.<code>``),
-which reads the kernel log once for both.
+This probe owns the per-GPU fabric checks (``fabric.state``, ``fabric.status``, graded against the
+profile); the gpu probe reads the same field but does not grade it. NVSwitch SXid lines of the
+kernel log are graded by the xid probe (check ``fabric.sxid.<code>``), which reads the kernel log
+once for both.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -18,11 +19,13 @@ from healthcheck.grading import finding_from_expectation
 from healthcheck.model import CommandResult, Finding, Status
 from healthcheck.spec import EvalContext, ParseError, ProbeSpec
 from probes import register
+from probes.gpu import BUNDLE_SOURCES, GPU_ID, parse_gpu_sources
+from probes.gpu import COMMANDS as GPU_COMMANDS
+from probes.gpu_model import GpuObservation, GpuObservations
 
-FM_ID, STATE_ID = "fabricmanager-status", "nvidia-smi-fabric"
+FM_ID = "fabricmanager-status"
 _UNIT_STATES = {"active", "inactive", "failed", "activating", "deactivating", "reloading", "unknown",
                 "maintenance", "refreshing"}
-_ROW = re.compile(r"^\s*(?P<index>\d+),\s*(?P<state>[^,]+?),\s*(?P<status>[^,]+?)\s*$")
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,7 @@ class GpuFabric:
 class FabricObservation:
     manager: str | None = None             # systemctl is-active word; None when not collected
     gpus: tuple[GpuFabric, ...] = ()
-    state_error: str | None = None         # why the fabric query gave no rows (old driver, ...)
+    state_error: str | None = None         # why no GPU fabric state was read (old driver, ...)
     manager_error: str | None = None       # systemctl printed no unit state (no systemd, no bus)
 
 
@@ -48,18 +51,22 @@ def parse_systemctl_is_active(text: str) -> str:
     return word
 
 
-def parse_fabric_query(text: str) -> tuple[GpuFabric, ...]:
-    """``--query-gpu=index,fabric.state,fabric.status --format=csv,noheader`` (corpus
-    ``nvidia-smi/h100-query-gpu-allfields-csv-load``: ``Completed``/``Success``; ``[N/A]`` kept)."""
-    rows = []
-    for line in text.splitlines():
-        if not line.strip() or line.startswith("index"):
-            continue
-        m = _ROW.match(line)
-        if not m:
-            raise ParseError(f"fabric query: unexpected line {line!r}", text)
-        rows.append(GpuFabric(int(m["index"]), m["state"].strip("[]"), m["status"].strip("[]")))
-    return tuple(rows)
+def _fabric_word(gpu: GpuObservation, field: str) -> str:
+    """The printed state/status; nvidia-smi's "N/A" (kept as None by the GPU model) or its error."""
+    value = getattr(gpu, f"fabric_{field}")
+    if value is not None:
+        return value
+    return "Unknown Error" if f"fabric/{field}" in gpu.unreadable else "N/A"
+
+
+def fabric_states(gpus: GpuObservations) -> tuple[tuple[GpuFabric, ...], str | None]:
+    """Each GPU's fabric state and status, or () and why none was reported."""
+    if not any(g.fabric_state is not None for g in gpus.gpus):
+        if gpus.errors and not gpus.gpus:
+            return (), f"nvidia-smi reports: {gpus.errors[0].message}"
+        return (), (f"no GPU reports a fabric state in {gpus.source} (driver older than R530, or GPUs "
+                    "without NVSwitch fabric support)" if gpus.gpus else f"{gpus.source} lists no GPU")
+    return tuple(GpuFabric(g.index, _fabric_word(g, "state"), _fabric_word(g, "status")) for g in gpus.gpus), None
 
 
 def parse_fabric(outputs: Mapping[str, CommandResult]) -> FabricObservation:
@@ -69,15 +76,12 @@ def parse_fabric(outputs: Mapping[str, CommandResult]) -> FabricObservation:
             manager = parse_systemctl_is_active(fm.text)
         except ParseError as exc:  # graded by the profile: ERROR where FM is expected, else SKIP
             manager_error = f"{exc}: {(fm.err_text or fm.text).strip()[:160]}"
-    query = outputs.get(STATE_ID)
-    if query is None:
-        return FabricObservation(manager=manager, manager_error=manager_error,
-                                 state_error="nvidia-smi fabric query not collected")
-    if query.rc != 0:
-        first = (query.text + query.err_text).strip().splitlines()
-        return FabricObservation(manager=manager, manager_error=manager_error,
-                                 state_error=first[0] if first else f"rc {query.rc}")
-    return FabricObservation(manager=manager, manager_error=manager_error, gpus=parse_fabric_query(query.text))
+    try:
+        gpus = parse_gpu_sources(outputs)
+        states, why = fabric_states(gpus) if gpus is not None else ((), "nvidia-smi output not collected")
+    except ParseError as exc:  # the gpu probe reports the parse ERROR; here the state is just unknown
+        states, why = (), f"nvidia-smi output unreadable: {exc}"
+    return FabricObservation(manager=manager, manager_error=manager_error, gpus=states, state_error=why)
 
 
 REMEDY_FM = ("Start the Fabric Manager (systemctl enable --now nvidia-fabricmanager); its version must match "
@@ -99,13 +103,13 @@ def evaluate_fabric(obs: FabricObservation, ctx: EvalContext) -> list[Finding]:
     state_exp, status_exp = ctx.profile.expect("fabric.state"), ctx.profile.expect("fabric.status")
     if obs.state_error is not None:
         status = Status.SKIP if state_exp is None else Status.ERROR
-        out.append(Finding(host=host, check="fabric.state", status=status, source=STATE_ID,
+        out.append(Finding(host=host, check="fabric.state", status=status, source=GPU_ID,
                            message=f"GPU fabric state not available: {obs.state_error}"))
     for gpu in obs.gpus:
         comp = f"gpu{gpu.index}"
         for check, exp, value in (("fabric.state", state_exp, gpu.state),
                                   ("fabric.status", status_exp, gpu.status)):
-            out.append(finding_from_expectation(host, check, exp, value, source=STATE_ID, remedy=REMEDY_STATE,
+            out.append(finding_from_expectation(host, check, exp, value, source=GPU_ID, remedy=REMEDY_STATE,
                                                 component=comp, profile=ctx.profile))
     return out
 
@@ -113,8 +117,8 @@ def evaluate_fabric(obs: FabricObservation, ctx: EvalContext) -> list[Finding]:
 PROBE = register(ProbeSpec(
     name="fabric",
     description="NVSwitch fabric: nvidia-fabricmanager active, every GPU's fabric state Completed/Success",
-    command_map={FM_ID: "systemctl is-active nvidia-fabricmanager",
-                 STATE_ID: "nvidia-smi --query-gpu=index,fabric.state,fabric.status --format=csv,noheader"},
+    command_map={FM_ID: "systemctl is-active nvidia-fabricmanager", GPU_ID: GPU_COMMANDS[GPU_ID]},
     parse_fn=parse_fabric,
     evaluate_fn=evaluate_fabric,
+    accepts=BUNDLE_SOURCES,
 ))

@@ -11,11 +11,16 @@ live), text ``nvidia-smi-q`` (nvidia-bug-report logs), the default ``nvidia-smi`
 ``probes.nvml.collect_nvml()`` for the same observations. nvidia-smi's own failures (driver not
 loaded, GPU lost, InfoROM corrupted, a non-zero exit code) are observations graded FAIL, not
 parse errors; output that is neither a report nor a known error raises ``ParseError``.
+
+The xid, fabric and versions probes read the same output (``parse_gpu_sources``) instead of
+running nvidia-smi again; parsing is memoized on the output text, so each host's report is
+parsed once for all of them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 
 from healthcheck.model import CommandResult, Status
@@ -28,7 +33,9 @@ from probes.nvidia_smi_log import SmiLog, exit_code_error
 from probes.nvidia_smi_text import parse_nvidia_smi_q
 from probes.nvidia_smi_xml import parse_nvidia_smi_xml
 
-COMMANDS = {"nvidia-smi-q-x": "nvidia-smi -q -x"}
+GPU_ID = "nvidia-smi-q-x"
+COMMANDS = {GPU_ID: "nvidia-smi -q -x"}
+BUNDLE_SOURCES = ("nvidia-smi-q", "nvidia-smi", "nvidia-smi-l")   # read from capture bundles only
 PARSERS: dict[str, Callable[[str], SmiLog]] = {
     "nvidia-smi-q-x": parse_nvidia_smi_xml,
     "nvidia-smi-q": parse_nvidia_smi_q,
@@ -36,10 +43,11 @@ PARSERS: dict[str, Callable[[str], SmiLog]] = {
     "nvidia-smi-l": parse_nvidia_smi_l,
 }
 
-__all__ = ["COMMANDS", "PARSERS", "GpuObservation", "GpuObservations", "evaluate_gpu", "parse_gpu",
-           "parse_nvidia_smi_output"]
+__all__ = ["BUNDLE_SOURCES", "COMMANDS", "GPU_ID", "PARSERS", "GpuObservation", "GpuObservations",
+           "evaluate_gpu", "parse_gpu", "parse_gpu_sources", "parse_nvidia_smi_output"]
 
 
+@functools.lru_cache(maxsize=64)  # pure and keyed on the text: the four probes reading it share one parse
 def parse_nvidia_smi_output(command_id: str, text: str, rc: int | None) -> GpuObservations:
     """One nvidia-smi output (stdout and stderr together) -> observations.
 
@@ -73,6 +81,15 @@ def parse_gpu(outputs: Mapping[str, CommandResult]) -> GpuObservations:
     raise ParseError(f"no nvidia-smi output among {sorted(outputs)}")
 
 
+def parse_gpu_sources(outputs: Mapping[str, CommandResult]) -> GpuObservations | None:
+    """``parse_gpu`` for probes that read GPU facts beside their own commands (xid, fabric,
+    versions): None when no nvidia-smi output is among ``outputs``; unparseable output raises
+    ``ParseError`` (the gpu probe reports that one as its own ERROR)."""
+    if not any(cid in outputs for cid in PARSERS):
+        return None
+    return parse_gpu(outputs)
+
+
 PROBE = register(ProbeSpec(
     name="gpu",
     description="nvidia-smi -q -x per GPU: count, model, memory, modes, PCIe, ECC, row remapping, "
@@ -80,6 +97,6 @@ PROBE = register(ProbeSpec(
     command_map=COMMANDS,
     parse_fn=parse_gpu,
     evaluate_fn=evaluate_gpu,
-    accepts=("nvidia-smi-q", "nvidia-smi", "nvidia-smi-l"),
+    accepts=BUNDLE_SOURCES,
     missing_tool_status=Status.FAIL,
 ))

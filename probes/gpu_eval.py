@@ -1,11 +1,12 @@
-"""Grade GPU observations: nvidia-smi errors, inventory, configuration, PCIe, power, fabric, reset.
+"""Grade GPU observations: nvidia-smi errors, inventory, configuration, PCIe, power, reset.
 
     findings = evaluate_gpu(observations, ctx)   # every check, every GPU; PASSes folded per check
 
 Memory health, thermals and clock events are in ``probes/gpu_eval_health.py``. Thresholds come
 from the host's profile (``gpu.*`` expectations, each with its source); a check whose
 expectation is missing is SKIP. Profile-free rules use only what the GPU itself reports
-(its own max PCIe width, its own fabric state, the driver's reset/recovery flags).
+(its own max PCIe width, the driver's reset/recovery flags). The NVSwitch fabric state is graded
+by the fabric probe (``fabric.state``/``fabric.status``), which reads the same report.
 """
 
 from __future__ import annotations
@@ -46,8 +47,6 @@ REMEDY_GEN = ("The PCIe link runs below its generation under load: check BIOS PC
 REMEDY_GEN_MAX = "The slot or BIOS limits the PCIe generation: check the BIOS link-speed setting and the riser"
 REMEDY_REPLAYS = "PCIe replays indicate a marginal link: check `dmesg` for AER errors, reseat the GPU/riser"
 REMEDY_POWER = "The GPU power limit is below the profile: reset it (`nvidia-smi -pl`), check BMC power capping"
-REMEDY_FABRIC = ("The GPU is not registered with the NVSwitch fabric: check `systemctl status nvidia-fabricmanager`"
-                 " (same version as the driver), start it, and re-check; CUDA fails until fabric is Completed")
 REMEDY_RESET = "The driver says this GPU needs a reset: drain the node and run `nvidia-smi -r -i N`, or reboot"
 REMEDY_UNREADABLE = ("nvidia-smi could not read this GPU (\"Unknown Error\"): it is in an error state; check "
                      "the kernel log for Xid 48/79/119, drain and reset the GPU or reboot")
@@ -137,17 +136,8 @@ def _pcie(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[F
 
 
 def _state(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[Finding | None]:
-    """Fabric registration, the driver's reset/recovery flags, unreadable fields, fan errors."""
+    """The driver's reset/recovery flags, unreadable fields, fan errors (fabric: the fabric probe)."""
     out: list[Finding | None] = []
-    if gpu.fabric_state is not None:
-        ok = gpu.fabric_state.lower() == "completed" and (gpu.fabric_status or "success").lower() == "success"
-        out.append(gpu_finding(ctx, obs, gpu, "gpu.fabric", Status.PASS if ok else Status.FAIL,
-                               f"{gpu.fabric_state}/{gpu.fabric_status}", "Completed/Success",
-                               remedy=REMEDY_FABRIC,
-                               message=f"fabric state {gpu.fabric_state}, status {gpu.fabric_status}"))
-    elif ctx.profile.expect("gpu.fabric") is not None and not obs.partial:
-        out.append(gpu_finding(ctx, obs, gpu, "gpu.fabric", Status.SKIP, None, "Completed/Success",
-                               message=f"fabric state not reported by {obs.source} (driver too old?)"))
     flags = [name for name, on in (("reset required", gpu.reset_required),
                                    ("drain and reset recommended", gpu.drain_and_reset_recommended)) if on]
     if gpu.reset_required is not None or flags:

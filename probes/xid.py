@@ -1,9 +1,9 @@
 """Xid probe: NVRM Xid, NVSwitch SXid and GPU-lost events in the kernel log over a window,
 graded per GPU and Xid with the catalog's meaning and action (probes/xid_catalog.yaml).
 
-    kernel-log               journalctl -k over the window (dmesg -T, then raw dmesg, without journalctl)
-    nvidia-smi-gpu-pci       nvidia-smi --query-gpu=index,pci.bus_id,uuid --format=csv,noheader
-    nvidia-smi-remapped-rows nvidia-smi --query-remapped-rows=gpu_uuid,remapped_rows.pending,... (Xid 63/64)
+    kernel-log       journalctl -k over the window (dmesg -T, then raw dmesg, without journalctl)
+    nvidia-smi-q-x   the gpu probe's ``nvidia-smi -q -x`` (run once per host for every probe that reads
+                     it): PCI bus id -> GPU index, and each GPU's row-remap pending/failure (Xid 63/64)
 
     -> Finding(check="xid.79", component="gpu3", status=FAIL, value=1, unit="events",
                message="gpu3 (PCI 0000:a1:00): Xid 79 GPU_HAS_FALLEN_OFF_THE_BUS x1 in the last 24 h ...")
@@ -25,9 +25,12 @@ from healthcheck.defaults import DEFAULTS
 from healthcheck.model import CommandResult, Finding, Status
 from healthcheck.spec import EvalContext, ParseError, ProbeSpec
 from probes import register
+from probes.gpu import BUNDLE_SOURCES, GPU_ID, parse_gpu_sources
+from probes.gpu import COMMANDS as GPU_COMMANDS
+from probes.gpu_model import GpuObservations
 from probes.kernel_log import KernelLog, WindowedGroup, in_window, normalize_pci, parse_kernel_log
 
-LOG_ID, PCI_ID, REMAP_ID = "kernel-log", "nvidia-smi-gpu-pci", "nvidia-smi-remapped-rows"
+LOG_ID = "kernel-log"
 CATALOG_PATH = Path(__file__).with_name("xid_catalog.yaml")
 NVLINK5 = range(144, 151)
 
@@ -46,59 +49,50 @@ def kernel_log_command(options: Mapping[str, Any]) -> str:
 
 
 def xid_commands(options: Mapping[str, Any]) -> dict[str, str]:
-    return {LOG_ID: kernel_log_command(options),
-            PCI_ID: "nvidia-smi --query-gpu=index,pci.bus_id,uuid --format=csv,noheader",
-            REMAP_ID: "nvidia-smi --query-remapped-rows=gpu_uuid,remapped_rows.pending,remapped_rows.failure "
-                      "--format=csv,noheader"}
+    return {LOG_ID: kernel_log_command(options), GPU_ID: GPU_COMMANDS[GPU_ID]}
 
 
 @dataclass(frozen=True)
 class GpuAddress:
+    """One GPU as the kernel log names it (``0000:4c:00``), with its row-remap state."""
+
     index: int
     pci: str
-    uuid: str | None = None
-
-
-@dataclass(frozen=True)
-class RemapState:
-    uuid: str
-    pending: bool | None
-    failure: bool | None
+    remap_pending: bool | None = None
+    remap_failure: bool | None = None
 
 
 @dataclass(frozen=True)
 class XidObservation:
-    log: KernelLog
+    log: KernelLog | None                  # None: no kernel-log output (a bundle without one)
     gpus: tuple[GpuAddress, ...] = ()
-    remap: tuple[RemapState, ...] = ()
 
 
-def _csv_rows(result: CommandResult | None, ncols: int) -> list[list[str]]:
-    """Rows of a ``--format=csv,noheader`` query; [] when absent or failed (mapping is best effort)."""
-    if result is None or result.rc != 0:
-        return []
-    rows = [[c.strip() for c in line.split(",")] for line in result.text.splitlines() if line.strip()]
-    return [r for r in rows if len(r) >= ncols and r[0][:1].isalnum()
-            and not r[0].startswith(("index", "gpu_"))]  # a header line, when one was printed
-
-
-def _yes_no(text: str) -> bool | None:
-    word = text.split()[0].lower() if text.split() else ""
-    return {"yes": True, "no": False}.get(word)
+def gpu_addresses(gpus: GpuObservations | None) -> tuple[GpuAddress, ...]:
+    """The GPUs of the nvidia-smi report by kernel-log PCI address; () without a report."""
+    out = []
+    for gpu in gpus.gpus if gpus is not None else ():
+        pci = normalize_pci(gpu.bus_id) if gpu.bus_id else None
+        if pci:
+            remap = gpu.remap
+            out.append(GpuAddress(gpu.index, pci, remap.pending if remap else None, remap.failure if remap else None))
+    return tuple(out)
 
 
 def parse_xid(outputs: Mapping[str, CommandResult]) -> XidObservation:
+    """The kernel log (required to grade), plus the GPU map from nvidia-smi when it parses: the
+    mapping is best effort, an unreadable nvidia-smi report is the gpu probe's ERROR to give."""
+    try:
+        gpus = gpu_addresses(parse_gpu_sources(outputs))
+    except ParseError:
+        gpus = ()
     result = outputs.get(LOG_ID)
     if result is None:
-        raise ParseError(f"{LOG_ID} output missing")
+        return XidObservation(log=None, gpus=gpus)
     log = parse_kernel_log(result.text + "\n" + result.err_text)
     if result.rc != 0 and not log.groups and log.unreadable is None:
         raise ParseError(f"kernel log command failed (rc {result.rc})", result.err_text or result.text)
-    gpus = tuple(GpuAddress(int(r[0]), pci, r[2] if len(r) > 2 else None)
-                 for r in _csv_rows(outputs.get(PCI_ID), 2)
-                 if r[0].isdigit() and (pci := normalize_pci(r[1])))
-    remap = tuple(RemapState(r[0], _yes_no(r[1]), _yes_no(r[2])) for r in _csv_rows(outputs.get(REMAP_ID), 3))
-    return XidObservation(log=log, gpus=gpus, remap=remap)
+    return XidObservation(log=log, gpus=gpus)
 
 
 @functools.cache
@@ -129,8 +123,7 @@ class _Grader:
         self.obs, self.ctx, self.window_h = obs, ctx, window_h
         self.catalog = load_catalog()
         self.index = {g.pci: g.index for g in obs.gpus}
-        by_uuid = {g.uuid: g.pci for g in obs.gpus if g.uuid}
-        self.remap = {by_uuid[r.uuid]: r for r in obs.remap if r.uuid in by_uuid}
+        self.remap = {g.pci: g for g in obs.gpus}
         self.groups = [wg for wg in in_window(obs.log, ctx.now, window_h) if wg.count]
         self.recovery = {wg.group.pci: wg.group.actions[-1] for wg in self.groups
                          if wg.group.code == 154 and wg.group.actions}
@@ -164,11 +157,11 @@ class _Grader:
         remedy = entry["remedy"]
         state = self.remap.get(g.pci)
         if g.code in (63, 64) and state is not None:
-            if state.failure:
+            if state.remap_failure:
                 status, action, what = Status.FAIL, "drain and RMA", what + "; row remapping FAILED"
-            elif state.pending:
+            elif state.remap_pending:
                 status, what = Status.FAIL, what + "; row remap pending until the GPU is reset"
-            elif g.code == 63 and state.pending is False:
+            elif g.code == 63 and state.remap_pending is False:
                 status, action, what = Status.WARN, "none", what + "; remap already applied (pending No)"
         if g.code in NVLINK5 and "Fatal" not in g.severities and g.pci not in self.recovery:
             status, action, what = Status.WARN, "restart app", what + "; driver says Nonfatal, no Xid 154"
@@ -205,6 +198,9 @@ def evaluate_xid(obs: XidObservation, ctx: EvalContext) -> list[Finding]:
     """One finding per GPU and Xid (per NVSwitch and SXid) in the window; ignored Xids SKIP."""
     host = ctx.host.name
     window_h = float(ctx.options.get("kernel_log_window_h", DEFAULTS.kernel_log_window_h))
+    if obs.log is None:
+        return [Finding(host=host, check="xid.kernel_log", status=Status.SKIP, source=LOG_ID,
+                        message=f"no {LOG_ID} output (not collected or not in the bundle): Xids not graded")]
     if obs.log.unreadable:
         return [Finding(host=host, check="xid.kernel_log", status=Status.ERROR, source=LOG_ID,
                         message=f"kernel log not readable: {obs.log.unreadable}",
@@ -241,4 +237,5 @@ PROBE = register(ProbeSpec(
     render_commands=xid_commands,
     parse_fn=parse_xid,
     evaluate_fn=evaluate_xid,
+    accepts=BUNDLE_SOURCES,
 ))

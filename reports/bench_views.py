@@ -169,7 +169,11 @@ def _curves(digest: RunDigest, views: BenchViews, node_jobs: Iterable[Job]) -> N
 
 
 def bench_views(digest: RunDigest) -> BenchViews:
-    """Benchmark views of a run (empty when no benchmark ran)."""
+    """Benchmark views of a run (empty when no benchmark ran), computed once per digest."""
+    return digest.memo("bench_views", lambda: _bench_views(digest))
+
+
+def _bench_views(digest: RunDigest) -> BenchViews:
     views = BenchViews()
     all_jobs = [j for j in jobs(digest) if j.hosts]
     _curves(digest, views, (j for j in all_jobs if j.benchmark == "nccl" and j.shape == "node"))

@@ -15,7 +15,7 @@ import functools
 import json
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,22 +99,35 @@ class RunDigest:
     results: RunResults
     document: Mapping[str, Any] = field(default_factory=dict)  # results.json as loaded (extra keys)
     manifest: Mapping[str, Any] = field(default_factory=dict)
+    _memo: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def memo(self, key: str, compute: Callable[[], Any]) -> Any:
+        """A view computed once per digest and shared by the formats (``bench_views``)."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
     @property
     def run(self) -> Mapping[str, Any]:
         return self.results.run
 
-    @property
+    @functools.cached_property
     def verdict(self) -> Status:
         return self.results.verdict
 
     @functools.cached_property
+    def verdicts(self) -> dict[str, Status]:
+        """Each host's verdict, computed once (``HostResult.verdict`` recomputes it per call)."""
+        return {name: host.verdict for name, host in self.results.hosts.items()}
+
+    @functools.cached_property
     def hosts(self) -> list[HostResult]:
         """Hosts, worst verdict first, then by name."""
-        return sorted(self.results.hosts.values(), key=lambda h: (-h.verdict.rank, h.name))
+        v = self.verdicts
+        return sorted(self.results.hosts.values(), key=lambda h: (-v[h.name].rank, h.name))
 
     def summary(self) -> dict[str, Any]:
-        return self.results.summary()
+        return self.memo("summary", self.results.summary)
 
     @functools.cached_property
     def groups(self) -> list[FindingGroup]:
@@ -122,8 +135,8 @@ class RunDigest:
 
     def hosts_by_verdict(self) -> dict[Status, list[str]]:
         out: dict[Status, list[str]] = {s: [] for s in Status}
-        for host in self.results.hosts.values():
-            out[host.verdict].append(host.name)
+        for name, verdict in self.verdicts.items():
+            out[verdict].append(name)
         return {s: sorted(v) for s, v in out.items()}
 
     def raw_excerpt(self, host: str, command_id: str, limit: int = EXCERPT_BYTES) -> str | None:

@@ -10,6 +10,7 @@ so a new probe's versions appear here without code.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -37,19 +38,24 @@ class VersionRow:
         return not self.outliers
 
 
+@functools.cache
+def _is_version_key(key: str) -> bool:
+    return bool(_VERSION_KEY.search(key))
+
+
 def _values(obs: Any) -> dict[str, set[str]]:
     """Version-like fields of one observation: field -> distinct values (records merged)."""
     out: dict[str, set[str]] = defaultdict(set)
     if not isinstance(obs, Mapping):
         return out
     for key, value in obs.items():
-        if isinstance(value, str | int | float) and not isinstance(value, bool) and _VERSION_KEY.search(key):
+        if isinstance(value, str | int | float) and not isinstance(value, bool) and _is_version_key(key):
             out[key].add(str(value))
         elif isinstance(value, list):
             for rec in value:
                 if isinstance(rec, Mapping):
                     for k, v in rec.items():
-                        if isinstance(v, str | int | float) and _VERSION_KEY.search(k):
+                        if _is_version_key(k) and isinstance(v, str | int | float):
                             out[f"{key}.{k}"].add(str(v))
     return out
 

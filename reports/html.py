@@ -102,7 +102,7 @@ def host_index(digest: RunDigest, detailed: set[str]) -> dict[str, Any]:
         bad = sorted((f for f in host.findings if f.status in BAD), key=lambda f: -f.status.rank)
         pairs = [[checks.setdefault(c, len(checks)), STATUS_ORDER.index(s.value)]
                  for c, s in sorted(worst.items(), key=lambda cs: (-cs[1].rank, cs[0]))]
-        rows.append([host.name, STATUS_ORDER.index(host.verdict.value),
+        rows.append([host.name, STATUS_ORDER.index(digest.verdicts[host.name].value),
                      profiles.setdefault(host.profile or "", len(profiles)), host.group or "",
                      [counts[s] for s in STATUS_ORDER], pairs, bad[0].message[:200] if bad else "",
                      int(host.name in detailed)])
@@ -138,9 +138,10 @@ def trend_views(trends: Any) -> list[dict[str, Any]]:
     return out
 
 
-def host_detail(digest: RunDigest, host: HostResult, raw_all: bool) -> dict[str, Any]:
+def host_detail(digest: RunDigest, host: HostResult) -> dict[str, Any]:
+    """One host's section: findings by status, panels, trends, raw excerpts of what failed."""
     findings = sorted(host.findings, key=lambda f: (-f.status.rank, f.check, f.component))
-    sources = {f.source for f in findings if f.source and (raw_all or f.status in BAD)}
+    sources = {f.source for f in findings if f.source and f.status in BAD}
     raw = [(s, text) for s in sorted(sources) if (text := digest.raw_excerpt(host.name, s)) is not None]
     return {"host": host, "bad": [(f, margin(f)) for f in findings if f.status in BAD],
             "skipped": [(f, margin(f)) for f in findings if f.status is Status.SKIP],
@@ -192,14 +193,15 @@ def _distribution(peaks: Mapping[str, float], low: float | None) -> dict[str, An
 def render_context(digest: RunDigest) -> dict[str, Any]:
     hosts = digest.hosts
     small = len(hosts) <= DETAIL_ALL_UP_TO
-    chosen = [h for h in hosts if small or h.verdict in BAD][:DETAIL_MAX]
+    verdicts = digest.verdicts
+    chosen = [h for h in hosts if small or verdicts[h.name] in BAD][:DETAIL_MAX]
     script, script_hash = inline_script()
     return {"d": digest, "summary": digest.summary(), "by_verdict": digest.hosts_by_verdict(),
             "statuses": [Status(s) for s in STATUS_ORDER], "categories": by_category(digest),
             "groups_total": len(digest.groups), "groups_max": GROUPS_MAX,
             "profiles": sorted({h.profile or "(none)" for h in hosts}),
-            "details": [host_detail(digest, h, small) for h in chosen],
-            "details_skipped": sum(1 for h in hosts if h.verdict is not Status.PASS) - len(chosen)
+            "details": [host_detail(digest, h) for h in chosen],
+            "details_skipped": sum(1 for h in hosts if verdicts[h.name] in BAD) - len(chosen)
             if not small else 0,
             "index": script_json(host_index(digest, {h.name for h in chosen})),
             "versions": version_rows(hosts), "bench": bench_context(digest),

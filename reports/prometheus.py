@@ -43,7 +43,8 @@ def run_samples(digest: RunDigest) -> Iterable[Sample]:
     for status in Status:
         yield Sample("healthcheck_hosts", {"verdict": status.value}, float(len(by_verdict[status])))
     for host in digest.results.hosts.values():
-        yield Sample("healthcheck_host_verdict", {"host": host.name, "verdict": host.verdict.value}, 1.0)
+        verdict = digest.verdicts[host.name].value
+        yield Sample("healthcheck_host_verdict", {"host": host.name, "verdict": verdict}, 1.0)
         worst: dict[str, Status] = {}
         count: dict[tuple[str, Status], int] = defaultdict(int)
         for f in host.findings:

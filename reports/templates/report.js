@@ -100,6 +100,10 @@
   $("p-prev").addEventListener("click", function () { state.page -= 1; toHash(); apply(); });
   $("p-next").addEventListener("click", function () { state.page += 1; toHash(); apply(); });
   window.addEventListener("hashchange", function () { if (fromHash()) { apply(); $("hosts").scrollIntoView(); } });
+  // Printing (or saving as PDF) shows everything: open the folded sections first.
+  window.addEventListener("beforeprint", function () {
+    document.querySelectorAll("details").forEach(function (d) { d.open = true; });
+  });
   fromHash();
   apply();
 })();

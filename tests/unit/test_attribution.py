@@ -3,7 +3,14 @@ two otherwise-good nodes; what cannot be decided stays unconfirmed (never silent
 
 from __future__ import annotations
 
-from benchmarks.attribution import PairResult, apply_blame, attribute, attribution_findings, retest_candidates
+from benchmarks.attribution import (
+    PairResult,
+    apply_blame,
+    attribute,
+    attribution_findings,
+    included_blame,
+    retest_candidates,
+)
 from healthcheck.model import Finding, Status
 
 
@@ -88,3 +95,17 @@ def test_link_blame_never_softens_wrong_results_or_hung_jobs() -> None:
     out = apply_blame(found, pairs)
     assert [f.status for f in out] == [Status.FAIL, Status.ERROR, Status.WARN]
     assert all("[attributed to the link: n1 and n2 both passed with other partners" in f.message for f in out)
+
+
+def test_cluster_job_with_a_bad_node_is_inconclusive_for_the_others() -> None:
+    nodes, _pairs_blame = attribute(_pairs("n1-n2:x n1-n3:x n2-n3:ok") + _pairs("n1-n3:x", retest=True))
+    assert included_blame("j-cluster", ("n2", "n3"), nodes) is None  # no bad node in the job: stays as graded
+    blame = included_blame("j-cluster", ("n1", "n2", "n3"), nodes)
+    assert blame is not None and (blame.blame, blame.blamed) == ("included", ("n1",))
+    found = [Finding(host=h, check=check, status=Status.FAIL, message="m", source="j-cluster")
+             for h in ("n1", "n2") for check in ("nccl.all_reduce.cluster.busbw", "nccl.all_reduce.data")]
+    out = {(f.host, f.check): f for f in apply_blame(found, [blame])}
+    assert out[("n1", "nccl.all_reduce.cluster.busbw")].status is Status.FAIL
+    assert out[("n2", "nccl.all_reduce.cluster.busbw")].status is Status.WARN
+    assert "the job included n1, bad in the pair tests" in out[("n2", "nccl.all_reduce.cluster.busbw")].message
+    assert out[("n2", "nccl.all_reduce.data")].status is Status.FAIL

@@ -148,3 +148,23 @@ def test_small_run_details_all_hosts_big_run_caps(tmp_path: Path, monkeypatch: p
     detailed = re.findall(r'<article class="host-detail v-\w+" id="h-([^"]+)"', page)
     assert detailed == ["gpu001", "gpu002", "gpu004"]
     assert "3 further hosts need attention" in page
+
+
+def test_malformed_observations_and_empty_run_still_render(tmp_path: Path) -> None:
+    from healthcheck.model import Finding, Status
+    from healthcheck.results import HostResult, RunResults, write_results
+
+    odd = {"gpu": "N/A", "topology": {"columns": ["GPU0"], "rows": "x"}, "nvlink": [1, 2],
+           "benchmarks": {"nccl": "x", "hpl": [{"job_id": "j1", "hosts": ["n1"], "shape": "node", "metric": "?"}]},
+           "infiniband": {"devices": [{"name": "mlx5_0", "ports": [None, {"port": 1}]}]},
+           "newprobe": {"widgets": [{"id": 1, "<b>": "<i>x</i>"}]}}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    write_results(tmp_path / "a", RunResults({"id": "a"}, {"n1": HostResult(
+        "n1", [Finding("n1", "gpu.count", Status.PASS, "ok")], observations=odd)}))
+    page = render_html(load_digest(tmp_path / "a")).decode()
+    assert 'id="h-n1"' in page and "&lt;i&gt;x&lt;/i&gt;" in page and "<i>x</i>" not in page
+    assert "newprobe" in page
+    write_results(tmp_path / "b", RunResults({"id": "b"}, {}))
+    empty = render_html(load_digest(tmp_path / "b")).decode()
+    assert "healthcheck ERROR" in empty and "No host has a FAIL" in empty
