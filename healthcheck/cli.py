@@ -121,7 +121,7 @@ def run(inventory: Path | None, replay: Path | None, local: bool, out: Path, run
     try:
         outcome = execute_run(opts)
     except (*SETUP_ERRORS, probe_registry.RegistryError, bench_registry.RegistryError) as exc:
-        click.echo(f"healthcheck: {exc}", err=True)
+        click.echo(f"healthcheck: {exc.args[0] if isinstance(exc, KeyError) and exc.args else exc}", err=True)
         sys.exit(ExitCode.USAGE)
     print_summary(outcome.results, outcome.run_dir)
     sys.exit(exit_code(outcome.results, strict))

@@ -21,11 +21,10 @@ from healthcheck.grading import majority
 from healthcheck.model import Finding, Host, JSONScalar, Status
 from healthcheck.profiles import EMPTY_PROFILE, Profile
 from probes import register_fleet
-from probes.versions import PINNED_BY, version_facts
+from probes.versions import GPU_ID, IB_ID, PINNED_BY, version_facts
 
-SOURCES = {"driver": "nvidia-driver-version", "cuda": "nvidia-smi-cuda", "nccl": "nccl-libs",
-           "ofed": "ofed-info", "vbios": "nvidia-smi-versions", "hca_fw": "hca-fw", "kernel": "uname-r",
-           "os": "os-release"}
+SOURCES = {"driver": "nvidia-driver-version", "cuda": GPU_ID, "nccl": "nccl-libs", "ofed": "ofed-info",
+           "vbios": GPU_ID, "hca_fw": IB_ID, "kernel": "uname-r", "os": "os-release"}
 PINS = {**PINNED_BY, "kernel": "system.kernel", "os": "system.os"}
 _REMEDY = ("Bring this host to the version the rest of its fleet runs (or pin the intended version in the "
            "profile and upgrade the others): mixed versions cause hangs and errors that only show at scale")

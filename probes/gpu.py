@@ -93,7 +93,7 @@ def parse_gpu_sources(outputs: Mapping[str, CommandResult]) -> GpuObservations |
 PROBE = register(ProbeSpec(
     name="gpu",
     description="nvidia-smi -q -x per GPU: count, model, memory, modes, PCIe, ECC, row remapping, "
-                "retired pages, thermals, clock events, power, fabric, reset/recovery",
+                "retired pages, thermals, clock events, power, reset/recovery",
     command_map=COMMANDS,
     parse_fn=parse_gpu,
     evaluate_fn=evaluate_gpu,

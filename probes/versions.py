@@ -1,12 +1,11 @@
 """Versions probe: NVIDIA driver (kernel module and user space), CUDA, VBIOS, NCCL, OFED, HCA firmware.
 
     nvidia-driver-version -> "550.90.07"                      (/sys/module/nvidia/version)
-    nvidia-smi-versions   -> "index, pci.bus_id, driver_version, vbios_version" CSV, one row per GPU
-    nvidia-smi-cuda       -> nvidia-smi -q -d COMPUTE header lines "Driver Version : 550.90.07" and
-                             "CUDA Version : 12.4"
+    nvidia-smi-q-x        -> <driver_version>, <cuda_version>, per GPU <vbios_version>  (the gpu probe's
+                             ``nvidia-smi -q -x``, run once per host and parsed once for every reader)
     ofed-info             -> "MLNX_OFED_LINUX-23.10-1.1.9.0:" or "OFED-internal-24.07-0.3.5.0.110:"
     nccl-libs             -> /usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5  (host NCCL only)
-    hca-fw                -> /sys/class/infiniband/mlx5_0/fw_ver:28.39.1002
+    ib-sysfs              -> /sys/class/infiniband/mlx5_0/fw_ver:28.39.1002 (the infiniband probe's dump)
 
 A version pinned in the profile (``version.driver: {op: eq, value: "550.90.07"}``; ``ge``/``lt`` compare
 dotted numbers) is graded here; unpinned versions are reported and left to the fleet consistency check
@@ -23,25 +22,25 @@ from typing import Any
 from healthcheck.grading import expected_text, finding_from_expectation
 from healthcheck.model import CommandResult, Finding, Status
 from healthcheck.profiles import Expectation, Profile
-from healthcheck.spec import EvalContext, ProbeSpec
+from healthcheck.spec import EvalContext, ParseError, ProbeSpec
 from probes import register
+from probes.gpu import BUNDLE_SOURCES, GPU_ID, parse_gpu_sources
+from probes.gpu import COMMANDS as GPU_COMMANDS
+from probes.gpu_model import GpuObservations
+from probes.ib_parse import parse_ib_sysfs
+from probes.infiniband import COMMANDS as IB_COMMANDS
 
-_NO_SMI = "healthcheck: nvidia-smi not installed"
+IB_ID = "ib-sysfs"
 _NO_OFED = "healthcheck: ofed_info not installed"
 _NCCL_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/local/lib",
               "/usr/local/cuda/lib64")
 COMMANDS = {
     "nvidia-driver-version": "cat /sys/module/nvidia/version",
-    "nvidia-smi-versions": f"if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi "
-                           f"--query-gpu=index,pci.bus_id,driver_version,vbios_version --format=csv; "
-                           f"else echo '{_NO_SMI}'; fi",
-    "nvidia-smi-cuda": f"if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi -q -d COMPUTE; "
-                       f"else echo '{_NO_SMI}'; fi",
+    GPU_ID: GPU_COMMANDS[GPU_ID],
     "ofed-info": f"if command -v ofed_info >/dev/null 2>&1; then ofed_info -s; else echo '{_NO_OFED}'; fi",
     "nccl-libs": "ls -1 " + " ".join(f"{d}/libnccl.so.*" for d in _NCCL_DIRS)
                  + " 2>/dev/null; echo '# nccl end'",
-    "hca-fw": "grep -H -s . /sys/class/infiniband/*/fw_ver /sys/class/infiniband/*/hca_type; "
-              "echo '# hca-fw end'",
+    IB_ID: IB_COMMANDS[IB_ID],
 }
 # Facts compared across the fleet, and the profile key that pins each.
 PINNED_BY = {"driver": "version.driver", "cuda": "version.cuda", "nccl": "version.nccl",
@@ -57,34 +56,9 @@ class VersionsObservation:
     nccl: str | None = None
     ofed: str | None = None                      # "MLNX_OFED_LINUX-23.10-1.1.9.0"; "inbox" without ofed_info
     hca_fw: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # mlx5_0 -> {type, fw}
-    nvidia_smi_error: str | None = None
-
-
-def parse_nvidia_smi_csv(text: str) -> dict[str, dict[str, str]]:
-    """``nvidia-smi --query-gpu=...,--format=csv``: header row names the columns (corpus
-    ``nvidia-smi/h100-query-gpu-name-busid-vbios-csv-elided``); rows keyed by ``index``; ``[...]`` elisions
-    are skipped."""
-    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("[")]
-    if not lines or "," not in lines[0]:
-        return {}
-    header = [h.strip() for h in lines[0].split(",")]
-    rows = {}
-    for n, line in enumerate(lines[1:]):
-        values = [v.strip() for v in line.split(",")]
-        if len(values) == len(header):
-            row = dict(zip(header, values, strict=True))
-            rows[row.get("index", str(n))] = row
-    return rows
-
-
-def parse_nvidia_smi_q_header(text: str) -> dict[str, str]:
-    """``nvidia-smi -q`` header: ``Driver Version : 550.90.07`` and ``CUDA Version : 12.4``."""
-    out = {}
-    for key in ("Driver Version", "CUDA Version"):
-        m = re.search(rf"^{key}\s*:\s*(\S+)", text, re.MULTILINE)
-        if m:
-            out[key] = m[1]
-    return out
+    nvidia_smi_error: str | None = None          # nvidia-smi said it failed (no GPU listed): FAIL
+    nvidia_smi_unreadable: str | None = None     # its output could not be parsed: ERROR
+    nvidia_smi_source: str = GPU_ID              # command id the driver, CUDA and VBIOS came from
 
 
 def parse_ofed_info(text: str) -> str | None:
@@ -100,43 +74,45 @@ def parse_nccl_libs(text: str) -> str | None:
     return max(found, key=version_key) if found else None
 
 
-def parse_hca_fw(text: str) -> dict[str, dict[str, str]]:
-    out: dict[str, dict[str, str]] = {}
-    for m in re.finditer(r"class/infiniband/(?P<dev>[^/]+)/(?P<attr>fw_ver|hca_type):(?P<value>.*)$", text,
-                         re.MULTILINE):
-        out.setdefault(m["dev"], {})["fw" if m["attr"] == "fw_ver" else "type"] = m["value"].strip()
-    return out
+def hca_firmware(text: str) -> dict[str, dict[str, str]]:
+    """``ib-sysfs`` (``parse_ib_sysfs``) -> {device: {"type": hca_type, "fw": fw_ver}}, present keys only.
+    A truncated dump gives {}: the infiniband probe reports it as its parse ERROR."""
+    try:
+        devices = parse_ib_sysfs(text)
+    except ParseError:
+        return {}
+    return {d.name: {k: v for k, v in (("type", d.hca_type), ("fw", d.fw_ver)) if v} for d in devices}
 
 
 def version_key(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", version))
 
 
-def parse_versions(outputs: Mapping[str, CommandResult]) -> VersionsObservation:
-    def text(cid: str) -> str | None:
-        r = outputs.get(cid)
-        return r.text if r is not None and r.rc == 0 else None
+def _nvidia_smi(outputs: Mapping[str, CommandResult]) -> tuple[GpuObservations | None, str | None]:
+    try:
+        return parse_gpu_sources(outputs), None
+    except ParseError as exc:
+        return None, str(exc)
 
-    smi = outputs.get("nvidia-smi-versions")
-    smi_error = None
-    rows: dict[str, dict[str, str]] = {}
-    if smi is not None and _NO_SMI not in smi.text:
-        rows = parse_nvidia_smi_csv(smi.text)
-        if smi.rc != 0 or not rows:
-            said = (smi.text + smi.err_text).strip()
-            smi_error = said.splitlines()[0] if said else f"exit code {smi.rc}"
-    header = parse_nvidia_smi_q_header(text("nvidia-smi-cuda") or "")
-    userspace = next((r.get("driver_version") for r in rows.values() if r.get("driver_version")), None)
+
+def parse_versions(outputs: Mapping[str, CommandResult]) -> VersionsObservation:
+    def text(cid: str, ok: tuple[int, ...] = (0,)) -> str | None:
+        r = outputs.get(cid)
+        return r.text if r is not None and r.rc in ok else None
+
+    gpus, unreadable = _nvidia_smi(outputs)
+    failed = gpus.errors[0].message if gpus is not None and gpus.errors and not gpus.gpus else None
     ofed_text = outputs["ofed-info"].text if "ofed-info" in outputs else None
     module = text("nvidia-driver-version")
     return VersionsObservation(
         driver_module=module.strip() if module and module.strip() else None,
-        driver_userspace=userspace or header.get("Driver Version"), cuda=header.get("CUDA Version"),
-        vbios={i: r["vbios_version"] for i, r in rows.items() if r.get("vbios_version")},
+        driver_userspace=gpus.driver_version if gpus else None, cuda=gpus.cuda_version if gpus else None,
+        vbios={str(g.index): g.vbios for g in gpus.gpus if g.vbios} if gpus else {},
         nccl=parse_nccl_libs(text("nccl-libs") or ""),
         ofed=None if ofed_text is None else
         ("inbox" if _NO_OFED in ofed_text else parse_ofed_info(ofed_text)),
-        hca_fw=parse_hca_fw(text("hca-fw") or ""), nvidia_smi_error=smi_error)
+        hca_fw=hca_firmware(text(IB_ID, ok=(0, 2)) or ""), nvidia_smi_error=failed,
+        nvidia_smi_unreadable=unreadable, nvidia_smi_source=gpus.source if gpus else GPU_ID)
 
 
 def version_facts(obs: Mapping[str, Any]) -> dict[str, str]:
@@ -183,22 +159,28 @@ def evaluate_versions(obs: VersionsObservation, ctx: EvalContext) -> list[Findin
     host, profile = ctx.host.name, ctx.profile
     out = []
     remedy = "Install the fleet's pinned version (see the profile) and reboot if it is a driver or firmware"
+    smi = obs.nvidia_smi_source
     if obs.nvidia_smi_error:
         out.append(Finding(host=host, check="version.nvidia_smi", status=Status.FAIL,
-                           value=obs.nvidia_smi_error, source="nvidia-smi-versions",
+                           value=obs.nvidia_smi_error, source=smi,
                            message=f"nvidia-smi failed: {obs.nvidia_smi_error}",
                            remedy="A 'Driver/library version mismatch' means the user-space driver was "
                                   "upgraded without reloading the kernel module: reboot the node"))
+    if obs.nvidia_smi_unreadable:
+        out.append(Finding(host=host, check="version.nvidia_smi", status=Status.ERROR, source=smi,
+                           message=f"user-space driver, CUDA and VBIOS unknown: {obs.nvidia_smi_unreadable}",
+                           remedy="Run `nvidia-smi -q -x` on the node by hand; if its output looks valid, "
+                                  f"attach raw/{host}/{smi}.out to a healthcheck bug"))
     if obs.driver_module and obs.driver_userspace and obs.driver_module != obs.driver_userspace:
         out.append(Finding(host=host, check="version.driver_mismatch", status=Status.FAIL,
                            value=obs.driver_userspace, expected=obs.driver_module,
-                           source="nvidia-smi-versions",
+                           source=smi,
                            message=f"kernel module {obs.driver_module} but user-space driver "
                                    f"{obs.driver_userspace}",
                            remedy="Reboot (or reload nvidia modules) so kernel and user-space drivers match"))
     driver = obs.driver_module or obs.driver_userspace
-    for check, value, source in (("version.driver", driver, "nvidia-driver-version"),
-                                 ("version.cuda", obs.cuda, "nvidia-smi-cuda"),
+    for check, value, source in (("version.driver", driver, "nvidia-driver-version" if obs.driver_module else smi),
+                                 ("version.cuda", obs.cuda, smi),
                                  ("version.nccl", obs.nccl, "nccl-libs"),
                                  ("version.ofed", obs.ofed, "ofed-info")):
         if value:
@@ -209,12 +191,12 @@ def evaluate_versions(obs: VersionsObservation, ctx: EvalContext) -> list[Findin
                                expected=expected_text(profile.expect(check)), remedy=remedy,
                                message=f"{check.split('.', 1)[1]} not found on the node"))
     out += _per_component(host, "version.vbios", {f"gpu{i}": v for i, v in obs.vbios.items()},
-                          "nvidia-smi-versions", profile, remedy)
+                          smi, profile, remedy)
     by_type: dict[str, dict[str, str]] = {}
     for dev, hca in obs.hca_fw.items():
         by_type.setdefault(hca.get("type") or "?", {})[dev] = hca.get("fw", "")
     for hca_type, values in sorted(by_type.items()):
-        out += _per_component(host, "version.hca_fw", values, "hca-fw", profile, remedy, label=hca_type)
+        out += _per_component(host, "version.hca_fw", values, IB_ID, profile, remedy, label=hca_type)
     return out
 
 
@@ -242,4 +224,5 @@ PROBE = register(ProbeSpec(
     command_map=COMMANDS,
     parse_fn=parse_versions,
     evaluate_fn=evaluate_versions,
+    accepts=BUNDLE_SOURCES,
 ))

@@ -56,7 +56,7 @@ def xid_commands(options: Mapping[str, Any]) -> dict[str, str]:
 class GpuAddress:
     """One GPU as the kernel log names it (``0000:4c:00``), with its row-remap state."""
 
-    index: int
+    index: int | None                      # None: from a subset (``-i``) whose order is not the index
     pci: str
     remap_pending: bool | None = None
     remap_failure: bool | None = None
@@ -69,14 +69,14 @@ class XidObservation:
 
 
 def gpu_addresses(gpus: GpuObservations | None) -> tuple[GpuAddress, ...]:
-    """The GPUs of the nvidia-smi report by kernel-log PCI address; () without a report."""
-    out = []
-    for gpu in gpus.gpus if gpus is not None else ():
-        pci = normalize_pci(gpu.bus_id) if gpu.bus_id else None
-        if pci:
-            remap = gpu.remap
-            out.append(GpuAddress(gpu.index, pci, remap.pending if remap else None, remap.failure if remap else None))
-    return tuple(out)
+    """The GPUs of the nvidia-smi report by kernel-log PCI address; () without a report. GPUs are
+    numbered in report order, which is the index only when the report lists every GPU."""
+    if gpus is None:
+        return ()
+    complete = len(gpus.gpus) >= (gpus.count or 0)
+    return tuple(GpuAddress(gpu.index if complete else None, pci, gpu.remap.pending if gpu.remap else None,
+                            gpu.remap.failure if gpu.remap else None)
+                 for gpu in gpus.gpus if gpu.bus_id and (pci := normalize_pci(gpu.bus_id)))
 
 
 def parse_xid(outputs: Mapping[str, CommandResult]) -> XidObservation:
@@ -122,7 +122,7 @@ class _Grader:
     def __init__(self, obs: XidObservation, ctx: EvalContext, window_h: float) -> None:
         self.obs, self.ctx, self.window_h = obs, ctx, window_h
         self.catalog = load_catalog()
-        self.index = {g.pci: g.index for g in obs.gpus}
+        self.index = {g.pci: g.index for g in obs.gpus if g.index is not None}
         self.remap = {g.pci: g for g in obs.gpus}
         self.groups = [wg for wg in in_window(obs.log, ctx.now, window_h) if wg.count]
         self.recovery = {wg.group.pci: wg.group.actions[-1] for wg in self.groups

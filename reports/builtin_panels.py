@@ -221,3 +221,22 @@ def fabric_panel(obs: Any) -> Panel | None:
 def system_panel(obs: Any) -> Panel | None:
     table = scalars_table(obs) if isinstance(obs, Mapping) else None
     return Panel("system", TABLE, table) if table else None
+
+
+@panel("benchmarks")
+def benchmarks_panel(obs: Any) -> Panel | None:
+    """The host's benchmark jobs (``benchmarks/grade.py`` summaries): test, shape, partners, metric."""
+    rows, classes = [], []
+    for bench, jobs in sorted(obs.items()) if isinstance(obs, Mapping) else ():
+        for job in jobs if isinstance(jobs, list) else ():
+            if not isinstance(job, Mapping):
+                continue
+            metric = _num(job.get("metric"))
+            rows.append([bench, job.get("test") or "", job.get("shape") or "", ", ".join(job.get("hosts") or []),
+                         "" if metric is None else f"{metric:g}", job.get("status") or "", job.get("job_id") or ""])
+            classes.append(["", "", "", "", "", "" if job.get("status") in (None, "PASS") else "bad", ""])
+    if not rows:
+        return None
+    table = Table(columns=["benchmark", "test", "shape", "hosts", "metric", "status", "job (raw/_jobs/)"],
+                  rows=rows, classes=classes)
+    return Panel(f"benchmark jobs ({len(rows)})", TABLE, table)

@@ -107,6 +107,7 @@ def test_hw_slowdown_under_load_names_node02_gpu5(ssh_cluster_factory, tmp_path:
     assert results["hosts"]["node02"]["observations"]["dcgm-fields"]["rounds"] == 5
     report = (run_dir / "report.html").read_text()
     assert "telemetry under load (1 job)" in report and "HW throttling on gpu5" in report
+    assert '<svg class="chart fixed"' in report and "limit 89" in report  # inline SVG, limit drawn
     log = (cluster.host("node02").root / "dcgmi.log").read_text().splitlines()
     assert sum(line.startswith("dmon ") for line in log) == 2  # once at rest, once under load
 

@@ -83,6 +83,7 @@ def test_host_details_findings_margin_panels_and_raw(page: str) -> None:
     assert "NIC0 (mlx5_0)" in gpu001 and "400 Gb/sec (4X NDR)" in gpu001 and "symbol_error=3" in gpu001
     gpu004 = details[details.index('id="h-gpu004"'):details.index('id="h-gpu005"')]
     assert "NVLink (1 GPUs)" in gpu004 and '<td class="bad">1 / 2</td>' in gpu004
+    assert "benchmark jobs (3)" in gpu004 and "<td>gpu003, gpu004</td><td>12</td>" in gpu004
     gpu005 = details[details.index('id="h-gpu005"'):]
     raw = re.search(r"raw output: <code>kernel-log</code></summary><pre>(.*?)</pre>", gpu005, re.S)
     assert raw and "\ufffd\ufffd fallen off the bus &lt;script&gt;" in raw[1]
