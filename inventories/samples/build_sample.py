@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,28 +82,28 @@ def outputs(host: str) -> dict[str, bytes]:
                        b"# edac end\n"),
         "nccl-libs": fixture("system/nccl-libs.txt"),
         "systemd-units": SERVICES.encode(),
-        "nvidia-driver-version": b"550.90.07\n",
+        "nvidia-driver-version": b"535.183.01\n",
         "ofed-info": b"MLNX_OFED_LINUX-23.10-1.1.9.0:\n",
     }
 
 
-def main() -> None:
-    if OUT.exists():
-        shutil.rmtree(OUT)
+def main(out: Path = OUT) -> None:
+    if out.exists():
+        shutil.rmtree(out)
     for host in HOSTS:
-        folder = OUT / "raw" / host
+        folder = out / "raw" / host
         folder.mkdir(parents=True)
         for cid, data in outputs(host).items():
             (folder / f"{cid}.out").write_bytes(data)
             (folder / f"{cid}.rc").write_text("0\n")
-        (folder / "_host.json").write_text(json.dumps(
-            {"transport_error": None, "duration_s": 4.2, "collected_at": COLLECTED_AT, "commands": {}}, indent=1) + "\n")
+        meta = {"transport_error": None, "duration_s": 4.2, "collected_at": COLLECTED_AT, "commands": {}}
+        (folder / "_host.json").write_text(json.dumps(meta, indent=1) + "\n")
     manifest = {"note": "sample capture built by inventories/samples/build_sample.py from tests/fixtures",
                 "hosts": [{"name": h, "profile": "h100-sxm5-8x", "group": "rack-a", "address": None, "user": None,
                            "port": None, "transport": "ssh", "vars": {}} for h in HOSTS]}
-    (OUT / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
-    print(f"wrote {OUT}")
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
-    main()
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else OUT)

@@ -9,14 +9,18 @@ from pathlib import Path
 
 import pytest
 
+import probes as registry
 from healthcheck.model import CommandResult, Host, Status
 from healthcheck.profiles import load_profile
+from healthcheck.runner import plan_commands
 from healthcheck.spec import EvalContext, ParseError
+from probes.gpu import parse_nvidia_smi_output
 from probes.kernel_log import parse_kernel_log, resolve_time
 from probes.xid import evaluate_xid, kernel_log_command, load_catalog, parse_xid
 from tests.conftest import corpus_files, corpus_text, fixture_text
 
-PCI_MAP = "xid/nvidia-smi-gpu-pci-8gpu.txt"
+# our 8x H100 report: gpu0..7 at 19, 3B, 4C, 5D, 9B, BB, CB, DB, every remap pending/failure No
+HEALTHY_XML = fixture_text("nvidia-smi-xml/h100-8x-healthy.xml")
 
 
 def body(rel: str) -> str:
@@ -27,12 +31,22 @@ def out(cid: str, text: str, rc: int = 0) -> CommandResult:
     return CommandResult(host="gpu001", command_id=cid, stdout=text.encode(), rc=rc)
 
 
-def observe(log: str, pci: str | None = body(PCI_MAP), remap: str | None = None, rc: int = 0):
-    outputs = {"kernel-log": out("kernel-log", log, rc)}
-    if pci is not None:
-        outputs["nvidia-smi-gpu-pci"] = out("nvidia-smi-gpu-pci", pci)
-    if remap is not None:
-        outputs["nvidia-smi-remapped-rows"] = out("nvidia-smi-remapped-rows", remap)
+def smi_xml(remap: dict[int, tuple[str, str]] | None = None, bus: dict[str, str] | None = None) -> str:
+    """HEALTHY_XML with GPU i's remapped_row_pending/failure set to remap[i], bus ids renamed."""
+    head, *gpus = HEALTHY_XML.split("<gpu id=")
+    for i, (pending, failure) in (remap or {}).items():
+        gpus[i] = gpus[i].replace("<remapped_row_pending>No<", f"<remapped_row_pending>{pending}<") \
+                         .replace("<remapped_row_failure>No<", f"<remapped_row_failure>{failure}<")
+    text = "<gpu id=".join([head, *gpus])
+    for old, new in (bus or {}).items():
+        text = text.replace(f"00000000:{old}:00.0", f"00000000:{new}:00.0")
+    return text
+
+
+def observe(log: str | None, smi: str | None = HEALTHY_XML, rc: int = 0, smi_id: str = "nvidia-smi-q-x"):
+    outputs = {} if log is None else {"kernel-log": out("kernel-log", log, rc)}
+    if smi is not None:
+        outputs[smi_id] = out(smi_id, smi)
     return parse_xid(outputs)
 
 
@@ -66,7 +80,7 @@ def test_window_lets_old_events_pass():
 
 
 def test_mixed_faults_each_graded_with_action():
-    obs = observe(body("xid/dmesg-T-mixed-faults.txt"), remap=body("xid/nvidia-smi-remapped-rows-gpu5-pending.txt"))
+    obs = observe(body("xid/dmesg-T-mixed-faults.txt"), smi_xml(remap={5: ("Yes", "No")}))
     got = table(grade(obs, "2025-11-21T03:00:00+00:00"))
     assert set(got) == {("xid.13", "gpu0"), ("xid.63", "gpu5"), ("xid.74", "gpu6"), ("xid.154", "gpu6"),
                         ("fabric.sxid.12028", "nvswitch2"), ("xid.gpu_lost", "gpu7"), ("xid.999", "gpu1")}
@@ -89,17 +103,30 @@ def test_mixed_faults_each_graded_with_action():
 
 def test_xid63_with_remap_applied_is_warn_and_failure_is_rma():
     log = body("xid/dmesg-T-mixed-faults.txt")
-    applied = body("xid/nvidia-smi-remapped-rows-gpu5-pending.txt").replace("Yes, No", "No, No")
-    x63 = table(grade(observe(log, remap=applied), "2025-11-21T03:00:00+00:00"))[("xid.63", "gpu5")]
+    x63 = table(grade(observe(log), "2025-11-21T03:00:00+00:00"))[("xid.63", "gpu5")]  # pending No
     assert x63.status is Status.WARN and "already applied" in x63.message
-    failed = body("xid/nvidia-smi-remapped-rows-gpu5-pending.txt").replace("Yes, No", "No, Yes")
-    x63 = table(grade(observe(log, remap=failed), "2025-11-21T03:00:00+00:00"))[("xid.63", "gpu5")]
+    failed = smi_xml(remap={5: ("No", "Yes")})
+    x63 = table(grade(observe(log, failed), "2025-11-21T03:00:00+00:00"))[("xid.63", "gpu5")]
     assert x63.status is Status.FAIL and "action: drain and RMA" in x63.message
 
 
 def test_without_pci_map_components_name_the_pci_address():
-    got = table(grade(observe(body("xid/journalctl-k-xid79-gpu2.txt"), pci=None), "2025-11-21T04:00:00+00:00"))
+    got = table(grade(observe(body("xid/journalctl-k-xid79-gpu2.txt"), smi=None), "2025-11-21T04:00:00+00:00"))
     assert ("xid.79", "gpu 0000:4c:00") in got
+
+
+@pytest.mark.parametrize("name", ["not-xml.txt", "truncated-mid-gpu.xml"])
+def test_unreadable_nvidia_smi_leaves_the_map_out_not_the_xids(name):
+    obs = observe(body("xid/journalctl-k-xid79-gpu2.txt"), fixture_text(f"nvidia-smi-xml/bad/{name}"))
+    assert obs.gpus == ()
+    (f,) = grade(obs, "2025-11-21T04:00:00+00:00")
+    assert (f.check, f.component, f.status) == ("xid.79", "gpu 0000:4c:00", Status.FAIL)
+
+
+def test_bundle_without_kernel_log_is_skip_not_error():
+    (f,) = grade(observe(None), "2025-11-21T04:00:00+00:00")
+    assert (f.check, f.status, f.source) == ("xid.kernel_log", Status.SKIP, "kernel-log")
+    assert "not collected" in f.message
 
 
 def test_ignore_list_from_profile_and_host_vars():
@@ -130,7 +157,7 @@ def test_failed_command_without_output_is_parse_error():
 # --- corpus: every format, concrete values -----------------------------------------------------
 
 def test_629_xid13_and_7_xid43_decode_iso():
-    obs = observe(corpus_text("xid/xid13-629lines-xid43-sm-warp-exceptions.txt"), pci=None)
+    obs = observe(corpus_text("xid/xid13-629lines-xid43-sm-warp-exceptions.txt"), smi=None)
     got = table(grade(obs, "2025-01-21T06:00:00+00:00"))
     assert got[("xid.13", "gpu 0000:38:00")].value == 629 and got[("xid.13", "gpu 0000:38:00")].status is Status.WARN
     assert got[("xid.43", "gpu 0000:38:00")].value == 7
@@ -138,7 +165,7 @@ def test_629_xid13_and_7_xid43_decode_iso():
 
 
 def test_xid74_154_talos_rfc3339():
-    obs = observe(corpus_text("xid/xid74-nvlink-fatal-link8-xid45-xid154-reset-required-xid119-a100.txt"), pci=None)
+    obs = observe(corpus_text("xid/xid74-nvlink-fatal-link8-xid45-xid154-reset-required-xid119-a100.txt"), smi=None)
     got = table(grade(obs, "2026-04-23T00:00:00+00:00"))
     assert got[("xid.74", "gpu 0000:48:00")].status is Status.FAIL
     assert got[("xid.154", "gpu 0000:48:00")].status is Status.FAIL
@@ -146,7 +173,7 @@ def test_xid74_154_talos_rfc3339():
 
 
 def test_nvlink5_fatal_fails_nonfatal_warns():
-    obs = observe(corpus_text("xid/xid144-145-149-nvlink-lines-quoted-in-gpud-prs.txt"), pci=None)
+    obs = observe(corpus_text("xid/xid144-145-149-nvlink-lines-quoted-in-gpud-prs.txt"), smi=None)
     got = {(f.check, f.component): f.status for f in grade(obs, "2026-01-01T00:00:00+00:00")}
     assert got == {("xid.144", "gpu 0000:01:00"): Status.WARN, ("xid.149", "gpu 0000:00:00"): Status.FAIL,
                    ("xid.149", "gpu 0019:01:00"): Status.FAIL, ("xid.145", "gpu 0018:01:00"): Status.WARN}
@@ -154,7 +181,7 @@ def test_nvlink5_fatal_fails_nonfatal_warns():
 
 def test_journalctl_dbe_incident_with_drain_and_reset():
     obs = observe(corpus_text("xid/xid48-171-63-154-drain-and-reset-rtx-pro-6000-blackwell-journalctl-condensed.txt"),
-                  pci="1, 00000000:55:00.0, GPU-455e672a-...\n")
+                  smi_xml(remap={1: ("Yes", "No")}, bus={"3B": "55"}))  # remap pending until the reset
     got = table(grade(obs, "2026-08-10T16:00:00+00:00"))
     assert {k for k in got} == {("xid.48", "gpu1"), ("xid.171", "gpu1"), ("xid.63", "gpu1"), ("xid.154", "gpu1")}
     assert got[("xid.48", "gpu1")].value == 2
@@ -162,12 +189,27 @@ def test_journalctl_dbe_incident_with_drain_and_reset():
     assert all(f.status is Status.FAIL for f in got.values())
 
 
+def test_xid63_remap_pending_from_the_same_nodes_text_report():
+    # corpus: the kernel log and the `nvidia-smi -q -d ECC,ROW_REMAPPER -i 52:00.0` of one DGX H100 GPU
+    # (Pending Yes); a bundle's text report is read like -q -x, and a one-GPU subset names no index
+    log = corpus_text("xid/xid48-63-94-contained-sm-h100-dgx-drv550-dmesg-grep.txt")
+    smi = corpus_text("nvidia-smi-q/h100-class-drv550-q-d-ecc-row-remapper-pending-yes-ecc-mode-unknown-error.txt")
+    obs = observe(log, smi, smi_id="nvidia-smi-q")
+    assert [(g.index, g.pci, g.remap_pending, g.remap_failure) for g in obs.gpus] == [(None, "0000:52:00", True, False)]
+    x63 = next(f for f in evaluate_xid(obs, EvalContext(host=Host("gpu001"), profile=load_profile("h100-sxm5-8x"),
+                                                        options={"kernel_log_window_h": 24 * 365 * 20},
+                                                        now=datetime(2030, 1, 1, tzinfo=timezone.utc)))
+               if f.check == "xid.63")
+    assert (x63.component, x63.status) == ("gpu 0000:52:00", Status.FAIL)
+    assert "row remap pending until the GPU is reset" in x63.message
+
+
 def test_gpu_lost_without_xid_multiline_and_syslog():
-    obs = observe(corpus_text("xid/fallen-off-bus-multiline-no-xid-drv570-open.txt"), pci=None)
+    obs = observe(corpus_text("xid/fallen-off-bus-multiline-no-xid-drv570-open.txt"), smi=None)
     (f,) = grade(obs, "2026-01-01T00:00:00+00:00")  # boot-relative time, no uptime: counted, time unknown
     assert (f.check, f.component, f.status) == ("xid.gpu_lost", "gpu 0000:b3:00", Status.FAIL)
     assert "time unknown" in f.message
-    obs = observe(corpus_text("xid/gpu-lost-from-bus-NV_ERR_GPU_IS_LOST-dgx-station-a100.txt"), pci=None)
+    obs = observe(corpus_text("xid/gpu-lost-from-bus-NV_ERR_GPU_IS_LOST-dgx-station-a100.txt"), smi=None)
     (f,) = grade(obs, "2025-02-17T12:00:00+00:00")
     assert (f.check, f.component, f.status, f.value) == ("xid.gpu_lost", "node", Status.FAIL, 3)
 
@@ -204,7 +246,7 @@ XID_FILES = corpus_files("xid")
 def test_conformance_every_xid_corpus_file_yields_events(path: Path):
     log = parse_kernel_log(corpus_text(f"xid/{path.name}"))
     assert log.groups and log.unreadable is None
-    findings = grade(observe(corpus_text(f"xid/{path.name}"), pci=None), "2030-01-01T00:00:00+00:00",
+    findings = grade(observe(corpus_text(f"xid/{path.name}"), smi=None), "2030-01-01T00:00:00+00:00",
                      window_h=24 * 365 * 20)
     assert findings and all(f.status in (Status.WARN, Status.FAIL) for f in findings)
 
@@ -235,6 +277,31 @@ def test_kernel_log_command_runs_in_sh():
                           capture_output=True, text=True, timeout=60)
     first = proc.stdout.splitlines()[0]
     assert first.startswith("# kernel-log source=") and parse_kernel_log(proc.stdout).source in ("journalctl", "dmesg")
+
+
+def test_nvidia_smi_q_x_is_collected_once_for_every_reader():
+    """xid, fabric and versions read the gpu probe's report: one nvidia-smi -q -x per host, and
+    the old per-probe queries are gone (4 nvidia-smi calls in a default sweep, plus dcgm-fields'
+    sampler when dcgmi is absent)."""
+    readers = [p.name for p in registry.select(None) if "nvidia-smi-q-x" in p.commands({})]
+    assert sorted(readers) == ["fabric", "gpu", "versions", "xid"]
+    commands = plan_commands(registry.select(None), {}, 60.0)
+    ids = [c.id for c in commands]
+    assert ids.count("nvidia-smi-q-x") == 1
+    assert not {"nvidia-smi-gpu-pci", "nvidia-smi-remapped-rows", "nvidia-smi-fabric", "nvidia-smi-versions",
+                "nvidia-smi-cuda", "hca-fw"} & set(ids)
+    direct = sorted(c.id for c in commands if c.line.startswith("nvidia-smi "))
+    assert direct == ["nvidia-smi-nvlink-e", "nvidia-smi-nvlink-s", "nvidia-smi-q-x", "nvidia-smi-topo"]
+
+
+def test_one_report_is_parsed_once_for_all_readers():
+    result = out("nvidia-smi-q-x", smi_xml(remap={2: ("Yes", "No")}))
+    before = parse_nvidia_smi_output.cache_info()
+    for name in ("gpu", "fabric", "xid", "versions"):
+        registry.get(name).parse({"kernel-log": out("kernel-log", body("xid/journalctl-k-healthy.txt")),
+                                  "nvidia-smi-q-x": result})
+    after = parse_nvidia_smi_output.cache_info()
+    assert (after.misses - before.misses, after.hits - before.hits) == (1, 3)
 
 
 def test_catalog_is_complete_and_follows_policy():
