@@ -1,6 +1,6 @@
 """DCGM field probe: sample GPU fields for a few seconds at rest (``dcgmi dmon``) and grade them.
 
-    registry.get("dcgm-fields").commands({})["dcgmi-dmon"]   # sh: dcgmi dmon -e 150,140,... -c 5 -d 1000
+    registry.get("dcgm_fields").commands({})["dcgmi-dmon"]   # sh: dcgmi dmon -e 150,140,... -c 5 -d 1000
     obs = parse_dcgm_fields({"dcgmi-dmon": result})          # FieldsObservation(source="dcgmi-dmon", gpus=...)
     evaluate_dcgm_fields(obs, ctx)                           # dcgm_fields.gpu_temp_c, ...clock_event.hw_slowdown
 
@@ -165,7 +165,7 @@ def evaluate_dcgm_fields(obs: FieldsObservation, ctx: EvalContext) -> list[Findi
 
 
 PROBE = register(ProbeSpec(
-    name="dcgm-fields",
+    name="dcgm_fields",
     description="DCGM fields sampled for a few seconds at rest (dcgmi dmon, nvidia-smi fallback): temperatures, "
                 "power, SM clock, clock event reasons, violations, XID, ECC, row remap, PCIe/NVLink counters",
     command_map=render_commands({}),

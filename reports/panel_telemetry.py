@@ -1,11 +1,11 @@
 """Report panels for GPU field telemetry: per-job time series under load, per-GPU summary at rest.
 
-    panels.host_panels({"telemetry": {"jobs": [...]}, "dcgm-fields": {...}})
+    panels.host_panels({"telemetry": {"jobs": [...]}, "dcgm_fields": {...}})
     # -> [Panel("telemetry under load (1 job)", ...), Panel("DCGM fields at rest (8 GPUs)", ...)]
 
 ``telemetry`` observations come from ``benchmarks.telemetry.job_view`` (thinned series
 ``[t_s, gpu_temp_c, power_w, sm_clock_mhz]`` per GPU, ``limits``, ``gpus`` summaries);
-``dcgm-fields`` from ``probes.dcgm_fields.FieldsObservation``. Each chart is a small inline SVG, one
+``dcgm_fields`` from ``probes.dcgm_fields.FieldsObservation``. Each chart is a small inline SVG, one
 line per GPU, the limit drawn as a dashed red line, GPUs that throttled in red; every label is escaped.
 """
 
@@ -120,7 +120,7 @@ def _reasons(gpu: Mapping[str, Any]) -> str:
     return ", ".join(f"{k} {v:g} s" for k, v in sorted(throttle.items()) if (_num(v) or 0) > 0)
 
 
-@panel("dcgm-fields")
+@panel("dcgm_fields")
 def dcgm_fields_panel(obs: Any) -> Panel | None:
     gpus = _records(obs, "gpus")
     if not gpus:

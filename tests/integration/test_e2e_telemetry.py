@@ -1,6 +1,6 @@
 """End to end over real sshd test hosts: a GPU that is fine at rest but hits HW Slowdown under load.
 
-``healthcheck run --probes dcgm-fields --benchmarks nccl`` samples the DCGM fields at rest, then launches
+``healthcheck run --probes dcgm_fields --benchmarks nccl`` samples the DCGM fields at rest, then launches
 single-node nccl-tests through the real benchmark path (launch script, ssh transport, ``mpirun`` shim
 that replays our own nccl-tests fixture after a short sleep) while ``benchmarks.telemetry`` samples
 the same fields on the node. The ``dcgmi`` shim answers the at-rest call (``-c 5``) with a healthy
@@ -74,7 +74,7 @@ def test_hw_slowdown_under_load_names_node02_gpu5(ssh_cluster_factory, tmp_path:
     inv = cluster.write_inventory(tmp_path / "inv.yaml", profile="h100-sxm5-8x")
     run_dir = tmp_path / "run"
     proc = healthcheck("run", "-i", inv, "-F", cluster.ssh_config, "--run-dir", run_dir,
-                       "--probes", "dcgm-fields", "--benchmarks", "nccl", "--plan", "quick")
+                       "--probes", "dcgm_fields", "--benchmarks", "nccl", "--plan", "quick")
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     load = findings_of(run_dir, "telemetry.")
     rest = findings_of(run_dir, "dcgm_fields.")
@@ -104,7 +104,7 @@ def test_hw_slowdown_under_load_names_node02_gpu5(ssh_cluster_factory, tmp_path:
     results = json.loads((run_dir / "results.json").read_text())
     view = results["hosts"]["node02"]["observations"]["telemetry"]["jobs"][0]
     assert view["gpus"][5]["throttle_s"]["hw_slowdown"] == 10 and view["limits"] == {"gpu_temp_c": 89, "power_w": 700}
-    assert results["hosts"]["node02"]["observations"]["dcgm-fields"]["rounds"] == 5
+    assert results["hosts"]["node02"]["observations"]["dcgm_fields"]["rounds"] == 5
     report = (run_dir / "report.html").read_text()
     assert "telemetry under load (1 job)" in report and "HW throttling on gpu5" in report
     assert '<svg class="chart fixed"' in report and "limit 89" in report  # inline SVG, limit drawn
@@ -114,7 +114,7 @@ def test_hw_slowdown_under_load_names_node02_gpu5(ssh_cluster_factory, tmp_path:
     # replay: the same telemetry and at-rest verdicts from raw/ with every sshd stopped
     cluster.stop()
     replay_dir = tmp_path / "replay"
-    proc = healthcheck("run", "--replay", run_dir, "--run-dir", replay_dir, "--probes", "dcgm-fields")
+    proc = healthcheck("run", "--replay", run_dir, "--run-dir", replay_dir, "--probes", "dcgm_fields")
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
 
     def verdicts(run: Path) -> Counter:

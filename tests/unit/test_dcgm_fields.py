@@ -1,4 +1,4 @@
-"""dcgm-fields probe: dcgmi dmon / nvidia-smi dmon / --query-gpu parsers on the corpus and our fixtures,
+"""dcgm_fields probe: dcgmi dmon / nvidia-smi dmon / --query-gpu parsers on the corpus and our fixtures,
 the sampler command, and at-rest grading against the profile."""
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ def test_bad_inputs_raise_parse_error(path: Path) -> None:
 # --- the probe's command ------------------------------------------------------------------------
 
 def test_default_command_samples_the_default_fields_with_fallbacks() -> None:
-    script = probes.get("dcgm-fields").commands({})["dcgmi-dmon"]
+    script = probes.get("dcgm_fields").commands({})["dcgmi-dmon"]
     assert "dcgmi dmon -e 150,140,155,100,112,240,241,230,310,311,396,395,202,409,419,429,439,158 -c 5 -d 1000" \
         in script
     assert "nvidia-smi --query-gpu=$q --format=csv" in script and "healthcheck-sampler: none" in script

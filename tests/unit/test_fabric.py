@@ -1,4 +1,4 @@
-"""probes/fabric.py: Fabric Manager state and per-GPU fabric state."""
+"""probes/fabric.py: Fabric Manager state and per-GPU fabric state (from the gpu probe's report)."""
 
 from __future__ import annotations
 
@@ -8,69 +8,100 @@ from healthcheck.model import CommandResult, Host, Status
 from healthcheck.profiles import load_profile
 from healthcheck.spec import EvalContext, ParseError
 from probes.fabric import evaluate_fabric, parse_fabric, parse_systemctl_is_active
-from tests.conftest import corpus_text
+from probes.gpu import parse_gpu
+from probes.gpu_eval import evaluate_gpu
+from tests.conftest import corpus_text, fixture_text
 
-HEALTHY = "".join(f"{i}, Completed, Success\n" for i in range(8))
+HEALTHY = fixture_text("nvidia-smi-xml/h100-8x-healthy.xml")   # 8x H100, every GPU Completed/Success
 
 
 def out(cid: str, text: str, rc: int = 0) -> CommandResult:
     return CommandResult(host="gpu001", command_id=cid, stdout=text.encode(), rc=rc)
 
 
-def grade(manager: str, manager_rc: int, query: str, query_rc: int = 0, profile: str = "h100-sxm5-8x"):
+def with_gpu_fabric(xml: str, index: int, state: str, status: str) -> str:
+    head, *gpus = xml.split("<gpu id=")
+    gpus[index] = gpus[index].replace("<state>Completed</state>", f"<state>{state}</state>") \
+                             .replace("<status>Success</status>", f"<status>{status}</status>")
+    return "<gpu id=".join([head, *gpus])
+
+
+def ctx(profile: str = "h100-sxm5-8x") -> EvalContext:
+    return EvalContext(host=Host("gpu001"), profile=load_profile(profile))
+
+
+def grade(manager: str, manager_rc: int, smi: str, smi_rc: int = 0, profile: str = "h100-sxm5-8x",
+          smi_id: str = "nvidia-smi-q-x"):
     obs = parse_fabric({"fabricmanager-status": out("fabricmanager-status", manager, manager_rc),
-                        "nvidia-smi-fabric": out("nvidia-smi-fabric", query, query_rc)})
-    return evaluate_fabric(obs, EvalContext(host=Host("gpu001"), profile=load_profile(profile)))
+                        smi_id: out(smi_id, smi, smi_rc)})
+    return evaluate_fabric(obs, ctx(profile))
 
 
 def test_healthy_nvswitch_node():
     findings = grade("active\n", 0, HEALTHY)
     assert {f.status for f in findings} == {Status.PASS}
     assert len([f for f in findings if f.check == "fabric.state"]) == 8
+    assert {f.source for f in findings if f.check != "fabric.manager"} == {"nvidia-smi-q-x"}
 
 
 def test_fabric_manager_down_and_gpu_not_in_fabric():
-    query = HEALTHY.replace("3, Completed, Success", "3, In Progress, N/A")
-    findings = [f for f in grade("failed\n", 3, query) if f.status is not Status.PASS]
+    smi = with_gpu_fabric(HEALTHY, 3, "In Progress", "N/A")
+    findings = [f for f in grade("failed\n", 3, smi) if f.status is not Status.PASS]
     got = {(f.check, f.component, f.value) for f in findings}
     assert got == {("fabric.manager", "node", "failed"), ("fabric.state", "gpu3", "In Progress"),
                    ("fabric.status", "gpu3", "N/A")}
     assert all(f.status is Status.FAIL and f.remedy for f in findings)
 
 
-def test_old_driver_without_fabric_fields_is_error_on_nvswitch_profile():
-    msg = 'Field "fabric.state" is not a valid field to query.\n'
-    findings = grade("active\n", 0, msg, query_rc=2)
-    state = next(f for f in findings if f.check == "fabric.state")
-    assert state.status is Status.ERROR and "not a valid field" in state.message
+def test_fabric_is_graded_here_only_not_again_by_the_gpu_probe():
+    """One source, one finding: the gpu probe reads the same field but leaves it to this probe."""
+    smi = with_gpu_fabric(HEALTHY, 5, "Not Started", "N/A")
+    fabric = [f for f in grade("active\n", 0, smi) if f.status is not Status.PASS]
+    assert {(f.check, f.component) for f in fabric} == {("fabric.state", "gpu5"), ("fabric.status", "gpu5")}
+    gpu = evaluate_gpu(parse_gpu({"nvidia-smi-q-x": out("nvidia-smi-q-x", smi)}), ctx())
+    assert not [f for f in gpu if "fabric" in f.check]
+
+
+def test_driver_without_fabric_state_is_error_on_nvswitch_profile():
+    # corpus a100-sxm4-80gb (driver 535): <fabric><state>N/A</state>: no GPU reports a state
+    smi = corpus_text("nvidia-smi-xml/a100-sxm4-80gb-mig-enabled-drv535-v12dtd.txt")
+    (state,) = [f for f in grade("active\n", 0, smi) if f.check.startswith("fabric.s")]
+    assert (state.check, state.status) == ("fabric.state", Status.ERROR)
+    assert "no GPU reports a fabric state" in state.message
+    (state,) = [f for f in grade("active\n", 0, smi, profile="a100-sxm4-80gb-8x") if f.check.startswith("fabric.s")]
+    assert state.status is Status.SKIP
+
+
+def test_nvidia_smi_failure_or_garbage_is_error_naming_why():
+    mismatch = fixture_text("nvidia-smi-errors/driver-library-mismatch.txt")
+    (state,) = [f for f in grade("active\n", 0, mismatch, smi_rc=18) if f.check == "fabric.state"]
+    assert state.status is Status.ERROR and "Driver/library version mismatch" in state.message
+    garbage = fixture_text("nvidia-smi-xml/bad/truncated-mid-gpu.xml")
+    (state,) = [f for f in grade("active\n", 0, garbage) if f.check == "fabric.state"]
+    assert state.status is Status.ERROR and "unreadable" in state.message and "truncated" in state.message
 
 
 def test_l40s_profile_skips_everything():
-    findings = grade("inactive\n", 3, "0, N/A, N/A\n", profile="l40s-pcie-4x")
+    smi = corpus_text("nvidia-smi-xml/rtx4000-sff-ada-drv595-v13dtd-tabs.txt")  # fabric N/A, no NVSwitch
+    findings = grade("inactive\n", 3, smi, profile="l40s-pcie-4x")
     assert {f.status for f in findings} == {Status.SKIP}
 
 
-def test_corpus_fabric_fields_parse():
-    # corpus nvidia-smi/h100-query-gpu-allfields-csv-load: fabric.state Completed, fabric.status Success
-    lines = corpus_text("nvidia-smi/h100-query-gpu-allfields-csv-load.txt").splitlines()
-    header = [h.strip() for h in lines[0].split(",")]
-    values = [v.strip() for v in lines[1].split(",")]
-    row = f"{values[header.index('index')]}, {values[header.index('fabric.state')]}, " \
-          f"{values[header.index('fabric.status')]}\n"
-    obs = parse_fabric({"nvidia-smi-fabric": out("nvidia-smi-fabric", row)})
-    assert [(g.index, g.state, g.status) for g in obs.gpus] == [(0, "Completed", "Success")]
+def test_corpus_text_report_from_a_bundle():
+    # corpus nvidia-smi-q/h100-8gpu-drv535.161-gpud: 8x H100, Fabric State Completed / Status Success
+    obs = parse_fabric({"nvidia-smi-q": out("nvidia-smi-q", corpus_text("nvidia-smi-q/h100-8gpu-drv535.161-gpud.txt"))})
+    assert [(g.index, g.state, g.status) for g in obs.gpus] == [(i, "Completed", "Success") for i in range(8)]
+    assert obs.manager is None and obs.state_error is None
 
 
 def test_systemctl_without_systemd_is_error_only_where_fm_is_expected():
     no_bus = "Failed to connect to bus: No such file or directory\n"
     (fm,) = [f for f in grade(no_bus, 1, HEALTHY) if f.check == "fabric.manager"]
     assert fm.status is Status.ERROR and "Failed to connect to bus" in fm.message
-    (fm,) = [f for f in grade(no_bus, 1, "0, N/A, N/A\n", profile="l40s-pcie-4x") if f.check == "fabric.manager"]
+    (fm,) = [f for f in grade(no_bus, 1, HEALTHY, profile="l40s-pcie-4x") if f.check == "fabric.manager"]
     assert fm.status is Status.SKIP
 
 
 def test_garbage_is_a_parse_error():
     with pytest.raises(ParseError, match="not a unit state"):
         parse_systemctl_is_active("Failed to connect to bus: No such file or directory\n")
-    with pytest.raises(ParseError, match="unexpected line"):
-        parse_fabric({"nvidia-smi-fabric": out("nvidia-smi-fabric", "0, Completed\n")})

@@ -45,9 +45,21 @@ def test_outlier_firmware_and_driver_name_majority_and_host():
     assert find(findings, "node01", "fleet.version.hca_fw", "MT4129").status is Status.PASS
     driver = find(findings, "node02", "fleet.version.driver")
     assert (driver.status, driver.expected, driver.source) == (Status.WARN, "550.90.07", "nvidia-driver-version")
+    # sources name the command each fact came from (HCA firmware from the infiniband probe's sysfs dump)
+    assert fw.source == "ib-sysfs"
     # other HCA types are compared on their own
     assert find(findings, "node02", "fleet.version.hca_fw", "MT4125").status is Status.PASS
     assert {f.status for f in findings if f.host in ("node01", "node03")} == {Status.PASS}
+
+
+def test_vbios_and_cuda_cite_the_shared_nvidia_smi_report():
+    obs = {"node01": {"versions": versions()}, "node02": {"versions": {**versions(vbios="96.00.74.00.0D"),
+                                                                      "cuda": "12.2"}},
+           "node03": {"versions": versions()}}
+    findings = fleet(obs)
+    for check in ("fleet.version.vbios", "fleet.version.cuda"):
+        f = find(findings, "node02", check)
+        assert (f.status, f.source) == (Status.WARN, "nvidia-smi-q-x")
 
 
 def test_pinned_version_difference_is_fail():

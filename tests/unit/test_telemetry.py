@@ -218,3 +218,15 @@ def test_a_sampler_that_ended_before_the_job_leaves_nothing_behind(tmp_path: Pat
     assert not list(Path("/tmp").glob(f"hc-telemetry-{token}*"))
     found = evaluate_telemetry(load_series(tmp_path), H100)
     assert [(f.check, f.status) for f in found] == [("telemetry.sampler", Status.SKIP)]
+
+
+def test_at_rest_panel_flags_the_xid_and_pending_remap() -> None:
+    from healthcheck.results import to_jsonable
+    from probes.dcgm_fields import observe
+
+    table = parse_field_samples(body("dcgmi-dmon/h100-8gpu-rest-gpu2-dbe-xid48-remap-pending.txt"))
+    panel = host_panels({"dcgm_fields": to_jsonable(observe(table))})[0]
+    assert panel.title == "DCGM fields at rest (8 GPUs)" and panel.note == "5 samples, dcgmi-dmon"
+    assert panel.view.rows[2] == ["gpu2", 33.0, 38.0, 73.25, 345.0, "", 48, "remap pending"]
+    assert panel.view.classes[2] == ["", "", "", "", "", "", "bad", "bad"] and panel.attention
+    assert panel.view.classes[0] == [""] * 8

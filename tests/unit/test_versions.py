@@ -9,9 +9,8 @@ from healthcheck.profiles import Expectation, load_profile
 from healthcheck.spec import EvalContext
 from probes.versions import (
     evaluate_versions,
+    hca_firmware,
     parse_nccl_libs,
-    parse_nvidia_smi_csv,
-    parse_nvidia_smi_q_header,
     parse_ofed_info,
     parse_versions,
     version_facts,
@@ -19,6 +18,10 @@ from probes.versions import (
 from tests.conftest import corpus_text, fixture_text
 
 H100 = load_profile("h100-sxm5-8x")
+# our 8x H100 report (driver 535.183.01, CUDA 12.2, VBIOS 96.00.99.00.01) with GPU 6 on another VBIOS
+HEALTHY_XML = fixture_text("nvidia-smi-xml/h100-8x-healthy.xml")
+SMI = "<gpu id=".join(part.replace("96.00.99.00.01", "96.00.74.00.0D") if n == 7 else part
+                      for n, part in enumerate(HEALTHY_XML.split("<gpu id=")))
 
 
 def own(rel: str) -> str:
@@ -39,12 +42,12 @@ def pin(profile, key, op, value):
                                           key: Expectation(key=key, op=op, value=value, source="test pin")})
 
 
-def test_corpus_csv_and_q_header():
-    rows = parse_nvidia_smi_csv(corpus_text("nvidia-smi/h100-query-gpu-name-busid-vbios-csv-elided.txt")
-                                .split("\n", 1)[1])
-    assert [r["vbios_version"] for r in rows.values()] == ["96.00.89.00.01", "96.00.89.00.01"]
-    header = parse_nvidia_smi_q_header(corpus_text("nvidia-smi-q/h100-80gb-hbm3-drv590-idle.txt"))
-    assert header == {"Driver Version": "590.48.01", "CUDA Version": "13.1"}
+def test_corpus_reports_xml_and_text_give_driver_cuda_vbios():
+    obs, _ = evaluate({"nvidia-smi-q-x": corpus_text("nvidia-smi-xml/a100-sxm4-80gb-mig-enabled-drv535-v12dtd.txt")})
+    assert (obs.driver_userspace, obs.cuda, dict(obs.vbios)) == ("535.54.03", "12.2", {"0": "92.00.36.00.02"})
+    obs, findings = evaluate({"nvidia-smi-q": corpus_text("nvidia-smi-q/h100-80gb-hbm3-drv590-idle.txt")})
+    assert (obs.driver_userspace, obs.cuda, obs.vbios["0"]) == ("590.48.01", "13.1", "96.00.A5.00.01")
+    assert {f.source for f in findings if f.check == "version.cuda"} == {"nvidia-smi-q"}
 
 
 def test_ofed_and_nccl_strings():
@@ -55,32 +58,45 @@ def test_ofed_and_nccl_strings():
 
 
 def test_full_node_versions_and_in_node_vbios_mismatch():
-    sysfs = own("ib/sysfs-h100-8x-ndr-healthy.txt")
-    obs, findings = evaluate({"nvidia-driver-version": "550.90.07\n",
-                              "nvidia-smi-versions": own("system/nvidia-smi-query-versions-8x-h100.csv"),
-                              "nvidia-smi-cuda": own("system/nvidia-smi-q-d-compute-drv550.txt"),
+    obs, findings = evaluate({"nvidia-driver-version": "535.183.01\n", "nvidia-smi-q-x": SMI,
                               "ofed-info": "MLNX_OFED_LINUX-23.10-1.1.9.0:\n",
                               "nccl-libs": own("system/nccl-libs.txt"),
-                              "hca-fw": sysfs})
-    assert (obs.driver_module, obs.driver_userspace, obs.cuda, obs.nccl) == ("550.90.07", "550.90.07", "12.4",
+                              "ib-sysfs": own("ib/sysfs-h100-8x-ndr-healthy.txt")})
+    assert (obs.driver_module, obs.driver_userspace, obs.cuda, obs.nccl) == ("535.183.01", "535.183.01", "12.2",
                                                                              "2.21.5")
     by = {f.check: f for f in findings}
     assert by["version.driver"].status is Status.PASS and "not pinned" in by["version.driver"].message
-    assert by["version.vbios"].status is Status.WARN and by["version.vbios"].value == "96.00.74.00.0D/96.00.89.00.01"
+    assert by["version.vbios"].status is Status.WARN and by["version.vbios"].value == "96.00.74.00.0D/96.00.99.00.01"
     assert by["version.hca_fw"].component == "MT4129" and by["version.hca_fw"].status is Status.PASS
-    facts = version_facts({"driver_module": "550.90.07", "vbios": obs.vbios, "hca_fw": obs.hca_fw})
-    assert facts == {"driver": "550.90.07", "vbios": "96.00.74.00.0D/96.00.89.00.01",
+    assert (by["version.cuda"].source, by["version.vbios"].source, by["version.hca_fw"].source) == \
+        ("nvidia-smi-q-x", "nvidia-smi-q-x", "ib-sysfs")
+    assert "on 12 devices" in by["version.hca_fw"].message
+    facts = version_facts({"driver_module": "535.183.01", "vbios": obs.vbios, "hca_fw": obs.hca_fw})
+    assert facts == {"driver": "535.183.01", "vbios": "96.00.74.00.0D/96.00.99.00.01",
                      "hca_fw MT4129": "28.39.1002"}
 
 
+def test_hca_firmware_reuses_the_ib_sysfs_dump():
+    fw = hca_firmware(own("ib/sysfs-h100-link-downed-grew-fw-28.41.txt"))
+    assert {d["fw"] for d in fw.values()} == {"28.41.1000"} and fw["mlx5_0"]["type"] == "MT4129"
+    assert hca_firmware("# ib-sysfs: no /sys/class/infiniband devices\n") == {}
+    assert hca_firmware(fixture_text("ib/sysfs-h100-8x-ndr-healthy.txt").rsplit("# ib-sysfs end", 1)[0]) == {}
+
+
 def test_driver_library_mismatch_and_module_skew():
-    _, findings = evaluate({"nvidia-smi-versions": (own("system/nvidia-smi-driver-library-mismatch.txt"), 18)})
+    _, findings = evaluate({"nvidia-smi-q-x": (own("system/nvidia-smi-driver-library-mismatch.txt"), 18)})
     smi = [f for f in findings if f.check == "version.nvidia_smi"]
     assert smi[0].status is Status.FAIL and "Driver/library version mismatch" in smi[0].message
-    _, findings = evaluate({"nvidia-driver-version": "550.54.15\n",
-                            "nvidia-smi-versions": own("system/nvidia-smi-query-versions-8x-h100.csv")})
+    _, findings = evaluate({"nvidia-driver-version": "535.161.08\n", "nvidia-smi-q-x": SMI})
     skew = [f for f in findings if f.check == "version.driver_mismatch"]
-    assert (skew[0].status, skew[0].value, skew[0].expected) == (Status.FAIL, "550.90.07", "550.54.15")
+    assert (skew[0].status, skew[0].value, skew[0].expected) == (Status.FAIL, "535.183.01", "535.161.08")
+
+
+def test_unreadable_report_is_error_not_a_missing_version():
+    obs, findings = evaluate({"nvidia-smi-q-x": fixture_text("nvidia-smi-xml/bad/unclosed-tag.xml")})
+    (smi,) = [f for f in findings if f.check == "version.nvidia_smi"]
+    assert smi.status is Status.ERROR and "not well-formed" in smi.message
+    assert (obs.driver_userspace, obs.cuda, dict(obs.vbios)) == (None, None, {})
 
 
 def test_pins_eq_and_ordering():
@@ -95,7 +111,6 @@ def test_pins_eq_and_ordering():
                            pin(H100, "version.ofed", "match", "^MLNX_OFED_LINUX-23\\.10"))
     ofed = next(f for f in findings if f.check == "version.ofed")
     assert ofed.status is Status.FAIL and ofed.value == "inbox"
-    _, findings = evaluate({"nvidia-smi-versions": own("system/nvidia-smi-query-versions-8x-h100.csv")},
-                           pin(H100, "version.vbios", "eq", "96.00.89.00.01"))
+    _, findings = evaluate({"nvidia-smi-q-x": SMI}, pin(H100, "version.vbios", "eq", "96.00.99.00.01"))
     vbios = [(f.component, f.status) for f in findings if f.check == "version.vbios" and f.status is not Status.PASS]
     assert vbios == [("gpu6", Status.FAIL)]

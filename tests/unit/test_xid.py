@@ -281,7 +281,7 @@ def test_kernel_log_command_runs_in_sh():
 
 def test_nvidia_smi_q_x_is_collected_once_for_every_reader():
     """xid, fabric and versions read the gpu probe's report: one nvidia-smi -q -x per host, and
-    the old per-probe queries are gone (4 nvidia-smi calls in a default sweep, plus dcgm-fields'
+    the old per-probe queries are gone (4 nvidia-smi calls in a default sweep, plus dcgm_fields'
     sampler when dcgmi is absent)."""
     readers = [p.name for p in registry.select(None) if "nvidia-smi-q-x" in p.commands({})]
     assert sorted(readers) == ["fabric", "gpu", "versions", "xid"]
