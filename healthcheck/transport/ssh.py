@@ -11,7 +11,6 @@ OpenSSH's ``StrictHostKeyChecking=accept-new``) and a changed key is still refus
 
 from __future__ import annotations
 
-import select
 import shlex
 import socket
 import threading
@@ -78,10 +77,9 @@ class SshTransport:
             script = build_script(commands, marker, self.cap, self.kill_after_s)
             channel = client.get_transport().open_session()  # type: ignore[union-attr]
             channel.exec_command("sh -c " + shlex.quote(script))
-            remaining = max(1.0, deadline_s - (time.monotonic() - started))
-            return read_framed(host.name, commands, marker, _channel_reader(channel), remaining,
+            return read_framed(host.name, commands, marker, _channel_reader(channel), deadline_s,
                                byte_limit=2 * self.cap * max(1, len(commands)) + (1 << 20),
-                               stderr_tail=lambda: _drain_stderr(channel))
+                               stderr_tail=lambda: _drain_stderr(channel), started=started)
         except Exception as exc:  # every failure to reach a host is a result, not a crash
             return host_failure(host.name, commands, describe_ssh_error(exc, spec),
                                 time.monotonic() - started)
@@ -123,15 +121,11 @@ class SshTransport:
 
 def _channel_reader(channel: paramiko.Channel):
     def read_chunk(wait_s: float) -> bytes | None:
-        if channel.recv_ready():
-            return channel.recv(65536)
-        if channel.exit_status_ready() and not channel.recv_ready():
-            return b""
-        ready, _, _ = select.select([channel], [], [], wait_s)
-        if not ready:
+        channel.settimeout(max(0.01, wait_s))
+        try:
+            return channel.recv(65536)  # b"" once the remote closed stdout
+        except TimeoutError:
             return None
-        data = channel.recv(65536)
-        return data  # b"" means the remote closed stdout
 
     return read_chunk
 

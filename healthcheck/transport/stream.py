@@ -22,9 +22,12 @@ def utc_now_iso() -> str:
 
 def read_framed(host: str, commands: Sequence[Command], marker: str,
                 read_chunk: Callable[[float], bytes | None], deadline_s: float,
-                byte_limit: int, stderr_tail: Callable[[], bytes] = lambda: b"") -> HostCollection:
-    """Collect every finished section; name what went wrong for the ones that did not finish."""
-    started = time.monotonic()
+                byte_limit: int, stderr_tail: Callable[[], bytes] = lambda: b"",
+                started: float | None = None) -> HostCollection:
+    """Collect every finished section; name what went wrong for the ones that did not finish.
+
+    ``started`` (a ``time.monotonic()`` value) is when the host's deadline began, e.g. before connecting."""
+    started = time.monotonic() if started is None else started
     collected_at = utc_now_iso()
     reader = FrameReader(host=host, marker=marker, last_event_s=0.0)
     results: dict[str, CommandResult] = {}

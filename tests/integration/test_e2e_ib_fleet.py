@@ -36,12 +36,12 @@ def shim(path: Path, body: str) -> None:
 
 
 def fake_sysfs(host, sysfs_text: str) -> None:
-    """ib-sysfs and hca-fw read /sys/class/infiniband with ls and grep: answer those from a fixture."""
+    """ib-sysfs (read by infiniband, and by versions for the HCA firmware) greps /sys/class/infiniband
+    after an ls: answer both from a fixture."""
     dump = host.root / "sysfs-infiniband.txt"
     dump.write_text(sysfs_text)
     grep, ls = real("grep"), real("ls")
     shim(host.bindir / "grep", f"""case "$*" in
-  *"/sys/class/infiniband/"*hca_type) exec {grep} -E '/(fw_ver|hca_type):' {dump};;
   *"/sys/class/infiniband/"*) exec {grep} -v '^#' {dump};;
   *) exec {grep} "$@";;
 esac
@@ -54,11 +54,9 @@ esac
 
 
 def nvidia_smi(cluster, host: str, driver: str) -> None:
-    csv = own("system/nvidia-smi-query-versions-8x-h100.csv").replace("96.00.74.00.0D", "96.00.89.00.01")
-    cluster.add_tool(host, "nvidia-smi", {
-        "--query-gpu=index,pci.bus_id,driver_version,vbios_version --format=csv": (csv.replace("550.90.07", driver), 0),
-        "-q -d COMPUTE": (own("system/nvidia-smi-q-d-compute-drv550.txt").replace("550.90.07", driver), 0),
-        "*": ("", 0)})
+    """The one nvidia-smi call of these probes: ``-q -x`` (driver, CUDA, VBIOS); anything else exits 2."""
+    xml = fixture_text("nvidia-smi-xml/h100-8x-healthy.xml").replace("535.183.01", driver)
+    cluster.add_tool(host, "nvidia-smi", {"-q -x": (xml, 0)})
 
 
 def dcgmi(cluster, host: str) -> None:
@@ -112,6 +110,9 @@ def test_ib_degraded_host_hung_mount_no_dcgmi_and_fleet_outliers(ssh_cluster_fac
     assert "differing: node02" in fw["message"] and "2 of 3 hosts" in fw["message"]
     driver = findings(results, "node02", "fleet.version.driver")[0]
     assert (driver["status"], driver["value"], driver["expected"]) == ("WARN", "550.54.15", "550.90.07")
+    assert {(f["status"], f["value"], f["source"]) for f in findings(results, "node02", "version.cuda")} == \
+        {("PASS", "12.2", "nvidia-smi-q-x")}
+    assert {f["source"] for f in findings(results, "node02", "fleet.version.hca_fw")} == {"ib-sysfs"}
     for host in ("node01", "node03"):
         assert {f["status"] for f in findings(results, host, "fleet.version.hca_fw")} == {"PASS"}
 

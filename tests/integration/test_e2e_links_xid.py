@@ -33,17 +33,13 @@ def recent_journal(rel: str) -> str:
 
 
 def nvidia_smi(status_fixture: str) -> dict[str, tuple[str, int]]:
-    fabric = "".join(f"{i}, Completed, Success\n" for i in range(8))
-    pci = body("xid/nvidia-smi-gpu-pci-8gpu.txt")
-    remap = "".join(f"{line.split(', ')[2]}, No, No\n" for line in pci.splitlines())
+    """Only these argv are answered (anything else exits 2): fabric state, the Xid PCI map and the
+    row-remap state all come from the one ``-q -x`` report (gpu2 at 00000000:4C:00.0)."""
     return {
+        "-q -x": (fixture_text("nvidia-smi-xml/h100-8x-healthy.xml"), 0),
         "topo -m": (body("topo/h100-8gpu-nv18-8nic-pxb-healthy.txt"), 0),
         "nvlink -s": (body(status_fixture), 0),
         "nvlink -e": (body("nvlink/h100-8gpu-errors-all-zero.txt"), 0),
-        "--query-gpu=index,fabric.state,fabric.status --format=csv,noheader": (fabric, 0),
-        "--query-gpu=index,pci.bus_id,uuid --format=csv,noheader": (pci, 0),
-        "--query-remapped-rows=gpu_uuid,remapped_rows.pending,remapped_rows.failure --format=csv,noheader":
-            (remap, 0),
     }
 
 
@@ -84,6 +80,12 @@ def test_inactive_nvlink_and_xid79_named_in_results(ssh_cluster_factory, tmp_pat
     assert hosts["node03"]["verdict"] == "FAIL"
     assert [(f["check"], f["component"], f["status"], f["value"]) for f in bad3] == [("xid.79", "gpu2", "FAIL", 1)]
     assert "PCI 0000:4c:00" in bad3[0]["message"] and "reboot node" in bad3[0]["message"]
+
+    # nvidia-smi -q -x ran once per host, for fabric and xid alike; no other nvidia-smi query
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert sorted(c["id"] for c in manifest["commands"] if c["line"].startswith("nvidia-smi")) == \
+        ["nvidia-smi-nvlink-e", "nvidia-smi-nvlink-s", "nvidia-smi-q-x", "nvidia-smi-topo"]
+    assert {f["source"] for f in hosts["node01"]["findings"] if f["check"] == "fabric.state"} == {"nvidia-smi-q-x"}
 
     # the raw capture holds exactly what the node returned, header included
     raw = (run_dir / "raw" / "node03" / "kernel-log.out").read_text()
