@@ -163,6 +163,53 @@ def inventory_show(path: Path) -> None:
     click.echo(f"{len(inv.hosts)} hosts")
 
 
+@main.group()
+def profiles() -> None:
+    """Inspect hardware profiles."""
+
+
+@profiles.command("list")
+@click.option("--profiles-dir", "dirs", multiple=True, type=click.Path(path_type=Path),
+              help="Extra folder of profiles (searched before the project's).")
+def profiles_list(dirs: tuple[Path, ...]) -> None:
+    """List the profiles with their description and number of expectations."""
+    from healthcheck.profiles import available_profiles, load_profile
+
+    for name in available_profiles(dirs):
+        try:
+            prof = load_profile(name, dirs)
+        except ProfileError as exc:
+            click.echo(f"{name:<22} BROKEN: {exc}")
+            continue
+        click.echo(f"{name:<22} {len(prof.expectations):>3} expectations  {prof.description}")
+
+
+@profiles.command("show")
+@click.argument("name")
+@click.option("--profiles-dir", "dirs", multiple=True, type=click.Path(path_type=Path))
+def profiles_show(name: str, dirs: tuple[Path, ...]) -> None:
+    """Print every expectation of a profile with its threshold and source."""
+    import yaml
+
+    from healthcheck.grading import expected_text
+    from healthcheck.profiles import load_profile
+
+    try:
+        prof = load_profile(name, dirs)
+    except ProfileError as exc:
+        click.echo(f"healthcheck: {exc}", err=True)
+        sys.exit(ExitCode.USAGE)
+    click.echo(f"{prof.name}: {prof.description}\nfile: {prof.path}\n")
+    for key, exp in sorted(prof.expectations.items()):
+        warn = f" (WARN beyond {exp.warn})" if exp.warn is not None else ""
+        bands = f" bands {dict(exp.bands)}" if exp.bands else ""
+        click.echo(f"{key:<40} {expected_text(exp)}{warn}{bands} [{exp.severity}]\n{'':<40} source: {exp.source}")
+    for issue in prof.known_issues:
+        click.echo(f"known issue: {issue.check}: {issue.reason} (expires {issue.expires or 'never'})")
+    if prof.settings:
+        click.echo("\nsettings:\n" + yaml.safe_dump(dict(prof.settings), sort_keys=True))
+
+
 @main.command("probes")
 def list_probes() -> None:
     """List the probes and the command ids they run."""

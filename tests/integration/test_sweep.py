@@ -97,7 +97,7 @@ def test_three_replayed_nights(tmp_path):
     assert [v for _, v in doc3["trends"]["node03"]["gpu.temp_c"]["values"]] == [40.0, 40.0, 40.0]
     html = (history / "runs" / doc3["run"]["id"] / "report.html").read_text()
     assert "What changed since the last run" in html
-    assert '<span class="trend">gpu.temp_c' in html                    # the sparkline per node
+    assert '<span class="trend" title="gpu.temp_c">' in html           # the sparkline per node
     assert (history / "history.sqlite").is_file()
     run3 = history / "runs" / doc3["run"]["id"]
     assert (run3 / "report.html").is_file()

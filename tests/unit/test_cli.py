@@ -62,3 +62,30 @@ def test_local_run_then_replay_same_verdicts_and_strict(cli, tmp_path):
     assert replayed["hosts"][host]["verdict"] == results["hosts"][host]["verdict"]
     assert (tmp_path / "b" / "raw" / host / "uname-r.out").read_bytes() == \
            (tmp_path / "a" / "raw" / host / "uname-r.out").read_bytes()
+
+
+def test_profiles_list_and_show(cli):
+    listed = cli.invoke(main, ["profiles", "list"])
+    assert listed.exit_code == 0
+    names = [line.split()[0] for line in listed.output.splitlines()]
+    assert {"a100-sxm4-80gb-8x", "h100-sxm5-8x", "h200-sxm-8x", "b200-hgx-8x", "h100-pcie-8x",
+            "l40s-pcie-4x"} <= set(names)
+    shown = cli.invoke(main, ["profiles", "show", "h100-sxm5-8x"])
+    assert shown.exit_code == 0
+    lines = shown.output.splitlines()
+    count = next(i for i, line in enumerate(lines) if line.startswith("gpu.count "))
+    assert "== 8 GPUs" in lines[count] and lines[count + 1].strip().startswith("source: ")
+    assert cli.invoke(main, ["profiles", "show", "nope"]).exit_code == 2
+
+
+def test_host_without_profile_is_graded_on_profile_free_checks(cli, tmp_path):
+    result = cli.invoke(main, ["run", "--local", "--probes", "system,resources", "--run-dir", str(tmp_path / "r")])
+    results = json.loads((tmp_path / "r" / "results.json").read_text())
+    [host] = results["hosts"].values()
+    assert host["profile"] is None
+    by_check = {f["check"]: f for f in host["findings"]}
+    assert by_check["system.hostname"]["status"] == "PASS"
+    assert by_check["system.memory"]["status"] == "SKIP"
+    assert "profile (none)" in by_check["system.memory"]["message"]
+    assert result.exit_code == 0
+    assert "no profile" in (tmp_path / "r" / "report.html").read_text()
