@@ -2,7 +2,7 @@
 
     healthcheck_gpu_temperature_celsius{gpu="3",host="gpu001"} 41.0
     healthcheck_gpu_ecc_errors_total{gpu="3",host="gpu001",type="uncorrectable"} 2.0
-    healthcheck_nvlink_link_active{gpu="0",host="gpu001",link="5"} 0.0
+    healthcheck_nvlink_links_active{gpu="3",host="gpu001"} 17.0
     healthcheck_ib_port_up{host="gpu001",port="mlx5_0/1"} 1.0
 
 Conversions to base units happen here (GB/s -> bytes/s, Gb/s -> bits/s); a missing or
@@ -22,9 +22,9 @@ METRICS.update({
     "healthcheck_gpu_power_draw_watts": ("gauge", "GPU power draw"),
     "healthcheck_gpu_ecc_errors_total": ("counter", "Aggregate (lifetime) ECC errors, SRAM + DRAM, by type"),
     "healthcheck_gpu_row_remap_pending": ("gauge", "1 when a row remap is pending (GPU reset needed)"),
-    "healthcheck_nvlink_link_active": ("gauge", "1 when the NVLink link is active"),
-    "healthcheck_nvlink_link_speed_bytes_per_second": ("gauge", "NVLink link speed"),
-    "healthcheck_nvlink_errors_total": ("counter", "NVLink error counters by type"),
+    "healthcheck_nvlink_links_active": ("gauge", "Number of active NVLink links of the GPU"),
+    "healthcheck_nvlink_link_speed_min_bytes_per_second": ("gauge", "Slowest active NVLink link of the GPU"),
+    "healthcheck_nvlink_errors_total": ("counter", "NVLink error counters by type, summed over the GPU's links"),
     "healthcheck_ib_port_up": ("gauge", "1 when the InfiniBand/RoCE port is ACTIVE"),
     "healthcheck_ib_port_rate_bits_per_second": ("gauge", "InfiniBand/RoCE port rate"),
     "healthcheck_ib_port_errors_total": ("counter", "Non-zero InfiniBand port error counters"),
@@ -76,16 +76,26 @@ def gpu_samples(host: str, obs: Any) -> Iterable[Sample]:
 
 @extractor("nvlink")
 def nvlink_samples(host: str, obs: Any) -> Iterable[Sample]:
+    """Per GPU, not per link: 18 links x 3 counters x 8 GPUs x 1000 hosts would be 432k series.
+    The findings name the bad link; these series are for trending and alerting per GPU."""
     for g in _records(obs, "gpus"):
-        for link in _records(g, "links"):
-            labels = {"host": host, "gpu": str(g.get("index")), "link": str(link.get("link"))}
-            yield from _sample("healthcheck_nvlink_link_active", labels, link.get("active"))
-            yield from _sample("healthcheck_nvlink_link_speed_bytes_per_second", labels,
-                               link.get("speed_gbps"), 1e9)
+        links = _records(g, "links")
+        if not links:
+            continue
+        labels = {"host": host, "gpu": str(g.get("index"))}
+        yield Sample("healthcheck_nvlink_links_active", labels, float(sum(bool(x.get("active")) for x in links)))
+        speeds = [v for v in (number(x.get("speed_gbps")) for x in links if x.get("active")) if v is not None]
+        if speeds:
+            yield Sample("healthcheck_nvlink_link_speed_min_bytes_per_second", labels, min(speeds) * 1e9)
+    totals: dict[tuple[str, str], float] = {}
     for c in _records(obs, "counters"):
-        labels = {"host": host, "gpu": str(c.get("gpu")), "link": str(c.get("link"))}
         for kind in ("replay", "recovery", "crc"):
-            yield from _sample("healthcheck_nvlink_errors_total", {**labels, "type": kind}, c.get(kind))
+            value = number(c.get(kind))
+            if value is not None:
+                key = (str(c.get("gpu")), kind)
+                totals[key] = totals.get(key, 0.0) + value
+    for (gpu, kind), value in sorted(totals.items()):
+        yield Sample("healthcheck_nvlink_errors_total", {"host": host, "gpu": gpu, "type": kind}, value)
 
 
 @extractor("infiniband")

@@ -56,9 +56,9 @@ def test_observation_values_in_base_units(text: str) -> None:
     assert value(text, "healthcheck_gpu_row_remap_pending", host="gpu017", gpu="3") == 1.0
     assert value(text, "healthcheck_gpu_row_remap_pending", host="gpu017", gpu="2") == 0.0
     assert value(text, "healthcheck_gpus", host="gpu003") == 8
-    assert value(text, "healthcheck_nvlink_link_active", host="gpu004", gpu="3", link="5") == 0.0
-    assert value(text, "healthcheck_nvlink_errors_total", host="gpu004", gpu="3", link="4",
-                 type="recovery") == 2.0
+    assert value(text, "healthcheck_nvlink_links_active", host="gpu004", gpu="3") == 1.0  # link 4 of 4,5
+    assert value(text, "healthcheck_nvlink_errors_total", host="gpu004", gpu="3", type="recovery") == 2.0
+    assert not any(line.startswith("healthcheck_nvlink") and 'link="' in line for line in text.splitlines())
     assert value(text, "healthcheck_ib_port_rate_bits_per_second", host="gpu001", port="mlx5_0/1") == 400e9
     assert value(text, "healthcheck_ib_port_errors_total", host="gpu001", port="mlx5_0/1",
                  counter="symbol_error") == 3.0
