@@ -30,15 +30,17 @@ def _gate_finding(host: str, probe: Probe, result: CommandResult) -> Finding:
     cid = result.command_id
     if result.transport_error is not None:
         return Finding(host=host, check=f"{probe.name}.collect", status=Status.ERROR, source=cid,
-                       message=f"{cid} could not run: {result.transport_error}",
+                       expected=f"{cid} output", message=f"{cid} could not run: {result.transport_error}",
                        remedy="See host.reachable for this host; rerun once it is reachable")
     if result.timed_out:
         return Finding(host=host, check=f"{probe.name}.collect", status=Status.ERROR, source=cid,
+                       value=f"rc {result.rc}", expected="exit within the command timeout",
                        message=f"{cid} timed out (rc {result.rc}); the tool hung on the node",
                        remedy="Log in and check why the command hangs (hung driver, D-state process, "
                               "dead mount); raise --timeout only if the tool is just slow")
     status = probe.missing_tool_status
     return Finding(host=host, check=f"{probe.name}.collect", status=status, source=cid,
+                   value="rc 127", expected="tool installed",
                    message=f"{cid}: command not found on the node ({result.err_text.strip()[:200]})",
                    remedy="Install the tool on the node, or deselect this probe"
                    if status is not Status.SKIP else None)
@@ -82,7 +84,7 @@ def run_probe(probe: Probe, host: Host, results: Mapping[str, CommandResult],
     except ParseError as exc:
         more = f" (output truncated at the cap: {', '.join(truncated)})" if truncated else ""
         excerpt = f"; output starts: {exc.excerpt[:120]!r}" if exc.excerpt else ""
-        return [Finding(host=name, check=f"{probe.name}.parse", status=Status.ERROR,
+        return [Finding(host=name, check=f"{probe.name}.parse", status=Status.ERROR, expected="parsable output",
                         source=",".join(usable), message=f"cannot parse {', '.join(usable)}: {exc}{more}{excerpt}",
                         remedy="Run the command on the node by hand; if its output is valid, "
                                "attach the raw file from the run directory to a healthcheck bug")], None
@@ -100,7 +102,8 @@ def reachability_finding(host: Host, collection: HostCollection, transport: str)
                        message=f"{len(collection.results)} commands collected in {collection.duration_s:g}s")
     error = collection.transport_error
     return Finding(host=host.name, check="host.reachable", status=Status.ERROR, source=transport,
-                   value=error, message=f"{host.name}: {error}", remedy=_reach_remedy(error))
+                   value=error, expected=f"one {transport} session completing every command",
+                   message=f"{host.name}: {error}", remedy=_reach_remedy(error))
 
 
 def _reach_remedy(error: str) -> str:

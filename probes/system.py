@@ -128,8 +128,9 @@ def _identity_findings(obs: SystemObservation, ctx: EvalContext) -> list[Finding
     host = ctx.host.name
     findings = []
     if obs.hostname is None:
-        findings.append(Finding(host=host, check="system.hostname", status=Status.ERROR,
-                                message="the node did not report its hostname", source="hostname"))
+        findings.append(Finding(host=host, check="system.hostname", status=Status.ERROR, expected=host,
+                                message="the node did not report its hostname", source="hostname",
+                                remedy="Run `hostname` on the node: it printed nothing"))
     else:
         short = obs.hostname.split(".")[0]
         same = short == host.split(".")[0]
@@ -144,7 +145,8 @@ def _identity_findings(obs: SystemObservation, ctx: EvalContext) -> list[Finding
         exp = ctx.profile.expect(check)
         if value is None:
             findings.append(Finding(host=host, check=check, status=Status.ERROR, source=source,
-                                    message=f"{source} gave no value"))
+                                    expected=f"a value from {source}", message=f"{source} gave no value",
+                                    remedy=f"Run `{COMMANDS[source]}` on the node: it printed nothing usable"))
         elif exp is None:
             findings.append(Finding(host=host, check=check, status=Status.PASS, value=value,
                                     source=source, message=f"{check.split('.')[1]}: {value}"))
