@@ -121,10 +121,16 @@ def finding_from_expectation(host: str, check: str, exp: Expectation | None, mea
     expected = expected_text(exp)
     message = describe(check, component, measured, exp.unit, expected, status)
     if status is not Status.PASS:
-        message += f" (source: {exp.source})"
+        message += f" (source: {short_source(exp.source)})"
     return Finding(host=host, check=check, component=component, status=status,
                    value=_scalar(measured), expected=expected, unit=exp.unit, message=message,
                    remedy=remedy if status is not Status.PASS else None, source=source)
+
+
+def short_source(source: str, limit: int = 100) -> str:
+    """The first clause of an expectation's source, for messages (the profile keeps the full text)."""
+    first = source.split(";")[0].strip()
+    return first if len(first) <= limit else first[:limit - 3].rstrip() + "..."
 
 
 def _scalar(x: Any) -> JSONScalar:
