@@ -32,7 +32,7 @@ from healthcheck.rundir import FindingsLog, new_run_dir, read_bundle, write_coll
 from healthcheck.runner import Runner, host_deadline, plan_commands
 from healthcheck.spec import Transport
 from healthcheck.stages import grade_host
-from healthcheck.transport import PerHostTransport, open_transport
+from healthcheck.transport import Command, PerHostTransport, open_transport
 
 
 @dataclass
@@ -120,14 +120,16 @@ def _previous_observations(previous: Path | None) -> dict[str, dict[str, Any]]:
 
 
 def _manifest(opts: RunOptions, hosts: Sequence[Host], profiles: Mapping[str, Profile],
-              commands: Sequence[Any], mode: str, started: datetime) -> dict[str, Any]:
+              plans: Mapping[str, Sequence[Command]], mode: str, started: datetime) -> dict[str, Any]:
     args = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(opts).items()}
     return {"healthcheck_version": healthcheck.__version__, "python": sys.version.split()[0],
             "started": started.isoformat(timespec="seconds"), "mode": mode, "args": args,
             "hosts": [h.to_json() for h in hosts],
             "profiles": {n: {"path": p.path, "expectations": {k: asdict(e) for k, e in p.expectations.items()}}
                          for n, p in profiles.items()},
-            "commands": [{"id": c.id, "line": c.line, "timeout_s": c.timeout_s} for c in commands]}
+            "commands": [{"id": c.id, "line": c.line, "timeout_s": c.timeout_s} for c in plans[""]],
+            "commands_by_profile": {name: [{"id": c.id, "line": c.line, "timeout_s": c.timeout_s} for c in cmds]
+                                    for name, cmds in plans.items() if name}}
 
 
 def execute_run(opts: RunOptions) -> RunOutcome:
@@ -143,11 +145,13 @@ def execute_run(opts: RunOptions) -> RunOutcome:
 
         benchmarks.select(opts.benchmarks)  # unknown names fail here, before anything runs
     options = {"kernel_log_window_h": DEFAULTS.kernel_log_window_h, **opts.probe_options}
-    commands = plan_commands(selected, options, opts.timeout_s)
+    plans = {name: plan_commands(selected, {**options, "profile": prof}, opts.timeout_s)
+             for name, prof in profiles.items()}
+    plans[""] = plan_commands(selected, options, opts.timeout_s)
     mode = "replay" if opts.replay is not None else ("local" if opts.local else "ssh")
     transport = _transport(opts, mode, hosts)
     run_dir = new_run_dir(opts.out, opts.run_dir)
-    write_json(run_dir / "manifest.json", _manifest(opts, hosts, profiles, commands, mode, started))
+    write_json(run_dir / "manifest.json", _manifest(opts, hosts, profiles, plans, mode, started))
     previous = _previous_observations(opts.previous)
     log = FindingsLog(run_dir)
 
@@ -160,10 +164,12 @@ def execute_run(opts: RunOptions) -> RunOutcome:
         return HostResult(name=host.name, findings=findings, observations=observations,
                           profile=host.profile, group=host.group, address=host.address)
 
-    deadline = opts.deadline_s or host_deadline(commands, DEFAULTS.kill_after_s, DEFAULTS.host_deadline_margin_s)
+    def deadline_for(commands: Sequence[Command]) -> float:
+        return opts.deadline_s or host_deadline(commands, DEFAULTS.kill_after_s, DEFAULTS.host_deadline_margin_s)
+
     with ProgressDisplay(total=len(hosts), enabled=opts.progress) as progress:
-        runner = Runner(transport, commands, opts.forks, deadline, listeners=[progress],
-                        on_collected=lambda c: write_collection(run_dir, c))
+        runner = Runner(transport, lambda h: plans[h.profile if h.profile in plans else ""], opts.forks,
+                        deadline_for, listeners=[progress], on_collected=lambda c: write_collection(run_dir, c))
         host_results = runner.run(hosts, grade)
     if opts.replay is not None:
         _copy_job_outputs(Path(opts.replay), run_dir)

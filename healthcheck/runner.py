@@ -55,14 +55,20 @@ GradeFn = Callable[[Host, HostCollection], HostResult]
 CollectedFn = Callable[[HostCollection], None]
 
 
+CommandsFn = Callable[[Host], Sequence[Command]]
+
+
 class Runner:
-    def __init__(self, transport: Transport, commands: Sequence[Command], forks: int,
-                 deadline_s: float, listeners: Sequence[Listener] = (),
+    """``commands_for(host)`` gives each host its command list (it depends on the host's profile:
+    e.g. the profile's required mounts); ``deadline_for(commands)`` its host deadline."""
+
+    def __init__(self, transport: Transport, commands_for: CommandsFn, forks: int,
+                 deadline_for: Callable[[Sequence[Command]], float], listeners: Sequence[Listener] = (),
                  on_collected: CollectedFn | None = None) -> None:
         self.transport = transport
-        self.commands = list(commands)
+        self.commands_for = commands_for
         self.forks = max(1, forks)
-        self.deadline_s = deadline_s
+        self.deadline_for = deadline_for
         self.listeners = list(listeners)
         self.on_collected = on_collected
         self._stop = threading.Event()
@@ -75,7 +81,8 @@ class Runner:
         for listener in self.listeners:
             listener.on_host_start(host)
         try:
-            collection = self.transport.collect(host, self.commands, self.deadline_s)
+            commands = list(self.commands_for(host))
+            collection = self.transport.collect(host, commands, self.deadline_for(commands))
         except Exception as exc:  # a transport bug must not end the sweep
             collection = HostCollection(host=host.name, results={},
                                         transport_error=f"transport crashed: {type(exc).__name__}: {exc}")

@@ -95,9 +95,12 @@ def stop_command(stop_file: str) -> str:
 
 
 def render_commands(options: Mapping[str, Any]) -> dict[str, str]:
-    ids = field_ids(options.get("dcgm_field_ids"))
-    count = int(options.get("dcgm_fields_samples", SAMPLES))
-    interval = int(options.get("dcgm_fields_interval_ms", INTERVAL_MS))
+    """Run options win; else the host profile's ``settings.dcgm_fields`` (ids, interval_ms, samples)."""
+    profile = options.get("profile")
+    settings = profile.setting("dcgm_fields", {}) if hasattr(profile, "setting") else {}
+    ids = field_ids(options.get("dcgm_field_ids") or settings.get("ids"))
+    count = int(options.get("dcgm_fields_samples", settings.get("samples", SAMPLES)))
+    interval = int(options.get("dcgm_fields_interval_ms", settings.get("interval_ms", INTERVAL_MS)))
     if count < 1 or interval < 100:
         raise ValueError(f"dcgm_fields_samples must be >= 1 and dcgm_fields_interval_ms >= 100 "
                          f"(got {count}, {interval})")

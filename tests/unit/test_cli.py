@@ -89,3 +89,20 @@ def test_host_without_profile_is_graded_on_profile_free_checks(cli, tmp_path):
     assert "profile (none)" in by_check["system.memory"]["message"]
     assert result.exit_code == 0
     assert "no profile" in (tmp_path / "r" / "report.html").read_text()
+
+
+def test_commands_are_planned_per_profile(tmp_path):
+    """A profile's required mounts reach that profile's hosts' mount probe (quoted), and only theirs."""
+    from healthcheck.pipeline import RunOptions, execute_run
+
+    (tmp_path / "site.yaml").write_text(
+        "name: site\nexpect:\n  system.mounts: {op: eq, value: ['/lustre scratch'], source: site runbook}\n")
+    outcome = execute_run(RunOptions(local=True, profile="site", profile_dirs=[tmp_path], probes=["system"],
+                                     run_dir=tmp_path / "run"))
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    [probe] = [c for c in manifest["commands_by_profile"]["site"] if c["id"] == "mount-probe"]
+    assert "'/lustre scratch'" in probe["line"]
+    assert "lustre" not in next(c["line"] for c in manifest["commands"] if c["id"] == "mount-probe")
+    [host] = outcome.results.hosts.values()
+    missing = [f for f in host.findings if f.check == "system.mount.present" and f.status.value == "FAIL"]
+    assert [f.component for f in missing] == ["/lustre scratch"]
