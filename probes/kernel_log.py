@@ -148,6 +148,11 @@ def _classify(msg: str, last_gpu: str | None) -> KernelEventGroup | None:
     return None
 
 
+def looks_like_kernel_log(text: str) -> bool:
+    """True when some line carries a kernel-log prefix (timestamp or ``kernel:`` tag)."""
+    return any(_timestamp(line) is not None for line in text.splitlines())
+
+
 def parse_kernel_log(text: str) -> KernelLog:
     """journalctl -k / dmesg (-T, --ctime, --time-format iso, --decode, raw, /dev/kmsg, syslog) text.
 

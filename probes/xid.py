@@ -28,7 +28,14 @@ from probes import register
 from probes.gpu import BUNDLE_SOURCES, GPU_ID, parse_gpu_sources
 from probes.gpu import COMMANDS as GPU_COMMANDS
 from probes.gpu_model import GpuObservations
-from probes.kernel_log import KernelLog, WindowedGroup, in_window, normalize_pci, parse_kernel_log
+from probes.kernel_log import (
+    KernelLog,
+    WindowedGroup,
+    in_window,
+    looks_like_kernel_log,
+    normalize_pci,
+    parse_kernel_log,
+)
 
 LOG_ID = "kernel-log"
 CATALOG_PATH = Path(__file__).with_name("xid_catalog.yaml")
@@ -92,6 +99,10 @@ def parse_xid(outputs: Mapping[str, CommandResult]) -> XidObservation:
     log = parse_kernel_log(result.text + "\n" + result.err_text)
     if result.rc != 0 and not log.groups and log.unreadable is None:
         raise ParseError(f"kernel log command failed (rc {result.rc})", result.err_text or result.text)
+    if log.source is None and log.unreadable is None and not log.groups and not looks_like_kernel_log(result.text):
+        # Our command always prints its '# kernel-log source=...' header; a bundle's own dmesg or
+        # journal has timestamped lines. Neither: garbage, which must not read as "no Xid".
+        raise ParseError("kernel-log output has neither our header nor any kernel-log line", result.text)
     return XidObservation(log=log, gpus=gpus)
 
 
