@@ -202,3 +202,26 @@ def test_ssh_config_user_port_identity_and_proxyjump(ssh_cluster_factory, tmp_pa
     jump, target = cluster.hosts
     assert (jump.connections(), jump.sessions()) == (1, 0)  # used only to forward the connection
     assert (target.connections(), target.sessions()) == (1, 1)
+
+
+def test_dropped_connection_is_an_error_and_keeps_finished_commands(ssh_cluster_factory, tmp_path):
+    cluster = ssh_cluster_factory(2)
+    cluster.add_tool("node01", "uname", {"-r": ("", 0, 20)})
+    inv = cluster.write_inventory(tmp_path / "inv.yaml")
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "healthcheck", "run", "-i", str(inv), "-F",
+                             str(cluster.ssh_config), "--run-dir", str(run_dir), "--probes", "system"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    node01 = cluster.hosts[0]
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and node01.sessions() == 0:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    # Drop node01's connection: kill the per-connection sshd processes our test sshd forked.
+    subprocess.run(["pkill", "-9", "-P", str(node01.proc.pid)], check=False)
+    assert proc.wait(timeout=60) == 1
+    results = json.loads((run_dir / "results.json").read_text())
+    reach = _finding(results, "node01", "host.reachable")
+    assert reach["status"] == "ERROR" and "ended before all commands reported" in reach["message"]
+    assert _finding(results, "node01", "system.hostname")["status"] == "PASS"
+    assert results["hosts"]["node02"]["verdict"] == "PASS"
