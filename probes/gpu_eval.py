@@ -7,6 +7,9 @@ from the host's profile (``gpu.*`` expectations, each with its source); a check 
 expectation is missing is SKIP. Profile-free rules use only what the GPU itself reports
 (its own max PCIe width, the driver's reset/recovery flags). The NVSwitch fabric state is graded
 by the fabric probe (``fabric.state``/``fabric.status``), which reads the same report.
+Driver, CUDA and VBIOS versions are recorded in the observations but graded only by the versions
+probe (``version.driver``/``version.cuda``/``version.vbios``, dotted-number compare), which reads
+the same ``nvidia-smi -q -x``: one pinned version gives one finding, never two.
 """
 
 from __future__ import annotations
@@ -60,12 +63,6 @@ def evaluate_gpu(obs: GpuObservations, ctx: EvalContext) -> list[Finding]:
         findings.append(finding_from_expectation(
             ctx.host.name, "gpu.count", ctx.profile.expect("gpu.count"), obs.count, source=obs.source,
             profile=ctx.profile, remedy=REMEDY_MISSING))
-    for check, value in (("gpu.driver_version", obs.driver_version), ("gpu.cuda_version", obs.cuda_version)):
-        exp = ctx.profile.expect(check)
-        if exp is not None and value is not None:
-            findings.append(finding_from_expectation(
-                ctx.host.name, check, exp, value, source=obs.source, profile=ctx.profile,
-                remedy="Install the driver version the profile expects on this node"))
     per_gpu: list[Finding | None] = []
     for gpu in obs.gpus:
         per_gpu += _inventory(obs, gpu, ctx) + _pcie(obs, gpu, ctx) + _state(obs, gpu, ctx)
@@ -92,8 +89,6 @@ def _inventory(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> l
            graded(ctx, obs, gpu, "gpu.mig_mode", gpu.mig_current, REMEDY_MIG,
                   detail=f"{gpu.mig_devices} MIG devices" if gpu.mig_devices else ""),
            graded(ctx, obs, gpu, "gpu.ecc_mode", gpu.ecc_current, REMEDY_ECC_MODE),
-           graded(ctx, obs, gpu, "gpu.vbios", gpu.vbios, "Flash the VBIOS version the profile expects",
-                  optional=True),
            graded(ctx, obs, gpu, "gpu.power_limit_w", gpu.power_limit_w, REMEDY_POWER),
            graded(ctx, obs, gpu, "gpu.power_draw_w", gpu.power_draw_w, REMEDY_POWER, optional=True)]
     for check, current, pending, remedy in (("gpu.mig_mode.pending", gpu.mig_current, gpu.mig_pending, REMEDY_MIG),

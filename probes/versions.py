@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from healthcheck.grading import expected_text, finding_from_expectation
@@ -155,8 +155,20 @@ def grade_version(host: str, check: str, exp: Expectation | None, value: str, *,
                                                                f"(source: {exp.source})"))
 
 
+# Older profile keys for the same pins (the gpu probe no longer grades them): read as version.*.
+LEGACY_PINS = {"gpu.driver_version": "version.driver", "gpu.cuda_version": "version.cuda",
+               "gpu.vbios": "version.vbios"}
+
+
+def _with_legacy_pins(profile: Profile) -> Profile:
+    """``profile`` with ``gpu.driver_version``/``gpu.cuda_version``/``gpu.vbios`` pins read as version.*."""
+    extra = {new: replace(profile.expectations[old], key=new) for old, new in LEGACY_PINS.items()
+             if old in profile.expectations and new not in profile.expectations}
+    return replace(profile, expectations={**profile.expectations, **extra}) if extra else profile
+
+
 def evaluate_versions(obs: VersionsObservation, ctx: EvalContext) -> list[Finding]:
-    host, profile = ctx.host.name, ctx.profile
+    host, profile = ctx.host.name, _with_legacy_pins(ctx.profile)
     out = []
     remedy = "Install the fleet's pinned version (see the profile) and reboot if it is a driver or firmware"
     smi = obs.nvidia_smi_source

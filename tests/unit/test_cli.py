@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -106,3 +107,16 @@ def test_commands_are_planned_per_profile(tmp_path):
     [host] = outcome.results.hosts.values()
     missing = [f for f in host.findings if f.check == "system.mount.present" and f.status.value == "FAIL"]
     assert [f.component for f in missing] == ["/lustre scratch"]
+
+
+def test_replay_against_another_inventory(cli, tmp_path):
+    """A bundle re-graded with -i: the inventory gives hosts and profiles, the bundle the outputs."""
+    sample = Path(__file__).resolve().parents[2] / "inventories" / "samples" / "h100-4node"
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("defaults: {profile: h200-sxm-8x}\nhosts: {h100-node01: {}, h100-node02: {}}\n")
+    result = cli.invoke(main, ["run", "--replay", str(sample), "-i", str(inv), "--run-dir", str(tmp_path / "r")])
+    results = json.loads((tmp_path / "r" / "results.json").read_text())
+    assert sorted(results["hosts"]) == ["h100-node01", "h100-node02"]
+    model = next(f for f in results["hosts"]["h100-node01"]["findings"] if f["check"] == "gpu.model")
+    assert model["status"] == "FAIL" and "H100" in str(model["value"])  # H100 outputs against an H200 profile
+    assert result.exit_code == 1

@@ -159,3 +159,26 @@ def test_conformance_every_corpus_file_grades_with_complete_findings(path, comma
             assert f.check.startswith("gpu.") and f.message and f.source == command_id
             if f.status in (Status.FAIL, Status.WARN):
                 assert f.remedy and f.component, f
+
+
+def test_pinned_driver_cuda_vbios_give_one_fail_each_across_gpu_and_versions_probes():
+    """The gpu probe only records versions; the versions probe grades them (also legacy gpu.* pins)."""
+    from dataclasses import replace as dc_replace
+
+    from healthcheck.model import CommandResult
+    from probes.versions import evaluate_versions, parse_versions
+
+    text = fixture_text("nvidia-smi-xml/h100-8x-healthy.xml")   # 535.183.01, CUDA 12.2, 96.00.99.00.01
+    pins = {"gpu.driver_version": ("ge", "550.90.07"), "version.cuda": ("ge", "12.4"),
+            "gpu.vbios": ("eq", "96.00.A1.00.01")}
+    profile = dc_replace(H100, expectations={**H100.expectations, **{
+        k: Expectation(key=k, op=op, value=v, source="site pin") for k, (op, v) in pins.items()}})
+    gpu = _grade("nvidia-smi-q-x", text, profile)
+    assert not [f for f in gpu if "version" in f.check or "vbios" in f.check]
+    result = CommandResult(host="gpu001", command_id="nvidia-smi-q-x", stdout=text.encode(), rc=0)
+    versions = evaluate_versions(parse_versions({"nvidia-smi-q-x": result}), _ctx(profile))
+    failed = [(f.check, f.component) for f in gpu + versions if f.status is Status.FAIL]
+    assert sorted(failed) == sorted([("version.driver", "node"), ("version.cuda", "node")]
+                                    + [("version.vbios", f"gpu{i}") for i in range(8)])
+    driver = next(f for f in versions if f.check == "version.driver")
+    assert driver.value == "535.183.01" and "site pin" in driver.message
