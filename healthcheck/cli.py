@@ -72,6 +72,8 @@ def main() -> None:
 
 @main.command()
 @click.option("-i", "--inventory", type=click.Path(path_type=Path), help="Inventory YAML.")
+@click.option("--hosts", "hostlist", help="Ad-hoc hosts instead of an inventory, as a nodeset "
+              "(gpu[001-016]); addresses and users come from ssh_config.")
 @click.option("--replay", type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Re-grade the raw outputs of a run directory or capture bundle (no SSH).")
 @click.option("--local", is_flag=True, help="Check this machine only (no SSH).")
@@ -102,7 +104,7 @@ def main() -> None:
 @click.option("--benchmarks", help="Comma-separated benchmarks to run after probes (nccl,hpl,imb).")
 @click.option("--plan", type=click.Choice(["quick", "acceptance"]), default="quick", show_default=True)
 @click.option("--strict", is_flag=True, help="WARN counts as failure for the exit code.")
-def run(inventory: Path | None, replay: Path | None, local: bool, out: Path, run_dir: Path | None,
+def run(inventory: Path | None, hostlist: str | None, replay: Path | None, local: bool, out: Path, run_dir: Path | None,
         forks: int, timeout_s: float, connect_timeout: float, deadline: float | None,
         probe_names: str | None, skip_probes: str | None, ssh_config: Path | None,
         accept_new_host_keys: bool, profile: str | None, limit: str | None, previous: Path | None,
@@ -112,7 +114,7 @@ def run(inventory: Path | None, replay: Path | None, local: bool, out: Path, run
         raise click.UsageError("give -i/--inventory, --replay DIR (optionally with -i to re-grade "
                                "against another inventory), or --local")
     opts = RunOptions(
-        inventory=inventory, replay=replay, local=local, out=out, run_dir=run_dir, forks=forks,
+        inventory=inventory, hostlist=hostlist, replay=replay, local=local, out=out, run_dir=run_dir, forks=forks,
         timeout_s=timeout_s, connect_timeout_s=connect_timeout, deadline_s=deadline,
         output_cap_bytes=output_cap, probes=_csv(probe_names), skip_probes=_csv(skip_probes) or (),
         ssh_config=ssh_config, accept_new_host_keys=accept_new_host_keys, profile=profile,

@@ -58,7 +58,8 @@ def make_controller(inventory: Inventory | None, controller: str | None,
     return Controller(known.get(name, Host(name=name)), open_transport("ssh", ssh_config_path=ssh_config))
 
 
-def _policy(statuses: str, checks: str | None, ignore: str | None) -> DrainPolicy:
+def _policy(statuses: str, checks: str | None, ignore: str | None, advisory: str = ",".join(ADVISORY_CHECKS),
+            ) -> DrainPolicy:
     def split(text: str | None) -> tuple[str, ...]:
         return tuple(v.strip() for v in (text or "").split(",") if v.strip())
 
@@ -66,7 +67,7 @@ def _policy(statuses: str, checks: str | None, ignore: str | None) -> DrainPolic
         wanted = frozenset(Status(s.upper()) for s in split(statuses))
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--status") from None
-    return DrainPolicy(statuses=wanted, checks=split(checks), ignore=split(ignore))
+    return DrainPolicy(statuses=wanted, checks=split(checks), ignore=split(ignore), advisory=split(advisory))
 
 
 def _setup(run_dir: Path, scheduler: str, inventory_path: Path | None, policy: DrainPolicy,

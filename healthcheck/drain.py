@@ -11,7 +11,11 @@ Pure: no scheduler, no I/O. ``healthcheck.schedulers`` turns decisions into ``sc
 A host is drained when it has a *triggering* finding: a status in ``policy.statuses`` (FAIL by
 default) or any bad status whose remedy asks for a drain ("Drain the node ..."), on a check
 allowed by ``policy.checks`` and not excluded by ``policy.ignore`` (shell-style globs on check
-ids). A host "now passes" (may be resumed) when it has no triggering finding and its verdict is
+ids). Two kinds of finding are advisory by default: fleet-consistency checks (``fleet.*``: a
+version that differs from the majority, FAIL when the profile pins it) never trigger unless
+``policy.advisory`` is emptied or ``policy.checks`` names them, and benchmark findings
+(``nccl.*``, ``hpl.*``, ``imb.*`` ...) trigger only through their status, never through the word
+"drain" in their remedy (a benchmark WARN drains only with ``--status WARN``). A host "now passes" (may be resumed) when it has no triggering finding and its verdict is
 neither FAIL nor ERROR: an unreachable host has proven nothing.
 """
 
@@ -30,6 +34,8 @@ from healthcheck.results import RunResults
 REASON_PREFIX = "healthcheck:"
 REASON_MAX_CHARS = 160
 BAD = frozenset({Status.WARN, Status.ERROR, Status.FAIL})
+ADVISORY_CHECKS = ("fleet.*",)
+BENCHMARK_CHECKS = ("nccl.*", "hpl.*", "hpl", "hpcc.*", "imb.*", "osu.*")
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f\"'`\\$]+")
 
 
@@ -41,6 +47,8 @@ class DrainPolicy:
     checks: tuple[str, ...] = ()          # empty: every check may trigger
     ignore: tuple[str, ...] = ()          # never trigger, whatever the status
     remedy_words: tuple[str, ...] = ("drain",)  # a bad finding whose remedy says this triggers too
+    advisory: tuple[str, ...] = ADVISORY_CHECKS  # never trigger unless ``checks`` names them explicitly
+    status_only: tuple[str, ...] = BENCHMARK_CHECKS  # trigger by status only, not by remedy words
 
 
 @dataclass(frozen=True)
@@ -85,10 +93,15 @@ def triggers(finding: Finding, policy: DrainPolicy) -> bool:
     """True when ``finding`` alone is reason enough to drain its host."""
     if any(fnmatch.fnmatchcase(finding.check, g) for g in policy.ignore):
         return False
-    if policy.checks and not any(fnmatch.fnmatchcase(finding.check, g) for g in policy.checks):
+    named = any(fnmatch.fnmatchcase(finding.check, g) for g in policy.checks)
+    if policy.checks and not named:
+        return False
+    if not named and any(fnmatch.fnmatchcase(finding.check, g) for g in policy.advisory):
         return False
     if finding.status in policy.statuses:
         return True
+    if any(fnmatch.fnmatchcase(finding.check, g) for g in policy.status_only):
+        return False
     remedy = finding.remedy or ""
     return finding.status in BAD and any(re.search(rf"\b{re.escape(w)}\b", remedy, re.IGNORECASE)
                                          for w in policy.remedy_words)

@@ -23,7 +23,7 @@ from typing import Any
 import healthcheck
 import probes as probe_registry
 from healthcheck.defaults import DEFAULTS
-from healthcheck.inventory import Inventory, load_inventory
+from healthcheck.inventory import Inventory, expand_hostlist, load_inventory
 from healthcheck.model import Finding, Host, HostCollection, Status
 from healthcheck.profiles import EMPTY_PROFILE, Profile, available_profiles, load_profile
 from healthcheck.progress import ProgressDisplay
@@ -40,6 +40,7 @@ class RunOptions:
     """Everything a run needs; the CLI fills it, tests and ``sweep`` build it directly."""
 
     inventory: Path | None = None
+    hostlist: str | None = None           # ad-hoc hosts (ClusterShell nodeset) instead of an inventory
     replay: Path | None = None
     local: bool = False
     out: Path | None = None
@@ -82,13 +83,16 @@ def _hosts(opts: RunOptions, search: Sequence[Path]) -> tuple[list[Host], Invent
     if opts.inventory is not None:
         inv = load_inventory(opts.inventory, known_profiles=known)
         hosts = list(inv.hosts)
+    elif opts.hostlist:
+        inv = None
+        hosts = [Host(name=n) for n in expand_hostlist(opts.hostlist, "--hosts")]
     elif opts.replay is not None:
         inv = None
         hosts = _replay_hosts(opts.replay)
     elif opts.local:
         inv, hosts = None, [Host(name=platform.node() or "localhost", transport="local")]
     else:
-        raise ValueError("give an inventory (-i), --replay DIR or --local")
+        raise ValueError("give an inventory (-i), --hosts NODESET, --replay DIR or --local")
     if opts.profile:
         hosts = [Host(**{**h.__dict__, "profile": opts.profile}) for h in hosts]
     if opts.local:

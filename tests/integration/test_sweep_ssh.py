@@ -225,3 +225,14 @@ def test_dropped_connection_is_an_error_and_keeps_finished_commands(ssh_cluster_
     assert reach["status"] == "ERROR" and "ended before all commands reported" in reach["message"]
     assert _finding(results, "node01", "system.hostname")["status"] == "PASS"
     assert results["hosts"]["node02"]["verdict"] == "PASS"
+
+
+def test_adhoc_hostlist_without_inventory(ssh_cluster_factory, tmp_path):
+    cluster = ssh_cluster_factory(3)
+    proc = subprocess.run([sys.executable, "-m", "healthcheck", "run", "--hosts", "node[01-03]", "-F",
+                           str(cluster.ssh_config), "--run-dir", str(tmp_path / "run"), "--probes", "system",
+                           "--profile", "h100-sxm5-8x"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert sorted(results["hosts"]) == ["node01", "node02", "node03"]
+    assert {h["profile"] for h in results["hosts"].values()} == {"h100-sxm5-8x"}
