@@ -130,6 +130,8 @@ def _pair_blame(result: PairResult, nodes: dict[str, NodeBlame]) -> PairBlame:
 
 _NODE_REMEDY = ("This node fails with several partners and again with a known-good one: drain it and "
                 "check its NICs/HCAs (ibstat, error counters, firmware), GPUs and cables")
+_SUSPECT_REMEDY = ("Not proven bad yet (too few partners, or passed its retest): rerun the pairs with a "
+                   "known-good partner (healthcheck bench --plan acceptance) before taking the node out")
 _LINK_REMEDY = ("Both nodes pass with other partners: check the cables, switch ports and routing between "
                 "these two nodes (ibdiagnet, port counters on the path)")
 
@@ -142,7 +144,8 @@ def attribution_findings(base: str, nodes: dict[str, NodeBlame], pairs: Sequence
     out = [Finding(host=h, check=f"{base}.node", status=status[n.verdict], component=component,
                    value=len(n.failed_with), expected="0 failing partners", unit="partners",
                    message=f"{h}: {n.verdict}: {n.reason}", source="attribution",
-                   remedy=None if n.verdict == "good" else _NODE_REMEDY) for h, n in sorted(nodes.items())]
+                   remedy=None if n.verdict == "good" else _NODE_REMEDY if n.verdict == "bad"
+                   else _SUSPECT_REMEDY) for h, n in sorted(nodes.items())]
     for pair in pairs:
         if pair.blame == "link":
             out += [Finding(host=h, check=f"{base}.link", status=Status.WARN, component=f"link {'-'.join(pair.hosts)}",

@@ -110,9 +110,10 @@ def run(inventory: Path | None, hostlist: str | None, replay: Path | None, local
         accept_new_host_keys: bool, profile: str | None, limit: str | None, previous: Path | None,
         output_cap: int, xid_window: float, benchmarks: str | None, plan: str, strict: bool) -> None:
     """Sweep the hosts of an inventory (or replay a bundle) and write a run directory."""
-    if (local and (inventory or replay)) or not (local or inventory or replay):
-        raise click.UsageError("give -i/--inventory, --replay DIR (optionally with -i to re-grade "
-                               "against another inventory), or --local")
+    if (local and (inventory or replay or hostlist)) or (inventory and hostlist) \
+            or not (local or inventory or replay or hostlist):
+        raise click.UsageError("give -i/--inventory or --hosts NODESET, --replay DIR (optionally with -i "
+                               "to re-grade against another inventory), or --local")
     opts = RunOptions(
         inventory=inventory, hostlist=hostlist, replay=replay, local=local, out=out, run_dir=run_dir, forks=forks,
         timeout_s=timeout_s, connect_timeout_s=connect_timeout, deadline_s=deadline,

@@ -20,7 +20,7 @@ from pathlib import Path
 import click
 
 from healthcheck.defaults import DEFAULTS
-from healthcheck.drain import DrainPlan, DrainPolicy, plan_drain
+from healthcheck.drain import ADVISORY_CHECKS, DrainPlan, DrainPolicy, plan_drain
 from healthcheck.inventory import Inventory, InventoryError, load_inventory
 from healthcheck.model import Host, Status
 from healthcheck.results import load_results
@@ -117,11 +117,16 @@ _common = [
                  help="Inventory: node names (slurm_node/k8s_node vars), fleet size, controller host."),
     click.option("--controller", help="Host where scheduler commands run over SSH [default: the "
                  "inventory's controller, else this machine]."),
-    click.option("-F", "--ssh-config", type=click.Path(exists=True, dir_okay=False, path_type=Path)),
+    click.option("-F", "--ssh-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                 help="ssh_config for reaching the controller host."),
     click.option("--status", "statuses", default="FAIL", show_default=True,
                  help="Statuses that take a node out (comma-separated)."),
     click.option("--checks", help="Only these checks may drain (comma-separated globs, e.g. 'gpu.*,xid.*')."),
     click.option("--ignore", help="Checks that never drain (comma-separated globs)."),
+    click.option("--advisory", default=",".join(ADVISORY_CHECKS), show_default=True,
+                 help="Checks that drain only when --checks names them (fleet version mismatches); "
+                      "'' makes them drain like any other. Benchmark findings (nccl, hpl, imb, osu) "
+                      "drain by --status only, never because their remedy mentions a drain."),
 ]
 
 
@@ -138,9 +143,14 @@ def _with_common(f):  # type: ignore[no-untyped-def]
 @click.option("--force", is_flag=True, help="Override the circuit breaker (too many nodes, broken run).")
 def drain(run_dir: Path, scheduler: str, apply: bool, inventory: Path | None, controller: str | None,
           ssh_config: Path | None, statuses: str, checks: str | None, ignore: str | None,
-          max_fraction: float, force: bool) -> None:
-    """Take out the nodes that failed in RUN_DIR (dry-run unless --apply)."""
-    plan, ctl = _setup(run_dir, scheduler, inventory, _policy(statuses, checks, ignore), max_fraction,
+          advisory: str, max_fraction: float, force: bool) -> None:
+    """Take out the nodes that failed in RUN_DIR (dry-run unless --apply).
+
+    Slurm: scontrol update State=DRAIN with a reason prefixed "healthcheck:"; a node drained by
+    someone else is left alone. Kubernetes: kubectl cordon, a healthcheck/<category> taint and
+    labels. Exit codes: 0 done, 1 a command failed, 2 usage error, 3 refused by the circuit breaker.
+    """
+    plan, ctl = _setup(run_dir, scheduler, inventory, _policy(statuses, checks, ignore, advisory), max_fraction,
                        controller, ssh_config)
     sched = get_scheduler(scheduler)
     click.echo(f"# healthcheck drain: run {plan.run_id or run_dir.name}, {scheduler} on {ctl.where}, "
@@ -162,9 +172,14 @@ def drain(run_dir: Path, scheduler: str, apply: bool, inventory: Path | None, co
 @click.command()
 @_with_common
 def resume(run_dir: Path, scheduler: str, apply: bool, inventory: Path | None, controller: str | None,
-           ssh_config: Path | None, statuses: str, checks: str | None, ignore: str | None) -> None:
-    """Resume the nodes healthcheck drained that pass in RUN_DIR (dry-run unless --apply)."""
-    plan, ctl = _setup(run_dir, scheduler, inventory, _policy(statuses, checks, ignore),
+           ssh_config: Path | None, statuses: str, checks: str | None, ignore: str | None,
+           advisory: str) -> None:
+    """Resume the nodes healthcheck drained that pass in RUN_DIR (dry-run unless --apply).
+
+    Only nodes whose drain reason starts with "healthcheck:" (Kubernetes: only our own taints)
+    and that have no FAIL/ERROR in RUN_DIR. Exit codes: 0 done, 1 a command failed, 2 usage error.
+    """
+    plan, ctl = _setup(run_dir, scheduler, inventory, _policy(statuses, checks, ignore, advisory),
                        DEFAULTS.drain_max_fraction, controller, ssh_config)
     sched = get_scheduler(scheduler)
     refs = [NodeRef(h, plan.node(h)) for h in plan.passing]

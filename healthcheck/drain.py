@@ -15,7 +15,8 @@ ids). Two kinds of finding are advisory by default: fleet-consistency checks (``
 version that differs from the majority, FAIL when the profile pins it) never trigger unless
 ``policy.advisory`` is emptied or ``policy.checks`` names them, and benchmark findings
 (``nccl.*``, ``hpl.*``, ``imb.*`` ...) trigger only through their status, never through the word
-"drain" in their remedy (a benchmark WARN drains only with ``--status WARN``). A host "now passes" (may be resumed) when it has no triggering finding and its verdict is
+"drain" in their remedy (a benchmark WARN drains only with ``--status WARN``). A host "now
+passes" (may be resumed) when it has no triggering finding and its verdict is
 neither FAIL nor ERROR: an unreachable host has proven nothing.
 """
 

@@ -36,6 +36,8 @@ def plan_commands(probes: Sequence[Probe], options: Mapping[str, Any], timeout_s
     commands: dict[str, Command] = {}
     for probe in probes:
         timeouts = getattr(probe, "command_timeouts", None) or {}
+        if callable(timeouts):  # timeouts that depend on the options (e.g. the DCGM diag level)
+            timeouts = timeouts(options)
         for cid, line in probe.commands(options).items():
             cmd = Command(cid, line, float(timeouts.get(cid, timeout_s)))
             known = commands.get(cid)

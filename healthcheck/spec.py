@@ -78,8 +78,10 @@ class ProbeSpec:
     missing_tool_status: Status = Status.SKIP
     render_commands: Callable[[Mapping[str, Any]], Mapping[str, str]] | None = None
     unavailable: str | None = None  # set when a dependency is missing: selecting gives SKIP(why)
-    # per-command timeout (s) overriding the run's default, e.g. {"dcgmi-diag": 3600.0}
-    command_timeouts: Mapping[str, float] = field(default_factory=dict)
+    # per-command timeout (s) overriding the run's default, e.g. {"dcgmi-diag": 3600.0}, or a function
+    # of the run options giving that mapping (the DCGM diag timeout depends on the diag level)
+    command_timeouts: Mapping[str, float] | Callable[[Mapping[str, Any]], Mapping[str, float]] = field(
+        default_factory=dict)
 
     def commands(self, options: Mapping[str, Any]) -> Mapping[str, str]:
         if self.render_commands is not None:

@@ -29,7 +29,10 @@ from probes.dcgm_health import DcgmDiscovery, HealthReport, parse_dcgmi_discover
 NOT_INSTALLED = "healthcheck: dcgmi not installed"
 _GUARD = f"command -v dcgmi >/dev/null 2>&1 || {{ echo '{NOT_INSTALLED}'; exit 0; }}; "
 DIAG_RAN_WITH_ERRORS = (205, 226)  # DCGM_ST_NVVS_ISOLATE_ERROR (-51), DCGM_ST_NVVS_ERROR (-30) as exit codes
-DIAG_TIMEOUT_S = 3600.0  # level 3 takes ~15-30 min on 8 GPUs (DCGM docs); level 1 returns in seconds
+# Per diag level: level 1 (deployment/readiness) returns in well under a minute, level 2 in a few
+# minutes, level 3 takes ~15-30 min on 8 GPUs and level 4 over an hour (DCGM diagnostics docs). A
+# nightly level-1 sweep must not inherit the acceptance level's hour-long bound (host deadline).
+DIAG_TIMEOUT_S = {1: 300.0, 2: 900.0, 3: 3600.0, 4: 7200.0}
 _ENGINE_DOWN = re.compile(r"unable to (?:establish a connection|connect to host engine)", re.IGNORECASE)
 _STATUS = {"pass": Status.PASS, "fail": Status.FAIL, "warn": Status.WARN, "skip": Status.SKIP}
 _REMEDY = {
@@ -50,6 +53,11 @@ def diag_level(options: Mapping[str, Any]) -> int:
     if options.get("dcgm_diag_level") is not None:
         return int(options["dcgm_diag_level"])
     return 3 if options.get("plan") == "acceptance" else 1
+
+
+def command_timeouts(options: Mapping[str, Any]) -> dict[str, float]:
+    """The ``dcgmi-diag`` timeout for the level this run plans (see ``DIAG_TIMEOUT_S``)."""
+    return {"dcgmi-diag": DIAG_TIMEOUT_S.get(diag_level(options), DIAG_TIMEOUT_S[4])}
 
 
 def render_commands(options: Mapping[str, Any]) -> dict[str, str]:
@@ -246,5 +254,5 @@ PROBE = register(ProbeSpec(
     render_commands=render_commands,
     parse_fn=parse_dcgm,
     evaluate_fn=evaluate_dcgm,
-    command_timeouts={"dcgmi-diag": DIAG_TIMEOUT_S},
+    command_timeouts=command_timeouts,
 ))

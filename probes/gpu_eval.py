@@ -14,7 +14,9 @@ the same ``nvidia-smi -q -x``: one pinned version gives one finding, never two.
 
 from __future__ import annotations
 
-from healthcheck.grading import finding_from_expectation
+from collections.abc import Mapping
+
+from healthcheck.grading import expected_text, finding_from_expectation
 from healthcheck.model import Finding, Status
 from healthcheck.spec import EvalContext
 from probes.gpu_eval_health import evaluate_gpu_health
@@ -103,7 +105,7 @@ def _inventory(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> l
 def _pcie(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[Finding | None]:
     out: list[Finding | None] = [
         graded(ctx, obs, gpu, "gpu.pcie.gen_max", gpu.pcie_gen_max, REMEDY_GEN_MAX),
-        graded(ctx, obs, gpu, "gpu.pcie.replays", gpu.pcie_replays, REMEDY_REPLAYS)]
+        _replays(obs, gpu, ctx)]
     width_exp = ctx.profile.expect("gpu.pcie.width")
     if width_exp is not None:
         out.append(graded(ctx, obs, gpu, "gpu.pcie.width", gpu.pcie_width_current, REMEDY_WIDTH, width_exp,
@@ -128,6 +130,42 @@ def _pcie(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[F
         out.append(gpu_finding(ctx, obs, gpu, "gpu.pcie.gen", status, gpu.pcie_gen_current,
                                f"== {gpu.pcie_gen_max} under load", remedy=REMEDY_GEN, message=message))
     return out
+
+
+def _previous_replays(ctx: EvalContext, gpu: GpuObservation) -> int | None:
+    """This GPU's replay counter in the previous run (matched by bus id, else by index)."""
+    prev = ctx.previous.get("gpu") if isinstance(ctx.previous, Mapping) else None
+    gpus = [g for g in (prev or {}).get("gpus") or () if isinstance(g, Mapping)] if isinstance(prev, Mapping) else []
+    match = next((g for g in gpus if gpu.bus_id and g.get("bus_id") == gpu.bus_id), None)
+    if match is None and not gpu.bus_id:
+        match = next((g for g in gpus if g.get("index") == gpu.index), None)
+    value = (match or {}).get("pcie_replays")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _replays(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> Finding | None:
+    """PCIe replays graded by their growth since the previous run (``gpu.pcie.replays.growth``).
+
+    The counter accumulates from driver load: healthy HGX H100s in the corpus (gpud captures,
+    driver 535) show 43-120 on every GPU, so an absolute bar would flag good nodes. Without a
+    previous run the count is recorded (SKIP, not graded); a smaller count than before means the
+    counter was reset (reboot, GPU reset) and the whole count is the growth.
+    """
+    if gpu.pcie_replays is None:
+        return None
+    exp, before = ctx.profile.expect("gpu.pcie.replays.growth"), _previous_replays(ctx, gpu)
+    if exp is None or before is None:
+        why = (f"no expectation gpu.pcie.replays.growth in profile {ctx.profile.name}" if exp is None else
+               "no previous run to measure growth against")
+        return gpu_finding(ctx, obs, gpu, "gpu.pcie.replays", Status.SKIP, gpu.pcie_replays,
+                           expected_text(exp) if exp else None, unit="replays",
+                           message=f"{gpu.pcie_replays} PCIe replays since driver load (not graded: {why})")
+    growth, note = ((gpu.pcie_replays - before, f"{before} -> {gpu.pcie_replays} since the previous run")
+                    if gpu.pcie_replays >= before else
+                    (gpu.pcie_replays, f"counter reset since the previous run ({before} before)"))
+    f = graded(ctx, obs, gpu, "gpu.pcie.replays", growth, REMEDY_REPLAYS, exp, detail=note)
+    return f if f is None else Finding(**{**f.__dict__, "message": f.message.replace(
+        "pcie replays", "PCIe replay growth", 1)})
 
 
 def _state(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[Finding | None]:

@@ -58,7 +58,8 @@ def environment() -> Environment:
     env = Environment(loader=PackageLoader("reports", "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True),
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(duration=duration_text, pct=pct_text, category_name=category_name)
+    env.filters.update(duration=duration_text, pct=pct_text, category_name=category_name,
+                       cited=cited_message)
     env.globals.update(sparkline=sparkline, fold=fold)
     return env
 
@@ -69,6 +70,37 @@ def inline_script() -> tuple[Markup, Markup]:
     source = environment().loader.get_source(environment(), "report.js")[0]  # type: ignore[union-attr]
     digest = base64.b64encode(hashlib.sha256(source.encode("utf-8")).digest()).decode()
     return Markup(source), Markup(f"'sha256-{digest}'")
+
+
+CITE_SHOWN = 48            # characters of a message's "(source: ...)" clause shown inline
+
+
+def split_source(message: str) -> tuple[str, str]:
+    """``("text rest", "source text")``: the message without its balanced ``(source: ...)`` clause."""
+    start = message.find("(source: ")
+    if start < 0:
+        return message, ""
+    depth = 0
+    for i in range(start, len(message)):
+        depth += {"(": 1, ")": -1}.get(message[i], 0)
+        if depth == 0:
+            rest = (message[:start].rstrip() + " " + message[i + 1:].lstrip()).strip()
+            return rest, message[start + len("(source: "):i]
+    return message, ""
+
+
+def cited_message(message: Any) -> Markup:
+    """A finding message with its long source citation shortened (the full one in the tooltip).
+
+    Messages cite the profile's ``source:`` text, which can run to several hundred characters
+    for combined expectations; in the tables it would drown the measurement. The text stays
+    escaped: ``Markup.format`` escapes every argument.
+    """
+    text, source = split_source(str(message or ""))
+    if len(source) <= CITE_SHOWN:
+        return Markup("{}").format(message or "")
+    short = source[:CITE_SHOWN].rsplit(" ", 1)[0] + " …"
+    return Markup('{} <span class="cite" title="{}">(source: {})</span>').format(text, source, short)
 
 
 def duration_text(seconds: Any) -> str:
@@ -104,7 +136,8 @@ def host_index(digest: RunDigest, detailed: set[str]) -> dict[str, Any]:
                  for c, s in sorted(worst.items(), key=lambda cs: (-cs[1].rank, cs[0]))]
         rows.append([host.name, STATUS_ORDER.index(digest.verdicts[host.name].value),
                      profiles.setdefault(host.profile or "", len(profiles)), host.group or "",
-                     [counts[s] for s in STATUS_ORDER], pairs, bad[0].message[:200] if bad else "",
+                     [counts[s] for s in STATUS_ORDER], pairs,
+                     split_source(bad[0].message)[0][:200] if bad else "",
                      int(host.name in detailed)])
     return {"statuses": STATUS_ORDER, "checks": list(checks), "profiles": list(profiles), "hosts": rows}
 

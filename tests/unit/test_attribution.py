@@ -59,6 +59,8 @@ def test_unconfirmed_suspect_without_known_good_partner() -> None:
     assert all("no known-good partner" in n.reason for n in nodes.values())
     findings = attribution_findings("imb.pairs", nodes, pairs)
     assert {f.status for f in findings} == {Status.WARN}
+    # an unconfirmed suspect is retested, not drained: its remedy must not ask for a drain
+    assert all("drain" not in (f.remedy or "").lower() and "known-good" in f.remedy for f in findings)
     assert all(p.blame == "node" and len(p.blamed) == 2 for p in pairs)
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from healthcheck.model import CommandResult, Host, Status
 from healthcheck.profiles import load_profile
+from healthcheck.runner import plan_commands
 from healthcheck.spec import EvalContext, ParseError
 from probes.dcgm import PROBE, evaluate_dcgm, parse_dcgm, render_commands
 from probes.dcgm_diag import parse_dcgmi_diag, severity_name
@@ -215,4 +216,15 @@ def test_commands_level_and_timeout():
     assert render_commands({"plan": "quick"})["dcgmi-diag"].endswith("-r 1 -j")
     with pytest.raises(ValueError):
         render_commands({"dcgm_diag_level": 7})
-    assert PROBE.command_timeouts["dcgmi-diag"] >= 1800
+
+
+
+def test_diag_timeout_follows_the_planned_level():
+    """The runner plans level 1 (nightly) with a short bound and level 3 (acceptance) with the long one."""
+    def planned(options):
+        return {c.id: c for c in plan_commands([PROBE], options, 30.0)}
+    nightly, acceptance = planned({"plan": "quick"}), planned({"plan": "acceptance"})
+    assert nightly["dcgmi-diag"].line.endswith("dcgmi diag -r 1 -j") and nightly["dcgmi-diag"].timeout_s == 300.0
+    assert acceptance["dcgmi-diag"].line.endswith("-r 3 -j") and acceptance["dcgmi-diag"].timeout_s == 3600.0
+    assert planned({"dcgm_diag_level": 4})["dcgmi-diag"].timeout_s == 7200.0
+    assert nightly["dcgmi-health"].timeout_s == 30.0  # other DCGM commands keep the run's default

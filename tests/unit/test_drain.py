@@ -78,6 +78,24 @@ def test_warn_with_drain_remedy_triggers_but_plain_warn_and_ignored_checks_do_no
     assert not triggers(bad("h", "ib.port.state"), only_gpu)
 
 
+def test_fleet_mismatch_and_benchmark_warn_do_not_drain_unless_configured():
+    mismatch = bad("h", "fleet.version.driver", value="550.54.15", remedy="Align the versions")
+    suspect = bad("h", "nccl.all_reduce.pairs.node", Status.WARN,
+                  remedy="This node fails with several partners: drain it and check its NICs")
+    results = fleet(20, {"gpu002": [ok("gpu002"), mismatch], "gpu005": [ok("gpu005"), suspect]})
+    assert plan_drain(results).decisions == ()
+    default = DrainPolicy()
+    assert not triggers(mismatch, default) and not triggers(suspect, default)
+    # configured: fleet checks named in --checks, or --advisory ''; benchmark WARN with --status WARN
+    assert triggers(mismatch, DrainPolicy(checks=("fleet.version.*",)))
+    assert triggers(mismatch, DrainPolicy(advisory=()))
+    assert triggers(suspect, DrainPolicy(statuses=frozenset({Status.FAIL, Status.WARN})))
+    # a benchmark FAIL (data corruption, a node blamed by attribution) still drains
+    assert triggers(bad("h", "nccl.all_reduce.data"), default)
+    assert [d.host for d in plan_drain(fleet(20, {"gpu007": [bad("gpu007", "hpl.residual")]})).decisions] == \
+        ["gpu007"]
+
+
 def test_error_host_is_neither_drained_nor_resumable_by_default():
     results = fleet(20, {"gpu002": [bad("gpu002", "host.reachable", Status.ERROR)]})
     plan = plan_drain(results)
