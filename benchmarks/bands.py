@@ -29,8 +29,9 @@ def merged_bands(exp: Expectation) -> dict[str, float]:
 
 def band_finding(host: str, check: str, exp: Expectation | None, measured: float, *, source: str,
                  remedy: str, profile: Profile, what: str, component: str = "node",
-                 key: str | None = None, note: str = "") -> Finding:
-    """Grade ``measured`` as a fraction of ``exp.value``; no expectation is SKIP, never PASS."""
+                 key: str | None = None, note: str = "", of: str = "expected") -> Finding:
+    """Grade ``measured`` as a fraction of ``exp.value`` (named ``of`` in the message: "expected",
+    "Rpeak"); no expectation is SKIP, never PASS."""
     if exp is None:
         return Finding(host=host, check=check, component=component, status=Status.SKIP,
                        value=round(measured, 3), source=source,
@@ -50,7 +51,7 @@ def band_finding(host: str, check: str, exp: Expectation | None, measured: float
     ratio = measured / float(exp.value)
     label = ("excellent" if ratio >= bands["excellent"] else "acceptable" if status is Status.PASS
              else "degraded" if status is Status.WARN else "broken")
-    message = (f"{_prefix(component)}{what} {measured:.1f}{unit} = {ratio:.0%} of expected {exp.value}{unit}"
+    message = (f"{_prefix(component)}{what} {measured:.1f}{unit} = {ratio:.0%} of {of} {exp.value}{unit}"
                f" ({label}; pass >= {bands['acceptable']:.0%}, warn >= {bands['warn']:.0%}){note}")
     if status is not Status.PASS:
         message += f" (source: {exp.source})"

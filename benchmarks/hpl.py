@@ -248,7 +248,7 @@ def evaluate_hpl(job: Job, result: HplResult, ctx: BenchContext) -> list[Finding
         note = f" (cluster {best.gflops:g} GFLOPS over {len(job.hosts)} nodes)" if len(job.hosts) > 1 else ""
         out += [band_finding(h, check, exp, per_node, source=job.job_id, remedy=_REMEDY["gflops"],
                              profile=ctx.profile, what="HPL GFLOPS per node", component=job.component,
-                             key="hpl.node.gflops", note=note) for h in job.hosts]
+                             key="hpl.node.gflops", note=note, of="Rpeak") for h in job.hosts]
     out += _gpu_findings(job, result, ctx)
     if result.pingpong is not None:
         out += _pingpong_findings(job, result.pingpong, ctx)

@@ -178,9 +178,17 @@ def evaluate_series(s: TelemetrySeries, profile: Profile) -> tuple[list[Finding]
     findings = evaluate_summaries(s.host, gpus, profile, prefix="telemetry", source=source, where=where,
                                   window=window, under_load=True)
     node = _median_clock(gpus)
-    if node is not None and len(gpus) >= 2:
-        findings += grade_check(s.host, _sag_check("sm_clock.node_ratio", "dcgm_fields.sm_clock_node_ratio", node),
-                                gpus, profile, "telemetry", source, f"{where}; node median {node:g} MHz", window)
+    clocks = {g.gpu: g.sm_clock_median_mhz for g in gpus if g.sm_clock_median_mhz}
+    if node is not None and len(clocks) >= 2:
+        # each GPU against the median of the OTHER GPUs of its node: with the GPU itself in the median,
+        # a 2-GPU node hides a GPU at 45 % of its peer as 62 % of the mean
+        others = {gpu: statistics.median([c for o, c in clocks.items() if o != gpu]) for gpu in clocks}
+        check = FieldCheck("sm_clock.node_ratio", lambda g, _w: round(g.sm_clock_median_mhz / others[g.gpu], 3)
+                           if g.gpu in others and g.sm_clock_median_mhz and others[g.gpu] > 0 else None,
+                           ("dcgm_fields.sm_clock_node_ratio",), "ratio", _SAG)
+        findings += grade_check(s.host, check, gpus, profile, "telemetry", source,
+                                f"{where}; each GPU vs the median of the node's other GPUs, node median "
+                                f"{node:g} MHz", window)
     return findings, gpus
 
 

@@ -34,8 +34,9 @@ from healthcheck.pipeline import RunOptions, execute_run
 @click.option("--per-rail", is_flag=True, help="Also run pair jobs per rail (HCA) from the profile.")
 @click.option("--no-retest", is_flag=True, help="Do not retest suspects against a known-good partner.")
 @click.option("--include-failed", is_flag=True, help="Benchmark hosts even when their probes failed.")
-@click.option("-F", "--ssh-config", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--accept-new-host-keys", is_flag=True)
+@click.option("-F", "--ssh-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="ssh_config used to reach the hosts and the launcher host.")
+@click.option("--accept-new-host-keys", is_flag=True, help="Trust host keys seen for the first time.")
 @click.option("--profile", help="Profile for every host (overrides the inventory).")
 @click.option("--limit", help="Only these hosts (comma-separated names).")
 @click.option("--strict", is_flag=True, help="WARN counts as failure for the exit code.")
@@ -44,7 +45,17 @@ def bench(inventory: Path | None, out: Path, run_dir: Path | None, names: str, p
           launcher: str | None, launcher_host: str | None, pair_rounds: int | None, per_rail: bool,
           no_retest: bool, include_failed: bool, ssh_config: Path | None, accept_new_host_keys: bool,
           profile: str | None, limit: str | None, strict: bool, list_only: bool) -> None:
-    """Run nccl-tests, HPL, IMB or OSU across the cluster and grade them against the profiles."""
+    """Run nccl-tests, HPL, IMB or OSU across the cluster and grade them against the profiles.
+
+    Plans: quick = nccl and HPL on every node alone, IMB/OSU on one round of node pairs;
+    acceptance = nccl per node, in pairs (3 rounds, suspects retested against a known-good
+    partner) and on the whole cluster, HPL per node and on the cluster, IMB/OSU 3 rounds of
+    pairs. Binaries, NCCL env, message sizes and each job's
+    timeout (<tool>.timeout_s; a hung job is an ERROR for its hosts) come from the profile's
+    settings.benchmarks, overridden by the inventory var `benchmarks`. Job outputs are kept in
+    RUN_DIR/raw/_jobs/ (healthcheck run --replay re-grades them). Exit codes: 0 pass, 1 a FAIL or
+    ERROR (or WARN with --strict), 2 usage or setup error.
+    """
     if list_only:
         for spec in bench_registry.all_benchmarks():
             click.echo(f"{spec.name:<6} {spec.description}")

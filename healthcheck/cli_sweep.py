@@ -5,7 +5,7 @@
 Holds ``HISTORY/sweep.lock`` for the whole sweep (a second sweep exits 3 at once), writes the run
 to ``HISTORY/runs/<UTC stamp>/``, passes the previous run so probes grade counter growth, adds the
 regression findings, ``changes`` and ``trends`` (``healthcheck.sweep``), prunes runs older than
-``--keep-days`` and re-renders the reports. Exit codes for alerting: 0 every host passes (WARN,
+``--keep-days`` and renders the reports once. Exit codes for alerting: 0 every host passes (WARN,
 regressions included, allowed unless --strict), 1 a host FAILs or ERRORs (``--fail-on new``: only
 when a host newly fails), 2 usage or setup error, 3 another sweep holds the lock.
 """
@@ -46,14 +46,19 @@ def print_changes(record: SweepRecord) -> None:
               help="Re-grade a capture bundle instead of sweeping over SSH.")
 @click.option("--history", "history_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="History directory: index, lock and run directories.")
-@click.option("-F", "--ssh-config", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("-F", "--ssh-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="ssh_config used to reach the hosts.")
 @click.option("--profile", help="Profile for every host (overrides the inventory).")
 @click.option("--probes", "probe_names", help="Comma-separated probes (default: all).")
-@click.option("--benchmarks", help="Comma-separated benchmarks (nccl,hpl,imb).")
-@click.option("-f", "--forks", type=click.IntRange(1, 4096), default=DEFAULTS.forks, show_default=True)
+@click.option("--benchmarks", help="Comma-separated benchmarks (nccl,hpl,imb,osu), after the probes.")
+@click.option("--plan", type=click.Choice(["quick", "acceptance"]), default="quick", show_default=True,
+              help="Benchmark plan (see healthcheck bench --help).")
+@click.option("-f", "--forks", type=click.IntRange(1, 4096), default=DEFAULTS.forks, show_default=True,
+              help="Hosts probed in parallel.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(1), default=DEFAULTS.command_timeout_s,
-              show_default=True)
-@click.option("--keep-days", type=click.FloatRange(0), default=DEFAULTS.history_keep_days, show_default=True)
+              show_default=True, help="Per-command timeout in seconds.")
+@click.option("--keep-days", type=click.FloatRange(0), default=DEFAULTS.history_keep_days, show_default=True,
+              help="Retention: forget runs (index rows and HISTORY/runs/ directories) older than this.")
 @click.option("--baseline-runs", type=click.IntRange(1), default=DEFAULTS.regression_baseline_runs,
               show_default=True, help="Baseline = median of this node's last K passing runs.")
 @click.option("--drop-fraction", type=click.FloatRange(0, 1), default=DEFAULTS.regression_drop_fraction,
@@ -62,9 +67,18 @@ def print_changes(record: SweepRecord) -> None:
               help="Exit 1 on any failing host, or only on hosts that newly fail.")
 @click.option("--strict", is_flag=True, help="WARN (regressions included) counts as failure.")
 def sweep(inventory: Path | None, replay: Path | None, history_dir: Path, ssh_config: Path | None,
-          profile: str | None, probe_names: str | None, benchmarks: str | None, forks: int, timeout_s: float,
+          profile: str | None, probe_names: str | None, benchmarks: str | None, plan: str, forks: int,
+          timeout_s: float,
           keep_days: float, baseline_runs: int, drop_fraction: float, fail_on: str, strict: bool) -> None:
-    """Nightly sweep: run, compare with the history, record, prune, report."""
+    """Nightly sweep: run, compare with the history, record, prune, report.
+
+    Holds HISTORY/sweep.lock for the whole sweep; writes the run to HISTORY/runs/<stamp>/, adds
+    history.regression.baseline (vs the median of the node's last --baseline-runs passing runs),
+    history.regression.fleet and history.counter.growth WARNs, and "what changed since the last
+    run". Exit codes for alerting: 0 every host passes (WARN allowed unless --strict), 1 a host
+    FAILs or ERRORs (--fail-on new: only a newly failing host), 2 usage or setup error, 3 another
+    sweep holds the lock (not started).
+    """
     from healthcheck.cli import SETUP_ERRORS, ExitCode, _csv, exit_code, print_summary
     from healthcheck.pipeline import RunOptions
 
@@ -72,7 +86,7 @@ def sweep(inventory: Path | None, replay: Path | None, history_dir: Path, ssh_co
         raise click.UsageError("give exactly one of -i/--inventory or --replay")
     opts = RunOptions(inventory=inventory, replay=replay, forks=forks, timeout_s=timeout_s,
                       probes=_csv(probe_names), ssh_config=ssh_config, profile=profile,
-                      benchmarks=_csv(benchmarks) or (), progress=sys.stderr.isatty())
+                      benchmarks=_csv(benchmarks) or (), plan=plan, progress=sys.stderr.isatty())
     try:
         results, run_dir, record = run_sweep(opts, history_dir, baseline_runs=baseline_runs,
                                              drop_fraction=drop_fraction, keep_days=keep_days)
@@ -84,6 +98,9 @@ def sweep(inventory: Path | None, replay: Path | None, history_dir: Path, ssh_co
         sys.exit(ExitCode.USAGE)
     print_summary(results, run_dir)
     print_changes(record)
+    if record.report_error:
+        click.echo(f"healthcheck: reports not rendered ({record.report_error}); results.json is complete, "
+                   f"retry with: healthcheck report {run_dir}", err=True)
     if fail_on == "new":
         sys.exit(ExitCode.FAILED if record.changes["new_failures"] else ExitCode.OK)
     sys.exit(exit_code(results, strict))

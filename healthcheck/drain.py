@@ -144,10 +144,19 @@ def _clean(text: str) -> str:
 
 
 def passes(findings: Iterable[Finding], policy: DrainPolicy) -> bool:
-    """A host now passes: it has findings, none triggers, and none is FAIL or ERROR."""
+    """A host now passes: it has findings, none triggers, and none is FAIL or ERROR, apart from
+    advisory or ignored checks (which would not drain it either)."""
     findings = list(findings)
     return bool(findings) and not any(
-        triggers(f, policy) or f.status in (Status.FAIL, Status.ERROR) for f in findings)
+        triggers(f, policy) or (f.status in (Status.FAIL, Status.ERROR) and not _exempt(f, policy))
+        for f in findings)
+
+
+def _exempt(finding: Finding, policy: DrainPolicy) -> bool:
+    """An ignored check, or an advisory one that ``policy.checks`` does not name."""
+    def matches(globs: tuple[str, ...]) -> bool:
+        return any(fnmatch.fnmatchcase(finding.check, g) for g in globs)
+    return matches(policy.ignore) or (matches(policy.advisory) and not matches(policy.checks))
 
 
 def plan_drain(results: RunResults, policy: DrainPolicy | None = None, *,

@@ -62,6 +62,7 @@ class RunOptions:
     benchmarks: Sequence[str] = ()
     plan: str = "quick"
     probe_options: Mapping[str, Any] = field(default_factory=dict)
+    render: bool = True                   # False: the caller renders the reports (``healthcheck sweep``)
 
 
 @dataclass
@@ -196,7 +197,8 @@ def execute_run(opts: RunOptions) -> RunOutcome:
     write_results(run_dir, results)
     report_error = None
     try:
-        render_reports(run_dir)
+        if opts.render:
+            render_reports(run_dir)
     except Exception as exc:  # results.json is on disk; `healthcheck report` can retry
         report_error = f"{type(exc).__name__}: {exc}"
         print(f"healthcheck: reports not rendered ({report_error}); results.json is complete",

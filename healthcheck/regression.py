@@ -74,8 +74,13 @@ class ObservedField:
 
 FINDING_METRICS: tuple[MetricRule, ...] = (
     MetricRule("busbw", ("nccl.*.busbw",), "higher", ("GB/s",)),
-    MetricRule("hpl", ("hpl.*",), "higher", ("GFLOPS", "GFLOP/s", "Gflops", "GFlop/s")),
+    # hpl.node.gflops / hpl.<shape>.gflops_per_node; not hpl.node.fleet (the same number again)
+    MetricRule("hpl", ("hpl.*.gflops", "hpl.*.gflops_per_node"), "higher", ("GFLOPS", "GFLOP/s", "Gflops", "GFlop/s")),
 )
+
+# Markers ``benchmarks.attribution.apply_blame`` appends to a finding re-stated for a partner node:
+# the measured value is the other node's (or the link's), not a key measurement of this node.
+NOT_THIS_NODE = ("[attributed to ", "[inconclusive for ")
 
 _ECC = [(f"ecc_aggregate.{mem}_{kind}", f"gpu.ecc.aggregate.{mem}_{kind}")
         for mem in ("sram", "dram") for kind in ("correctable", "uncorrectable")]
@@ -89,6 +94,9 @@ OBSERVED_METRICS: tuple[ObservedField, ...] = (
     ObservedField("errors", "gpu.row_remap.uncorrectable", "counter", "rows", "remap.uncorrectable"),
     ObservedField("errors", "gpu.pcie.replays", "counter", "count", "pcie_replays"),
 )
+# Counters whose growth the probe grades itself against the previous run, with a profile threshold
+# (gpu.pcie.replays.growth): recorded for trends, but no second history.counter.growth finding.
+PROBE_GRADED_GROWTH = frozenset({"gpu.pcie.replays"})
 
 
 @dataclass(frozen=True)
@@ -115,12 +123,15 @@ def _number(value: object) -> float | None:
 def extract_measurements(results: RunResults, rules: Sequence[MetricRule] = FINDING_METRICS,
                          fields: Sequence[ObservedField] = OBSERVED_METRICS) -> list[Measurement]:
     """Every key measurement of the run: numeric finding values matching ``rules``, then the
-    observed ``fields``. A finding whose value is text (a folded range like ``"30-45"``) is skipped."""
+    observed ``fields``. A finding whose value is text (a folded range like ``"30-45"``) is skipped,
+    and so is one the pair attribution re-stated for a partner (``NOT_THIS_NODE``)."""
     out = []
     for host in sorted(results.hosts):
         hr = results.hosts[host]
         for f in hr.findings:
             value = _number(f.value)
+            if any(mark in f.message for mark in NOT_THIS_NODE):
+                continue  # a pair/cluster number the attribution pinned on another node or a link
             rule = next((r for r in rules if r.matches(f.check, f.unit)), None) if value is not None else None
             if rule is not None and value is not None:
                 out.append(Measurement(host, rule.name, rule.direction, f.check, f.component or "node",
@@ -220,7 +231,7 @@ def growth_findings(measurements: Iterable[Measurement],
     """WARN for each error counter that grew since the node's previous run, reporting the growth."""
     out = []
     for m in measurements:
-        if m.direction != "counter":
+        if m.direction != "counter" or m.check in PROBE_GRADED_GROWTH:
             continue
         before, previous_run = previous.get((m.host, *m.key), (None, ""))
         if before is None or m.value <= before:

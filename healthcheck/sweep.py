@@ -59,6 +59,7 @@ class SweepRecord:
     trends: dict[str, Any]
     findings: list[Finding] = field(default_factory=list)
     pruned: list[str] = field(default_factory=list)
+    report_error: str | None = None
 
 
 def latest_run_dir(history_dir: Path) -> Path | None:
@@ -74,7 +75,7 @@ def latest_run_dir(history_dir: Path) -> Path | None:
 
 def run_sweep(opts: Any, history_dir: Path, **grading: Any) -> tuple[RunResults, Path, SweepRecord]:
     """Under the sweep lock: run ``opts`` (a ``pipeline.RunOptions``) into ``HISTORY/runs/``, with the
-    previous run for counter growth, annotate and record it, and re-render its reports.
+    previous run for counter growth, annotate and record it, and render its reports once.
 
     Raises ``SweepLockedError`` when another sweep holds the lock; ``grading`` goes to
     ``annotate_and_record``.
@@ -85,9 +86,13 @@ def run_sweep(opts: Any, history_dir: Path, **grading: Any) -> tuple[RunResults,
     with sweep_lock(history_dir):
         opts.out, opts.run_dir = history_dir / RUNS_DIR, None
         opts.previous = opts.previous or latest_run_dir(history_dir)
+        opts.render = False  # rendered once below, with the history's changes and trends in
         outcome = execute_run(opts)
         record = annotate_and_record(outcome.run_dir, history_dir, **grading)
-        render_reports(outcome.run_dir)
+        try:
+            render_reports(outcome.run_dir)
+        except Exception as exc:  # the run is recorded; `healthcheck report RUN_DIR` can retry
+            record.report_error = f"{type(exc).__name__}: {exc}"
     return load_results(outcome.run_dir), outcome.run_dir, record
 
 

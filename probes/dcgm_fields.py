@@ -94,8 +94,9 @@ def stop_command(stop_file: str) -> str:
     return f": > {f}; if [ -e {f}.finished ]; then rm -f {f} {f}.finished; fi"
 
 
-def render_commands(options: Mapping[str, Any]) -> dict[str, str]:
-    """Run options win; else the host profile's ``settings.dcgm_fields`` (ids, interval_ms, samples)."""
+def at_rest_plan(options: Mapping[str, Any]) -> tuple[tuple[int, ...], int, int]:
+    """(field ids, samples, interval ms): run options win; else the host profile's
+    ``settings.dcgm_fields`` (ids, interval_ms, samples); else the defaults."""
     profile = options.get("profile")
     settings = profile.setting("dcgm_fields", {}) if hasattr(profile, "setting") else {}
     ids = field_ids(options.get("dcgm_field_ids") or settings.get("ids"))
@@ -104,7 +105,19 @@ def render_commands(options: Mapping[str, Any]) -> dict[str, str]:
     if count < 1 or interval < 100:
         raise ValueError(f"dcgm_fields_samples must be >= 1 and dcgm_fields_interval_ms >= 100 "
                          f"(got {count}, {interval})")
+    return ids, count, interval
+
+
+def render_commands(options: Mapping[str, Any]) -> dict[str, str]:
+    ids, count, interval = at_rest_plan(options)
     return {COMMAND_ID: sampler_script(ids, count, interval)}
+
+
+def command_timeouts(options: Mapping[str, Any]) -> dict[str, float]:
+    """60 s, or the planned sampling window plus 30 s of start-up when a profile asks for a longer one
+    (a fixed 60 s would kill a 30 x 2 s window and turn it into an ERROR)."""
+    _, count, interval = at_rest_plan(options)
+    return {COMMAND_ID: max(60.0, count * interval / 1000.0 + 30.0)}
 
 
 @dataclass(frozen=True)
@@ -176,7 +189,7 @@ PROBE = register(ProbeSpec(
     parse_fn=parse_dcgm_fields,
     evaluate_fn=evaluate_dcgm_fields,
     accepts=("nvidia-smi-dmon",),
-    command_timeouts={COMMAND_ID: 60.0},
+    command_timeouts=command_timeouts,
 ))
 
 __all__ = ["COMMAND_ID", "FieldsObservation", "evaluate_dcgm_fields", "field_ids", "parse_dcgm_fields",

@@ -7,7 +7,9 @@
 
 Compared per profile: driver, CUDA, NCCL, OFED, VBIOS, HCA firmware per HCA type (from ``probes/versions.py``)
 and kernel and OS (from ``probes/system.py``). A differing host is WARN, or FAIL when the profile pins that
-version (``version.driver``, ``system.kernel``, ...). With no strict majority every host is WARN. Version
+version (``version.driver``, ``system.kernel``, ...) and the host is off that pin; a host ON the pin is
+never failed for differing from peers that are off it (PASS, naming the majority). With no strict
+majority every host is WARN (FAIL for those off a pin). Version
 mismatches across nodes are a classic cause of cryptic failures at scale (NCCL hangs, driver/library skew).
 """
 
@@ -17,11 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from healthcheck.grading import majority
+from healthcheck.grading import expected_text, majority
 from healthcheck.model import Finding, Host, JSONScalar, Status
-from healthcheck.profiles import EMPTY_PROFILE, Profile
+from healthcheck.profiles import EMPTY_PROFILE, Expectation, Profile
 from probes import register_fleet
-from probes.versions import GPU_ID, IB_ID, PINNED_BY, version_facts
+from probes.versions import GPU_ID, IB_ID, PINNED_BY, grade_version, version_facts, with_legacy_pins
 
 SOURCES = {"driver": "nvidia-driver-version", "cuda": GPU_ID, "nccl": "nccl-libs", "ofed": "ofed-info",
            "vbios": GPU_ID, "hca_fw": IB_ID, "kernel": "uname-r", "os": "os-release"}
@@ -74,28 +76,48 @@ def compare_kind(kind: str, values: Mapping[str, JSONScalar], profile: Profile,
     top, differing = majority(values)
     agreeing = sorted(h for h in values if h not in differing)
     strict = len(agreeing) * 2 > len(values)
-    pinned = profile.expect(PINS.get(base, "")) is not None
-    bad_status = Status.FAIL if pinned else Status.WARN
+    pin = with_legacy_pins(profile).expect(PINS.get(base, ""))
     out = []
     for host, value in sorted(values.items()):
         common = dict(host=host, check=check, component=component or "node", value=value, source=source)
+        odd = not strict or host in differing
+        # A pinned kind: a host off the pin is FAIL (the pin's severity); a host ON the pin is never
+        # failed for differing from peers that are off it (they get the FAIL, here and in version.*).
+        status, pin_note = Status.WARN, ""
+        if pin is not None and odd:
+            if not meets_pin(pin, str(value), profile):
+                status = Status(pin.severity)
+                pin_note = f"; off the profile pin ({expected_text(pin)}, source: {pin.source})"
+            elif strict and not meets_pin(pin, str(top), profile):
+                out.append(Finding(**common, status=Status.PASS, expected=expected_text(pin),
+                                   message=f"{label} {value} is the version the profile pins; the majority of "
+                                           f"profile {profile_name} runs {top}, off the pin"))
+                continue
+            else:
+                pin_note = f"; within the profile pin ({expected_text(pin)}), but mixed versions still skew"
         if not strict:
             spread = ", ".join(f"{v} on {h}" for h, v in sorted(values.items()))
-            out.append(Finding(**common, status=bad_status, expected="one version across the fleet",
+            out.append(Finding(**common, status=status, expected="one version across the fleet",
                                message=f"{label}: hosts of profile {profile_name} disagree with no majority "
-                                       f"({spread})", remedy=_REMEDY))
+                                       f"({spread}){pin_note}", remedy=_REMEDY))
         elif host in differing:
-            out.append(Finding(**common, status=bad_status, expected=top,
+            out.append(Finding(**common, status=status, expected=top,
                                message=f"{label} {value} differs from the fleet majority {top} "
                                        f"({len(agreeing)} of {len(values)} hosts of profile {profile_name}; "
-                                       f"differing: {', '.join(sorted(differing))})"
-                                       + (" and the profile pins this version" if pinned else ""),
+                                       f"differing: {', '.join(sorted(differing))}){pin_note}",
                                remedy=_REMEDY))
         else:
             out.append(Finding(**common, status=Status.PASS, expected=top,
                                message=f"{label} {value} matches {len(agreeing)} of {len(values)} hosts of "
                                        f"profile {profile_name}"))
     return out
+
+
+def meets_pin(pin: Expectation, value: str, profile: Profile) -> bool:
+    """Whether ``value`` (several versions joined by "/" for VBIOS and HCA firmware) satisfies the pin,
+    graded exactly as the versions probe grades it (dotted-number compare for ge/gt/le/lt)."""
+    return all(grade_version("", "fleet.pin", pin, part, source="", remedy="", profile=profile).status
+               is Status.PASS for part in value.split("/"))
 
 
 CHECK = register_fleet(VersionConsistency())

@@ -159,13 +159,13 @@ def _replays(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> Fin
                "no previous run to measure growth against")
         return gpu_finding(ctx, obs, gpu, "gpu.pcie.replays", Status.SKIP, gpu.pcie_replays,
                            expected_text(exp) if exp else None, unit="replays",
-                           message=f"{gpu.pcie_replays} PCIe replays since driver load (not graded: {why})")
+                           message=f"PCIe replay counter since driver load (value) not graded: {why}")
     growth, note = ((gpu.pcie_replays - before, f"{before} -> {gpu.pcie_replays} since the previous run")
                     if gpu.pcie_replays >= before else
                     (gpu.pcie_replays, f"counter reset since the previous run ({before} before)"))
     f = graded(ctx, obs, gpu, "gpu.pcie.replays", growth, REMEDY_REPLAYS, exp, detail=note)
     return f if f is None else Finding(**{**f.__dict__, "message": f.message.replace(
-        "pcie replays", "PCIe replay growth", 1)})
+        "gpu pcie replays", "PCIe replay growth", 1)})
 
 
 def _state(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[Finding | None]:

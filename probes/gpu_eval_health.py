@@ -122,8 +122,9 @@ def _thermal(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> lis
         temp = f"{gpu.temp_c:g} C" if gpu.temp_c is not None else "temperature"
         out.append(gpu_finding(ctx, obs, gpu, "gpu.temp", status, gpu.temp_c, expected, unit="C",
                                remedy=REMEDY_THERMAL,
-                               message=f"{temp}, {margin_slow:g} C below slowdown ({mode})"
-                                       + (f", {margin_op:g} C below max operating" if margin_op is not None else "")))
+                               message=f"{temp}, {_margin(margin_slow, 'slowdown')} ({mode})"
+                                       + (f", {_margin(margin_op, 'max operating')}" if margin_op is not None
+                                          else "")))
     else:
         out.append(graded(ctx, obs, gpu, "gpu.temp_c", gpu.temp_c, REMEDY_THERMAL, optional=True))
     if gpu.memory_temp_c is not None and gpu.memory_max_operating_c is not None:
@@ -136,6 +137,13 @@ def _thermal(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> lis
         out.append(graded(ctx, obs, gpu, "gpu.memory_temp_c", gpu.memory_temp_c, REMEDY_THERMAL,
                           optional=True))
     return out
+
+
+def _margin(margin: float, limit: str) -> str:
+    """``28 C below slowdown``, ``at slowdown`` or ``1 C past slowdown``."""
+    if margin > 0:
+        return f"{margin:g} C below {limit}"
+    return f"at {limit}" if margin == 0 else f"{-margin:g} C past {limit}"
 
 
 def _core_limits(gpu: GpuObservation) -> tuple[float, float | None, str, str] | None:

@@ -114,5 +114,8 @@ def _fold(check: str, status: Status, group: list[Finding], n_gpus: int) -> Find
                    unit=first.unit, message=message, source=first.source)
 
 
+_WHAT = {"gpu.pcie.replays": "PCIe replay growth since the previous run"}
+
+
 def _what(check: str) -> str:
-    return check.split(".", 1)[-1].replace(".", " ").replace("_", " ")
+    return _WHAT.get(check) or check.split(".", 1)[-1].replace(".", " ").replace("_", " ")

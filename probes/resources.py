@@ -11,8 +11,10 @@ Check ids are in the ``system`` category (``system.memory``, ``system.cpu.count`
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from healthcheck.grading import finding_from_expectation
 from healthcheck.model import CommandResult, Finding, Status
@@ -28,13 +30,32 @@ from probes.system_parse import (
 )
 
 NO_SYSTEMCTL = "healthcheck: systemctl not installed"
+_LIST_UNITS = "systemctl list-units --type=service --all --no-legend --no-pager --plain"
+
+
+def units_command(services: list[str] | tuple[str, ...] = ()) -> str:
+    """Every loaded service unit, then the named ``services`` asked for explicitly: systemd drops a
+    stopped, disabled unit from the plain listing, but loads a unit named on the command line (its
+    line then says ``loaded inactive dead``, or ``not-found`` when it is not installed)."""
+    named = " ".join(shlex.quote(n if n.endswith(".service") else f"{n}.service") for n in services)
+    return (f"if command -v systemctl >/dev/null 2>&1; then {_LIST_UNITS}"
+            + (f"; {_LIST_UNITS} {named}" if named else "") + f"; else echo '{NO_SYSTEMCTL}'; fi")
+
+
 COMMANDS = {
     "meminfo": "cat /proc/meminfo",
     "cpu-sysfs": "grep -H . /sys/devices/system/cpu/online /sys/devices/system/cpu/present",
     "dev-shm": "df -Pk /dev/shm",
-    "systemd-units": f"if command -v systemctl >/dev/null 2>&1; then systemctl list-units --type=service "
-                     f"--all --no-legend --no-pager --plain; else echo '{NO_SYSTEMCTL}'; fi",
+    "systemd-units": units_command(),
 }
+
+
+def render_commands(options: Mapping[str, Any]) -> dict[str, str]:
+    """The commands, with the host profile's ``system.services`` named in the systemd query."""
+    profile = options.get("profile")
+    exp = profile.expect("system.services") if hasattr(profile, "expect") else None
+    wanted = sorted({str(s) for s in exp.value}) if exp is not None and isinstance(exp.value, list | tuple) else []
+    return {**COMMANDS, "systemd-units": units_command(wanted)}
 
 
 @dataclass(frozen=True)
@@ -120,14 +141,18 @@ def _service_findings(obs: ResourcesObservation, ctx: EvalContext) -> list[Findi
     for name in wanted:
         state = active_service(obs.services, name)
         active = state is not None and state.active == "active"
-        got = "not installed" if state is None else f"{state.active} ({state.sub})"
+        got = "not installed" if state is None or state.load == "not-found" else \
+            f"{state.active} ({state.sub}{', masked' if state.load == 'masked' else ''})"
         status = Status.PASS if active else Status(exp.severity)
         out.append(Finding(
             host=host, check="system.service", component=name, status=status, value=got, expected="active",
             source="systemd-units",
             message=f"{name}: {got}" + ("" if active else f", expected active (source: {exp.source})"),
-            remedy=None if active else f"Start and enable it: `systemctl enable --now {name}`; read "
-                                       f"`journalctl -u {name}` for why it stopped"))
+            remedy=None if active else
+            f"Install the package that provides {name} (the fleet image lists it), then `systemctl enable "
+            f"--now {name}`" if got == "not installed" else
+            f"Start and enable it: `systemctl enable --now {name}`; read `journalctl -u {name}` for why it "
+            f"stopped"))
     return out
 
 
@@ -135,6 +160,7 @@ PROBE = register(ProbeSpec(
     name="resources",
     description="memory size, CPU count, /dev/shm size and required services against the profile",
     command_map=COMMANDS,
+    render_commands=render_commands,
     parse_fn=parse_resources,
     evaluate_fn=evaluate_resources,
 ))

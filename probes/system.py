@@ -176,7 +176,11 @@ def _mount_findings(obs: SystemObservation, ctx: EvalContext) -> list[Finding]:
             message=f"{path}: mounted ({entry.fstype} from {entry.device})" if entry else
             f"{path}: not mounted, expected mounted (source: {exp.source})",
             remedy=None if entry else f"Mount it (`mount {path}`) and check /etc/fstab or the automounter"))
-    hung = {p: rc for p, rc in (obs.mount_probes or {}).items() if rc != 0}
+    required = {str(p) for p in (exp.value if exp is not None else None) or ()}
+    # a required mount point that is not mounted was reported above; its stat failing (no such
+    # directory) is the same fault, not a second one
+    hung = {p: rc for p, rc in (obs.mount_probes or {}).items()
+            if rc != 0 and not (p in required and p not in mounted and rc not in (124, 137))}
     for path, rc in sorted(hung.items()):
         fstype = mounted[path].fstype if path in mounted else "?"
         what = f"did not answer `stat -f` within {MOUNT_STAT_TIMEOUT_S} s (hung)" if rc in (124, 137) \
@@ -186,10 +190,10 @@ def _mount_findings(obs: SystemObservation, ctx: EvalContext) -> list[Finding]:
             expected=0, source="mount-probe", message=f"{path} ({fstype}): {what}",
             remedy="A hung network filesystem blocks every job that touches it: check the server and the "
                    "network path, then `umount -f -l` and remount; drain the node until it answers"))
+    answered = sum(rc == 0 for rc in (obs.mount_probes or {}).values())
     if obs.mount_probes and not hung:
         out.append(Finding(host=host, check="system.mount.responsive", status=Status.PASS,
-                           value=len(obs.mount_probes), source="mount-probe",
-                           message=f"{len(obs.mount_probes)} mounts answered stat -f"))
+                           value=answered, source="mount-probe", message=f"{answered} mounts answered stat -f"))
     return out
 
 

@@ -160,7 +160,7 @@ LEGACY_PINS = {"gpu.driver_version": "version.driver", "gpu.cuda_version": "vers
                "gpu.vbios": "version.vbios"}
 
 
-def _with_legacy_pins(profile: Profile) -> Profile:
+def with_legacy_pins(profile: Profile) -> Profile:
     """``profile`` with ``gpu.driver_version``/``gpu.cuda_version``/``gpu.vbios`` pins read as version.*."""
     extra = {new: replace(profile.expectations[old], key=new) for old, new in LEGACY_PINS.items()
              if old in profile.expectations and new not in profile.expectations}
@@ -168,7 +168,7 @@ def _with_legacy_pins(profile: Profile) -> Profile:
 
 
 def evaluate_versions(obs: VersionsObservation, ctx: EvalContext) -> list[Finding]:
-    host, profile = ctx.host.name, _with_legacy_pins(ctx.profile)
+    host, profile = ctx.host.name, with_legacy_pins(ctx.profile)
     out = []
     remedy = "Install the fleet's pinned version (see the profile) and reboot if it is a driver or firmware"
     smi = obs.nvidia_smi_source

@@ -111,13 +111,27 @@ def load_catalog(path: Path = CATALOG_PATH) -> dict[str, Any]:
     return yaml.safe_load(path.read_text())
 
 
-def _ignored(ctx: EvalContext) -> set[int]:
-    raw = list(ctx.profile.setting("xid.ignore", []) or [])
+def _ignored(ctx: EvalContext) -> tuple[set[int], list[str]]:
+    """Xid numbers to ignore (profile ``settings.xid.ignore``, host var ``xid_ignore`` or
+    ``xid: {ignore: ...}``), and the entries that are not Xid numbers. Each source may be a list,
+    one number, or a comma-separated string (``"13,43"``)."""
     host_vars = ctx.host.vars or {}
-    raw += list(host_vars.get("xid_ignore", []) or [])
     nested = host_vars.get("xid")
-    raw += list(nested.get("ignore", []) or []) if isinstance(nested, Mapping) else []
-    return {int(x) for x in raw}
+    sources = [ctx.profile.setting("xid.ignore", None), host_vars.get("xid_ignore"),
+               nested.get("ignore") if isinstance(nested, Mapping) else None]
+    codes: set[int] = set()
+    bad: list[str] = []
+    for raw in sources:
+        if raw is None:
+            continue
+        items = raw.split(",") if isinstance(raw, str) else raw if isinstance(raw, (list, tuple, set)) else [raw]
+        for item in items:
+            text = str(item).strip()
+            if text.isdigit():
+                codes.add(int(text))
+            elif text:
+                bad.append(text)
+    return codes, bad
 
 
 def _when(wg: WindowedGroup) -> str:
@@ -216,9 +230,14 @@ def evaluate_xid(obs: XidObservation, ctx: EvalContext) -> list[Finding]:
         return [Finding(host=host, check="xid.kernel_log", status=Status.ERROR, source=LOG_ID,
                         message=f"kernel log not readable: {obs.log.unreadable}",
                         remedy="Run the sweep as root or a user in the adm/systemd-journal group")]
-    grader, ignored = _Grader(obs, ctx, window_h), _ignored(ctx)
+    (ignored, bad_ignores), grader = _ignored(ctx), _Grader(obs, ctx, window_h)
     with_79 = {wg.group.pci for wg in grader.groups if wg.group.kind == "xid" and wg.group.code == 79}
-    out: list[Finding] = []
+    out: list[Finding] = [Finding(
+        host=host, check="xid.ignore", status=Status.WARN, value=", ".join(bad_ignores), expected="Xid numbers",
+        source=LOG_ID, message=f"Xid ignore list has entries that are not Xid numbers: {', '.join(bad_ignores)} "
+                               "(they ignore nothing)",
+        remedy="Fix settings.xid.ignore in the profile or xid_ignore in the inventory: a list of numbers, "
+               "e.g. [13, 43]")] if bad_ignores else []
     for wg in grader.groups:
         g = wg.group
         if g.kind == "xid" and g.code in ignored:
@@ -232,7 +251,7 @@ def evaluate_xid(obs: XidObservation, ctx: EvalContext) -> list[Finding]:
             out.append(grader.sxid(wg))
         elif (f := grader.gpu_lost(wg, with_79)) is not None:
             out.append(f)
-    if not out:
+    if not [f for f in out if f.check != "xid.ignore"]:
         older = sum(wg.older for wg in in_window(obs.log, ctx.now, window_h))
         note = f" ({older} older events outside the window)" if older else ""
         out.append(Finding(host=host, check="xid.events", status=Status.PASS, value=0, unit="events",

@@ -10,6 +10,7 @@ A cell class ``bad`` marks a value the operator should look at (downtrained link
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -187,24 +188,40 @@ def nvlink_panel(obs: Any) -> Panel | None:
 
 @panel("infiniband")
 def infiniband_panel(obs: Any) -> Panel | None:
+    """One row per port; state, physical state, counters and a rate below the host's usual one in red."""
+    ports = [(dev, port) for dev in _records(obs, "devices") for port in _records(dev, "ports")]
+    usual = _usual_rates(port for _, port in ports)
     rows, classes = [], []
-    for dev in _records(obs, "devices"):
-        for port in _records(dev, "ports"):
-            counters = {**(port.get("counters") or {}), **(port.get("hw_counters") or {})}
-            errors = {k: v for k, v in counters.items() if k in IB_ERROR_COUNTERS and v}
-            rows.append([f"{dev.get('name', '?')}/{port.get('port', '?')}", port.get("state") or "",
-                         port.get("phys_state") or "", port.get("rate_text") or cell(port.get("rate_gbps")),
-                         port.get("link_layer") or "", dev.get("hca_type") or "", dev.get("fw_ver") or "",
-                         ", ".join(f"{k}={v}" for k, v in sorted(errors.items()))])
-            classes.append(["", "" if port.get("state") in (None, "ACTIVE") else "bad",
-                            "" if port.get("phys_state") in (None, "LinkUp") else "bad", "", "", "", "",
-                            "bad" if errors else ""])
+    for dev, port in ports:
+        rate = port.get("rate_gbps")
+        slow = (isinstance(rate, int | float) and not isinstance(rate, bool)
+                and rate < usual.get(port.get("link_layer"), 0))
+        counters = {**(port.get("counters") or {}), **(port.get("hw_counters") or {})}
+        errors = {k: v for k, v in counters.items() if k in IB_ERROR_COUNTERS and v}
+        rows.append([f"{dev.get('name', '?')}/{port.get('port', '?')}", port.get("state") or "",
+                     port.get("phys_state") or "", port.get("rate_text") or cell(port.get("rate_gbps")),
+                     port.get("link_layer") or "", dev.get("hca_type") or "", dev.get("fw_ver") or "",
+                     ", ".join(f"{k}={v}" for k, v in sorted(errors.items()))])
+        classes.append(["", "" if port.get("state") in (None, "ACTIVE") else "bad",
+                        "" if port.get("phys_state") in (None, "LinkUp") else "bad", "bad" if slow else "",
+                        "", "", "",
+                        "bad" if errors else ""])
     if not rows:
         return None
     table = Table(columns=["port", "state", "physical", "rate", "link layer", "HCA", "firmware",
                            "error counters (non-zero)"], rows=rows, classes=classes)
     note = str(_get(obs, "ibstat_error", "message") or "")
     return Panel(f"InfiniBand / RoCE ({len(rows)} ports)", TABLE, table, note=note)
+
+
+def _usual_rates(ports: Any) -> dict[Any, float]:
+    """The most common rate (Gb/s) of the ACTIVE ports per link layer: the host's intended port speed."""
+    seen: dict[Any, Counter[float]] = {}
+    for port in ports:
+        rate = port.get("rate_gbps")
+        if port.get("state") == "ACTIVE" and isinstance(rate, int | float) and not isinstance(rate, bool):
+            seen.setdefault(port.get("link_layer"), Counter())[float(rate)] += 1
+    return {layer: counts.most_common(1)[0][0] for layer, counts in seen.items()}
 
 
 @panel("fabric")

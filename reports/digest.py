@@ -213,3 +213,25 @@ def margin(f: Finding) -> float | None:
     if high is not None and high != 0:
         candidates.append((high - value) / abs(high))
     return min(candidates) if candidates else None
+
+
+def split_source(message: str) -> tuple[str, str]:
+    """``("text rest", "source text")``: the message without its balanced ``(source: ...)`` clause."""
+    start = message.find("(source: ")
+    if start < 0:
+        return message, ""
+    depth = 0
+    for i in range(start, len(message)):
+        depth += {"(": 1, ")": -1}.get(message[i], 0)
+        if depth == 0:
+            rest = (message[:start].rstrip() + " " + message[i + 1:].lstrip()).strip()
+            return rest, message[start + len("(source: "):i]
+    return message, ""
+
+
+def short_cited(message: str, shown: int = 48) -> str:
+    """The message with its ``(source: ...)`` clause cut to ``shown`` characters (tickets, chat)."""
+    text, source = split_source(message)
+    if len(source) <= shown:
+        return message
+    return f"{text} (source: {source[:shown].rsplit(' ', 1)[0]} …)"

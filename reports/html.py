@@ -27,7 +27,7 @@ from healthcheck.results import HostResult
 from reports import ReporterSpec, register
 from reports.bench_views import bench_views, busbw_check
 from reports.charts import Series, bar_chart, heatmap, line_chart, sparkline, strip_chart
-from reports.digest import BAD, RunDigest, fold, margin
+from reports.digest import BAD, RunDigest, fold, margin, split_source
 from reports.fleet import version_rows
 from reports.panels import host_panels
 
@@ -73,20 +73,6 @@ def inline_script() -> tuple[Markup, Markup]:
 
 
 CITE_SHOWN = 48            # characters of a message's "(source: ...)" clause shown inline
-
-
-def split_source(message: str) -> tuple[str, str]:
-    """``("text rest", "source text")``: the message without its balanced ``(source: ...)`` clause."""
-    start = message.find("(source: ")
-    if start < 0:
-        return message, ""
-    depth = 0
-    for i in range(start, len(message)):
-        depth += {"(": 1, ")": -1}.get(message[i], 0)
-        if depth == 0:
-            rest = (message[:start].rstrip() + " " + message[i + 1:].lstrip()).strip()
-            return rest, message[start + len("(source: "):i]
-    return message, ""
 
 
 def cited_message(message: Any) -> Markup:
@@ -183,6 +169,15 @@ def host_detail(digest: RunDigest, host: HostResult) -> dict[str, Any]:
             "trends": trend_views((digest.document.get("trends") or {}).get(host.name))}
 
 
+def pair_threshold(views: Any, metric: str) -> float | None:
+    """The pass threshold of a pair heatmap's metric (nccl pair busbw only), for red cells."""
+    parts = metric.split()
+    if len(parts) >= 3 and parts[0] == "nccl" and parts[-1] == "busbw_gbps":
+        band = views.band(busbw_check(parts[1], "pair"))
+        return band[0] if band else None
+    return None
+
+
 def bench_context(digest: RunDigest) -> dict[str, Any]:
     views = bench_views(digest)
     curves = []
@@ -203,10 +198,12 @@ def bench_context(digest: RunDigest) -> dict[str, Any]:
         nodes = sorted({p.a for p in pairs} | {p.b for p in pairs})
         lower_better = metric.endswith("_us")
         worst = sorted(pairs, key=lambda p: p.value, reverse=lower_better)[:20]
+        low = pair_threshold(views, metric)
         chart = (heatmap(nodes, {(p.a, p.b): p.value for p in pairs}, unit=metric.split()[-1],
-                         higher_is_better=not lower_better) if len(nodes) <= HEATMAP_MAX_NODES else "")
+                         low=low, higher_is_better=not lower_better)
+                 if len(nodes) <= HEATMAP_MAX_NODES else "")
         heatmaps.append({"metric": metric, "nodes": len(nodes), "pairs": len(pairs), "chart": chart,
-                         "worst": worst, "lower_better": lower_better})
+                         "worst": worst, "lower_better": lower_better, "low": low})
     hpl_band = views.band("hpl.node.gflops")
     hpl_ref = hpl_band[0] if hpl_band else None
     hpl_bars = sorted(views.hpl.items(), key=lambda kv: kv[1])[:HPL_BARS_MAX]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from healthcheck.model import Status
 from reports import ReporterSpec, register
-from reports.digest import RunDigest, fold
+from reports.digest import RunDigest, fold, short_cited
 
 MAX_GROUPS = 25
 MAX_TEXT = 300
@@ -58,7 +58,7 @@ def render_markdown(digest: RunDigest) -> bytes:
         remedy = f" → {md_text(g.remedy)}" if g.remedy else ""
         more = f" (+{len(g.messages) - 1} similar)" if len(g.messages) > 1 else ""
         lines.append(f"- **{g.status.value}** {md_code(g.check)} {md_text(g.component)} on "
-                     f"{md_code(g.nodeset, 2000)} ({len(g.hosts)}): {md_text(g.message)}{more}{remedy}")
+                     f"{md_code(g.nodeset, 2000)} ({len(g.hosts)}): {md_text(short_cited(g.message))}{more}{remedy}")
     if len(groups) > MAX_GROUPS:
         lines.append(f"- … and {len(groups) - MAX_GROUPS} more groups: see report.html")
     return ("\n".join(lines) + "\n").encode("utf-8")

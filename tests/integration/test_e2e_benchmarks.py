@@ -25,6 +25,8 @@ from tests.conftest import fixture_text
 
 pytestmark = pytest.mark.sshd
 
+IMB_OK = "imb/imb-pingpong-ndr-healthy-1.1us-47.6GBs.txt"
+IMB_SLOW = "imb/imb-pingpong-degraded-link-4.8us.txt"
 NODE_OK = "nccl-tests/all_reduce-h100-1node-8gpu-healthy-476GBs-8G-16G.txt"
 PAIR_OK = "nccl-tests/all_reduce-h100-2node-16gpu-healthy-388GBs-8G-16G.txt"
 PAIR_SLOW = "nccl-tests/all_reduce-h100-2node-16gpu-degraded-141GBs-8G-16G.txt"
@@ -49,7 +51,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 case "$1" in
-  */all_reduce_perf) ;;
+  @PROGRAM@) ;;
   *) echo "mpirun was unable to find the specified executable file, and therefore did not launch the job." >&2
      exit 1;;
 esac
@@ -77,8 +79,9 @@ exit "$rc"
 """
 
 
-def install_mpirun(cluster, respond: Callable[[frozenset[str]], Response]) -> None:
-    """The mpirun shim on every host; ``respond(names in the job)`` picks the replayed output."""
+def install_mpirun(cluster, respond: Callable[[frozenset[str]], Response], program: str = "*/all_reduce_perf") -> None:
+    """The mpirun shim on every host; ``respond(names in the job)`` picks the replayed output; ``program``
+    is the shell pattern the launched program must match."""
     store = cluster.base / "mpirun-responses"
     store.mkdir(exist_ok=True)
     address = {h.name: h.address for h in cluster.hosts}
@@ -94,7 +97,8 @@ def install_mpirun(cluster, respond: Callable[[frozenset[str]], Response]) -> No
     for host in cluster.hosts:
         shim = host.bindir / "mpirun"
         shim.write_text(_MPIRUN.replace("@LOG@", shlex.quote(str(host.root / "mpirun.log")))
-                        .replace("@NAMES@", names).replace("@CASES@", "\n".join(cases)))
+                        .replace("@NAMES@", names).replace("@CASES@", "\n".join(cases))
+                        .replace("@PROGRAM@", program))
         shim.chmod(0o755)
 
 
@@ -269,3 +273,47 @@ def test_bench_wrong_pair_fails_and_hung_job_errors(ssh_cluster_factory, tmp_pat
     proc = healthcheck("run", "--replay", run_dir, "--run-dir", tmp_path / "bench-replay")
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert verdicts_of(tmp_path / "bench-replay") == verdicts_of(run_dir)
+
+
+def test_imb_pairs_graded_against_the_ndr_profile_name_the_slow_node(ssh_cluster_factory, tmp_path: Path) -> None:
+    """IMB PingPong between node pairs through the real launch path, graded against h100-sxm5-8x's NDR
+    numbers (latency <= 2 us, 48 GB/s): node03's pairs are slow, the attribution names it."""
+    cluster = ssh_cluster_factory(4)
+    install_mpirun(cluster, lambda group: (IMB_SLOW if "node03" in group else IMB_OK, 0, 0), program="*/IMB-MPI1")
+    imb = {"benchmarks": {"imb": {"binary": "/opt/imb/bin/IMB-MPI1", "benchmarks": ["PingPong"]}}}
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", profile="h100-sxm5-8x",
+                                  host_vars={h.name: imb for h in cluster.hosts})
+    run_dir = tmp_path / "bench"
+    proc = healthcheck("bench", "-i", inv, "-F", cluster.ssh_config, "--benchmarks", "imb", "--plan", "acceptance",
+                       "--run-dir", run_dir)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    results = json.loads((run_dir / "results.json").read_text())
+    found = {name: [f for f in host["findings"] if f["check"].startswith("imb.")]
+             for name, host in results["hosts"].items()}
+
+    # node03's pairs: 4.8 us > 2 us and 3.1 GB/s = 6 % of 48 GB/s, FAIL with measured, expected and source
+    latency = [f for f in found["node03"] if f["check"] == "imb.pingpong.latency"]
+    assert latency and {f["status"] for f in latency} == {"FAIL"}
+    assert {f["value"] for f in latency} == {4.8} and "2" in latency[0]["expected"]
+    bandwidth = [f for f in found["node03"] if f["check"] == "imb.pingpong.bandwidth"]
+    assert {f["status"] for f in bandwidth} == {"FAIL"}
+    assert bandwidth[0]["value"] == pytest.approx(3.089, abs=0.001) and "of 48 GB/s" in bandwidth[0]["expected"]
+    assert "= 6% of expected 48 GB/s" in bandwidth[0]["message"]
+
+    # healthy pairs pass on the NDR numbers (1.12 us, 47.6 GB/s = 99 %)
+    healthy = [f for f in found["node01"] if f["check"].startswith("imb.pingpong.")
+               and "node03" not in f["component"]]
+    assert healthy and {f["status"] for f in healthy} == {"PASS"}
+    assert {f["value"] for f in healthy if f["check"] == "imb.pingpong.latency"} == {1.12}
+
+    # attribution: node03 is the bad node, the others are cleared; no link is blamed
+    nodes = {h: [f["status"] for f in fs if f["check"] == "imb.pairs.node"] for h, fs in found.items()}
+    assert nodes == {"node01": ["PASS"], "node02": ["PASS"], "node03": ["FAIL"], "node04": ["PASS"]}
+    assert not any(f["check"] == "imb.pairs.link" for fs in found.values() for f in fs)
+    bad = {h for h, fs in found.items() if any(f["status"] in ("FAIL", "ERROR") for f in fs)}
+    assert bad == {"node03"}
+
+    # the launch line we built ran on each pair's first node, with IMB's argv from the profile
+    lines = [line for h in ("node01", "node02", "node03", "node04") for line in launched(cluster, h)]
+    assert lines and all("--np 2 --hostfile hostfile" in line for line in lines)
+    assert any(line.endswith("/opt/imb/bin/IMB-MPI1 PingPong -msglog 0:22") for line in lines), lines

@@ -125,3 +125,23 @@ def test_second_sweep_exits_3_while_one_holds_the_lock(tmp_path):
 def test_sweep_needs_an_inventory_or_a_replay(tmp_path):
     out = CliRunner().invoke(main, ["sweep", "--history", str(tmp_path)])
     assert out.exit_code == 2
+
+
+def test_sweep_renders_the_reports_once_with_the_changes_in(tmp_path, monkeypatch):
+    import reports
+
+    rendered: list[bool] = []
+    real = reports.write_all
+
+    def counting(run_dir: Path):
+        rendered.append("changes" in json.loads((Path(run_dir) / "results.json").read_text()))
+        return real(run_dir)
+
+    monkeypatch.setattr(reports, "write_all", counting)
+    bundle_dir = tmp_path / "bundle" / "raw" / "node01"
+    bundle_dir.mkdir(parents=True)
+    (bundle_dir / "nvidia-smi-q-x.out").write_text("")
+    (bundle_dir / "nvidia-smi-q-x.rc").write_text("0\n")
+    out = sweep(tmp_path / "history", tmp_path / "bundle")
+    assert out.exit_code == 1, out.output  # empty nvidia-smi output: an ERROR
+    assert rendered == [True]  # once, after the history annotation

@@ -9,7 +9,8 @@ import pytest
 
 import probes
 from healthcheck.model import CommandResult, Host, Status
-from healthcheck.profiles import EMPTY_PROFILE, load_profile
+from healthcheck.profiles import EMPTY_PROFILE, Profile, load_profile
+from healthcheck.runner import plan_commands
 from healthcheck.spec import EvalContext, ParseError
 from probes.dcgm_fields import evaluate_dcgm_fields, field_ids, parse_dcgm_fields, render_commands
 from probes.dmon_parse import (
@@ -157,6 +158,21 @@ def test_default_command_samples_the_default_fields_with_fallbacks() -> None:
         field_ids("150,-1")
     with pytest.raises(ValueError):
         render_commands({"dcgm_fields_interval_ms": 10})
+
+
+def test_profile_field_ids_and_window_reach_the_planned_command_and_its_timeout() -> None:
+    """Commands are planned per host profile: its settings.dcgm_fields ids/samples/interval reach the
+    node, and a window longer than the default bound gets a timeout that covers it."""
+    site = Profile("site", settings={"dcgm_fields": {"ids": [150, 1002], "samples": 45, "interval_ms": 2000}})
+    planned = {c.id: c for c in plan_commands([probes.get("dcgm_fields")], {"profile": site}, 30.0)}
+    assert "dcgmi dmon -e 150,1002 -c 45 -d 2000" in planned["dcgmi-dmon"].line
+    assert planned["dcgmi-dmon"].timeout_s == 120.0  # 45 x 2 s + 30 s start-up, not the fixed 60 s
+    default = {c.id: c for c in plan_commands([probes.get("dcgm_fields")], {"profile": Profile("p")}, 30.0)}
+    assert "-c 5 -d 1000" in default["dcgmi-dmon"].line and default["dcgmi-dmon"].timeout_s == 60.0
+    # a run option still wins over the profile
+    ids = {c.id: c for c in plan_commands([probes.get("dcgm_fields")],
+                                          {"profile": site, "dcgm_field_ids": "155"}, 30.0)}
+    assert "dcgmi dmon -e 155 -c 45" in ids["dcgmi-dmon"].line
 
 
 # --- grading at rest ------------------------------------------------------------------------------

@@ -94,6 +94,9 @@ def test_fleet_mismatch_and_benchmark_warn_do_not_drain_unless_configured():
     assert triggers(bad("h", "nccl.all_reduce.data"), default)
     assert [d.host for d in plan_drain(fleet(20, {"gpu007": [bad("gpu007", "hpl.residual")]})).decisions] == \
         ["gpu007"]
+    # what would not drain a node does not keep it drained: gpu002 may be resumed, gpu005 (WARN) too
+    assert {"gpu002", "gpu005"} <= set(plan_drain(results).passing)
+    assert "gpu002" not in plan_drain(results, DrainPolicy(advisory=())).passing
 
 
 def test_error_host_is_neither_drained_nor_resumable_by_default():

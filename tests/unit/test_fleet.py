@@ -69,7 +69,46 @@ def test_pinned_version_difference_is_fail():
     obs["node03"] = {"versions": versions(driver="550.54.15")}
     findings = fleet(obs, profiles={"h100-sxm5-8x": pinned})
     driver = find(findings, "node03", "fleet.version.driver")
-    assert driver.status is Status.FAIL and "pins this version" in driver.message
+    assert driver.status is Status.FAIL and "off the profile pin (== 550.90.07, source: site pin)" in driver.message
+    assert "majority 550.90.07" in driver.message and "differing: node03" in driver.message
+    assert find(findings, "node01", "fleet.version.driver").status is Status.PASS
+
+
+def pin(key, op, value):
+    return replace(H100, expectations={**H100.expectations, key: Expectation(key=key, op=op, value=value,
+                                                                              source="site pin")})
+
+
+def test_host_on_the_pin_is_not_failed_when_the_majority_is_off_it():
+    """Two hosts drifted to 550.54.15, one stayed on the pinned 550.90.07: the fleet check must not FAIL
+    the one correct host for differing from the drifted majority (the drifted ones FAIL in version.driver)."""
+    obs = {"node01": {"versions": versions(driver="550.54.15")}, "node02": {"versions": versions(driver="550.54.15")},
+           "node03": {"versions": versions()}}
+    findings = fleet(obs, profiles={"h100-sxm5-8x": pin("version.driver", "eq", "550.90.07")})
+    right = find(findings, "node03", "fleet.version.driver")
+    assert right.status is Status.PASS and "majority of profile h100-sxm5-8x runs 550.54.15" in right.message
+    assert right.expected == "== 550.90.07"
+
+
+def test_within_a_minimum_pin_a_differing_host_warns_and_no_majority_fails_only_off_pin():
+    profile = pin("version.driver", "ge", "550.54.15")
+    obs = {"node01": {"versions": versions()}, "node02": {"versions": versions()},
+           "node03": {"versions": versions(driver="550.54.15")}}
+    skewed = find(fleet(obs, profiles={"h100-sxm5-8x": profile}), "node03", "fleet.version.driver")
+    assert skewed.status is Status.WARN and "within the profile pin (>= 550.54.15)" in skewed.message
+    obs = {"node01": {"versions": versions(driver="535.129.03")}, "node02": {"versions": versions()}}
+    findings = fleet(obs, profiles={"h100-sxm5-8x": profile})
+    assert [(f.host, f.status) for f in findings if f.check == "fleet.version.driver"] == [
+        ("node01", Status.FAIL), ("node02", Status.WARN)]
+
+
+def test_legacy_gpu_pin_and_joined_vbios_are_graded_against_the_pin():
+    profile = pin("gpu.vbios", "eq", "96.00.89.00.01")
+    mixed = versions()
+    mixed["vbios"] = {**mixed["vbios"], "7": "96.00.74.00.0D"}
+    obs = {"node01": {"versions": versions()}, "node02": {"versions": versions()}, "node03": {"versions": mixed}}
+    f = find(fleet(obs, profiles={"h100-sxm5-8x": profile}), "node03", "fleet.version.vbios")
+    assert (f.status, f.value) == (Status.FAIL, "96.00.74.00.0D/96.00.89.00.01")
 
 
 def test_no_majority_warns_every_host():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -78,7 +79,6 @@ def test_without_profile_widths_still_fail_and_thresholds_skip_once():
     ("nvidia-smi-q/retired-pages-pending-blacklist-yes-snippet.txt", ("gpu.retired_pages.pending", "gpu0", "FAIL")),
     ("nvidia-smi-q/v100-sxm2-32gb-dell-c4130-hw-power-brake-slowdown-active-382mhz-snippet.txt",
      ("gpu.clock_events", "gpu0", "FAIL")),
-    ("nvidia-smi-q/h100-8gpu-drv535.183-gpud.txt", ("gpu.pcie.replays", "gpu0", "WARN")),
     ("nvidia-smi-q/h100-8gpu-drv535.183-gpud.txt", ("gpu.clock_events", "gpu2", "FAIL")),
     ("nvidia-smi/rtx-geforce-drv525-fan-ERR.txt", ("gpu.fan", "gpu0", "FAIL")),
     ("nvidia-smi/h100-8gpu-drv560-persistence-off-fabricmanager-down.txt",
@@ -107,8 +107,12 @@ def test_tlimit_margin_and_absolute_limits():
     obs = GpuObservations(source="nvidia-smi-q-x", gpus=(base,), count=1)
     temp = next(f for f in evaluate_gpu(obs, _ctx(EMPTY_PROFILE)) if f.check == "gpu.temp")
     assert (temp.status, temp.component) == (Status.FAIL, "gpu3")
-    assert temp.message == ("gpu3 (00000000:5D:00.0): 90 C, -1 C below slowdown (T.Limit), -3 C below max "
-                            "operating")
+    assert temp.message == "gpu3 (00000000:5D:00.0): 90 C, 1 C past slowdown (T.Limit), 3 C past max operating"
+    near = dataclasses.replace(base, temp_c=88, tlimit_c=-1)   # past max operating, 1 C short of slowdown
+    temp = next(f for f in evaluate_gpu(GpuObservations(source="x", gpus=(near,), count=1), _ctx(EMPTY_PROFILE))
+                if f.check == "gpu.temp")
+    assert (temp.status, temp.value, temp.expected) == (Status.WARN, 88, "T.Limit reading > -2 C (slowdown)")
+    assert temp.message.endswith("88 C, 1 C below slowdown (T.Limit), 1 C past max operating")
     warm = GpuObservation(index=0, temp_c=86, slowdown_c=89, shutdown_c=92, max_operating_c=85)
     temp = next(f for f in evaluate_gpu(GpuObservations(source="x", gpus=(warm,), count=1), _ctx(EMPTY_PROFILE))
                 if f.check == "gpu.temp")
@@ -182,3 +186,41 @@ def test_pinned_driver_cuda_vbios_give_one_fail_each_across_gpu_and_versions_pro
                                     + [("version.vbios", f"gpu{i}") for i in range(8)])
     driver = next(f for f in versions if f.check == "version.driver")
     assert driver.value == "535.183.01" and "site pin" in driver.message
+
+
+def test_pcie_replays_graded_by_growth_not_the_since_reset_counter():
+    """Healthy HGX H100s (gpud, driver 535) carry 58-120 replays since reset: no WARN on a first run."""
+    text = corpus_text("nvidia-smi-q/h100-8gpu-drv535.183-gpud.txt")
+    first = [f for f in _grade("nvidia-smi-q", text) if f.check == "gpu.pcie.replays"]
+    assert [(f.status, f.component, f.value) for f in first] == [(Status.SKIP, "node", "58-120")]
+    assert first[0].message == ("all 8 GPUs: PCIe replay counter since driver load (value) not graded: no "
+                                "previous run to measure growth against")
+    obs = parse_nvidia_smi_output("nvidia-smi-q", text, 0)
+    before = json.loads(json.dumps(to_jsonable(obs)))
+    for g in before["gpus"]:   # 120, 111, 58, ... now; 3 fewer in the previous run except:
+        g["pcie_replays"] = {"00000000:53:00.0": 10, "00000000:64:00.0": 611}.get(g["bus_id"], g["pcie_replays"] - 3)
+    ctx = EvalContext(host=Host("gpu001"), profile=H100, previous={"gpu": before})
+    replays = [f for f in evaluate_gpu(obs, ctx) if f.check == "gpu.pcie.replays"]
+    bad = {f.component: f for f in replays if f.status is not Status.PASS}
+    assert {c: (f.status, f.value, f.expected) for c, f in bad.items()} == {
+        "gpu0": (Status.WARN, 110, "<= 80 replays"), "gpu1": (Status.WARN, 111, "<= 80 replays")}
+    assert "10 -> 120 since the previous run" in bad["gpu0"].message
+    assert "counter reset since the previous run (611 before)" in bad["gpu1"].message
+    (ok,) = [f for f in replays if f.status is Status.PASS]
+    assert (ok.value, ok.message) == (3, "gpu2,gpu3,gpu4,gpu5,gpu6,gpu7: PCIe replay growth since the previous "
+                                         "run 3 replays, within <= 80 replays")
+    assert "AER" in bad["gpu0"].remedy and bad["gpu0"].message.startswith("gpu0 (00000000:53:00.0): PCIe replay")
+    passing = [f for f in replays if f.status is Status.PASS]
+    assert len(passing) == 1 and passing[0].value in (3, "3")
+
+
+def test_nightly_history_leaves_pcie_replay_growth_to_the_gpu_probe():
+    """One grown replay counter gives one finding (gpu.pcie.replays), not a second history WARN."""
+    from healthcheck.regression import Measurement, growth_findings
+
+    ms = [Measurement("gpu001", "errors", "counter", "gpu.pcie.replays", "gpu0", 200.0),
+          Measurement("gpu001", "errors", "counter", "gpu.row_remap.correctable", "gpu0", 3.0)]
+    previous = {("gpu001", "gpu.pcie.replays", "gpu0"): (10.0, "night1"),
+                ("gpu001", "gpu.row_remap.correctable", "gpu0"): (1.0, "night1")}
+    assert [(f.check, f.message) for f in growth_findings(ms, previous)] == [
+        ("history.counter.growth", "gpu.row_remap.correctable gpu0 grew by 2 since run night1 (was 1, now 3)")]

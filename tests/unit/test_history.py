@@ -59,6 +59,28 @@ def test_extract_measurements_from_findings_and_observations():
                    ("gpu.ecc.aggregate.dram_correctable", "gpu0"): ("errors", "counter", 3.0, "count")}
 
 
+def test_hpl_measured_once_per_node_not_again_from_its_fleet_finding():
+    findings = [Finding(host="gpu001", check=check, status=Status.PASS, value=365400.0, unit="GFLOPS", message="ok")
+                for check in ("hpl.node.gflops", "hpl.node.fleet", "hpl.cluster.gflops_per_node")]
+    findings.append(Finding(host="gpu001", check="hpl.gpu_warning", status=Status.WARN, value=1410.0, unit="MHz",
+                            message="low clock"))
+    results = RunResults(run={"id": "r"}, hosts={"gpu001": HostResult(name="gpu001", findings=findings)})
+    assert sorted(m.check for m in extract_measurements(results) if m.metric == "hpl") == \
+        ["hpl.cluster.gflops_per_node", "hpl.node.gflops"]
+
+
+def test_pair_busbw_pinned_on_the_partner_is_not_this_nodes_measurement():
+    from benchmarks.attribution import PairBlame, apply_blame
+
+    slow = [Finding(host=h, check="nccl.all_reduce.pair.busbw", status=Status.FAIL, value=141.18, unit="GB/s",
+                    component="pair node01-node03", source="j13", message="busbw 141.2 GB/s") for h in
+            ("node01", "node03")]
+    restated = apply_blame(slow, [PairBlame("j13", ("node01", "node03"), "node", ("node03",), "bad")])
+    assert [f.status for f in restated] == [Status.PASS, Status.FAIL]
+    results = RunResults(run={"id": "r"}, hosts={f.host: HostResult(name=f.host, findings=[f]) for f in restated})
+    assert [(m.host, m.value) for m in extract_measurements(results)] == [("node03", 141.18)]
+
+
 def test_worse_by_direction():
     assert worse_by("higher", 380, 440) == pytest.approx(60 / 440)
     assert worse_by("higher", 500, 440) == 0

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import BenchContext
-from benchmarks.hpl import evaluate_hpl, fleet_hpl, hpl_dat, hpl_program, parse_hpl, process_grid
+from benchmarks.hpl import HplResult, HplTest, evaluate_hpl, fleet_hpl, hpl_dat, hpl_program, parse_hpl, process_grid
 from benchmarks.plan import Job
 from healthcheck.model import Host, Status
 from healthcheck.profiles import Expectation, Profile
@@ -118,13 +118,27 @@ def test_gflops_against_rpeak_and_fleet() -> None:
     r = parse_hpl(corpus_text("hpl/intel-mkl-hpl-1socket-memory-fragmented-warning-low-perf-passed-elided.txt"))
     findings = evaluate_hpl(_job(("a5node55",)), r, _ctx(_profile(1700.0), "a5node55"))
     gflops = _by(findings, "hpl.node.gflops")[0]
-    assert gflops.status is Status.WARN and gflops.value == 945.554 and "56%" in gflops.message
+    assert gflops.status is Status.WARN and gflops.value == 945.554
+    assert "945.6 GFLOPS = 56% of Rpeak 1700.0 GFLOPS" in gflops.message
     assert _by(findings, "hpl.warning")[0].status is Status.WARN  # "Memory is too fragmented"
-    fast = parse_hpl(corpus_text("hpl/hpl-2.3-openmpi4-ucx-1node-32rank-passed-stackhpc.txt"))
-    slow = parse_hpl(corpus_text("hpl/hpl-2.1-cpu-1proc-passed-with-pdgesv-times.txt"))
-    fleet = fleet_hpl([(_job(("n1",)), slow), (_job(("n2",)), fast)], _ctx(_profile(), "n1", "n2"))
+    fast = parse_hpl(corpus_text("hpl/hpl-2.1-cpu-1proc-passed-with-pdgesv-times.txt"))  # 1715.87 GFLOPS
+    slow = parse_hpl(corpus_text("hpl/hpl-2.3-openmpi4-ucx-1node-32rank-passed-stackhpc.txt"))  # 832.95
+    fleet = fleet_hpl([(_job(("n1",)), fast), (_job(("n2",)), slow)], _ctx(_profile(), "n1", "n2"))
     assert [(f.host, f.status) for f in fleet] == [("n1", Status.PASS), ("n2", Status.WARN)]
     assert "n1" in fleet[1].expected and fleet[1].check == "hpl.node.fleet"
+
+
+@pytest.mark.parametrize(("gflops", "status"), [(950.5, Status.PASS), (949.5, Status.WARN)])
+def test_fleet_warns_only_beyond_5_percent_below_the_best(gflops: float, status: Status) -> None:
+    def result(value: float) -> HplResult:
+        test = HplTest("WR11C2R4", 1000, 128, 1, 1, 10.0, value, residual=0.001, residual_passed=True)
+        return HplResult(flavor="hpl", version="2.3", tests=(test,), complete=True)
+
+    fleet = fleet_hpl([(_job(("best",)), result(1000.0)), (_job(("other",)), result(gflops))],
+                      _ctx(_profile(), "best", "other"))
+    other = next(f for f in fleet if f.host == "other")
+    assert other.status is status and other.value == gflops
+    assert other.expected == ">= 95% of the best node (best: 1000 GFLOPS)"
 
 
 def test_input_file_and_grid() -> None:

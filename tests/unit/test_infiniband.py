@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -231,3 +232,35 @@ def test_peermem_module_and_commands():
     assert [f.status for f in by_check(findings, "ib.gpudirect_rdma")] == [Status.ERROR]
     assert "/sys/class/infiniband/*/ports/*/counters/*" in COMMANDS["ib-sysfs"]
     assert "# ib-sysfs end" in COMMANDS["ib-sysfs"]
+
+
+def test_link_downed_growth_through_cli_previous_run(tmp_path):
+    """`healthcheck run --previous RUN_DIR`: run 1 records the counters, run 2 (same host, link_downed
+    0 -> 7 on mlx5_6) grades the growth as flapping; without --previous there is no growth finding."""
+    from click.testing import CliRunner
+
+    from healthcheck.cli import main
+    from healthcheck.results import load_results
+
+    def bundle(name: str, fixture: str) -> Path:
+        raw = tmp_path / name / "raw" / "gpu001"
+        raw.mkdir(parents=True)
+        (raw / "ib-sysfs.out").write_text(own(fixture))
+        (raw / "ib-sysfs.rc").write_text("0")
+        return tmp_path / name
+
+    def run(src: Path, out: str, *extra: str):
+        args = ["run", "--replay", str(src), "--run-dir", str(tmp_path / out), "--profile", "h100-sxm5-8x",
+                "--probes", "infiniband", *extra]
+        CliRunner().invoke(main, args, catch_exceptions=False)
+        return load_results(tmp_path / out).hosts["gpu001"].findings
+
+    run(bundle("b1", "sysfs-h100-8x-ndr-healthy.txt"), "run1")
+    later = bundle("b2", "sysfs-h100-link-downed-grew-fw-28.41.txt")
+    growth = {(f.check, f.component): f for f in run(later, "run2", "--previous", str(tmp_path / "run1"))
+              if f.check.startswith("ib.counter_growth.")}
+    flap = growth[("ib.counter_growth.link_downed", "mlx5_6/1")]
+    assert (flap.status, flap.value) == (Status.FAIL, 7) and "flapping" in flap.message
+    assert set(growth) == {("ib.counter_growth.link_downed", "mlx5_6/1"),
+                           ("ib.counter_growth.symbol_error", "mlx5_0/1")}
+    assert not [f for f in run(later, "run3") if f.check.startswith("ib.counter_growth.")]

@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 import reports
-from reports.digest import load_digest
-from reports.html import host_index, render_html, script_json
+from reports.bench_views import BenchViews
+from reports.charts import heatmap
+from reports.digest import load_digest, short_cited, split_source
+from reports.html import cited_message, host_index, pair_threshold, render_html, script_json
 from tests.unit.test_report_digest import IMG_XSS, XSS, make_run
 
 
@@ -169,3 +171,46 @@ def test_malformed_observations_and_empty_run_still_render(tmp_path: Path) -> No
     write_results(tmp_path / "b", RunResults({"id": "b"}, {}))
     empty = render_html(load_digest(tmp_path / "b")).decode()
     assert "healthcheck ERROR" in empty and "No host has a FAIL" in empty
+
+
+LONG_SOURCE = ("IB ports run 4 lanes; sysfs rate shows the width, e.g. '100 Gb/sec (2X HDR)' is a degraded "
+               "link (research/hardware-expectations.md 3d; ibdiagnet --lw 4x)")
+
+
+def test_long_source_citation_is_folded_into_a_tooltip() -> None:
+    message = f"mlx5_4/1: rate 200 Gb/sec (2X NDR): width 2X instead of 4X (source: {LONG_SOURCE}) <b>"
+    assert split_source(message) == ("mlx5_4/1: rate 200 Gb/sec (2X NDR): width 2X instead of 4X <b>",
+                                     LONG_SOURCE)
+    shown = str(cited_message(message))
+    assert shown.startswith("mlx5_4/1: rate 200 Gb/sec (2X NDR): width 2X instead of 4X &lt;b&gt; <span")
+    title = re.search(r'title="([^"]*)"', shown)
+    assert title and html.unescape(title[1]) == LONG_SOURCE                # full citation kept
+    assert "(source: IB ports run 4 lanes; sysfs rate shows the …)" in shown
+    short = "gpu3: links 17, expected >= 18 (source: hardware-expectations.md 1b)"
+    assert html.unescape(str(cited_message(short))) == short and "<span" not in str(cited_message(short))
+    assert split_source("no citation (x)") == ("no citation (x)", "")
+    assert short_cited(message).endswith("(source: IB ports run 4 lanes; sysfs rate shows the …)")
+
+
+def test_pair_heatmap_threshold_comes_from_the_pair_check() -> None:
+    views = BenchViews(bands={"nccl.all_reduce.pair.busbw": (228.0, 380.0)})
+    assert pair_threshold(views, "nccl all_reduce_perf busbw_gbps") == 228.0
+    assert pair_threshold(views, "nccl all_gather_perf busbw_gbps") is None   # no expectation
+    assert pair_threshold(views, "imb PingPong latency_us") is None
+    svg = str(heatmap(["a", "b", "c"], {("a", "b"): 100.0, ("a", "c"): 300.0}, low=228.0))
+    assert svg.count('fill="#dc2626"') == 2 and 'fill="rgba(37,99,235,' in svg   # a-b both ways red
+
+
+def test_ib_panel_marks_a_port_slower_than_the_hosts_usual_rate() -> None:
+    from reports.builtin_panels import infiniband_panel
+
+    def port(n: int, rate: float, state: str = "ACTIVE", layer: str = "InfiniBand") -> dict:
+        return {"port": 1, "state": state, "phys_state": "LinkUp", "rate_gbps": rate, "link_layer": layer,
+                "rate_text": f"{rate:g} Gb/sec"}
+
+    obs = {"devices": [{"name": f"mlx5_{n}", "ports": [p]} for n, p in enumerate([
+        port(0, 400), port(1, 400), port(2, 200), port(3, 10, state="DOWN"), port(4, 100, layer="Ethernet")])]}
+    panel = infiniband_panel(obs)
+    assert panel is not None
+    rate_classes = [row[3] for row in panel.view.classes]
+    assert rate_classes == ["", "", "bad", "bad", ""]   # Ethernet compared only with Ethernet ports

@@ -62,6 +62,8 @@ def test_observation_values_in_base_units(text: str) -> None:
     assert value(text, "healthcheck_ib_port_rate_bits_per_second", host="gpu001", port="mlx5_0/1") == 400e9
     assert value(text, "healthcheck_ib_port_errors_total", host="gpu001", port="mlx5_0/1",
                  counter="symbol_error") == 3.0
+    ib_errors = [line for line in text.splitlines() if line.startswith("healthcheck_ib_port_errors_total{")]
+    assert ib_errors and all(not line.endswith(" 0.0") for line in ib_errors)  # zero counters left out
     assert value(text, "healthcheck_nccl_busbw_bytes_per_second", host="gpu004",
                  test="all_reduce_perf") == 240e9
     assert value(text, "healthcheck_hpl_flops", host="gpu004") == 250000e9

@@ -9,9 +9,11 @@ import pytest
 
 from healthcheck.model import CommandResult, Host, Status
 from healthcheck.profiles import Expectation, load_profile
+from healthcheck.runner import plan_commands
 from healthcheck.spec import EvalContext, ParseError
+from probes.resources import PROBE as RESOURCES
 from probes.resources import evaluate_resources, parse_resources
-from probes.system import evaluate_system, mount_probe_command, parse_system, render_commands
+from probes.system import PROBE, evaluate_system, mount_probe_command, parse_system, render_commands
 from probes.system_parse import cpu_list_count, parse_df_posix, parse_proc_mounts, parse_systemctl_units
 from tests.conftest import fixture_text
 
@@ -97,6 +99,23 @@ def test_required_mounts_option_is_quoted_into_the_probe():
     assert "'/scratch dir'" in command
 
 
+def test_profile_mounts_reach_the_planned_command_and_a_missing_one_is_reported_once():
+    """The pipeline plans commands per profile (options["profile"]): the profile's system.mounts are
+    stat'd on the node even when they are not mounted, so a missing one is seen and a hung one bounded."""
+    profile = replace(H100, expectations={**H100.expectations, "system.mounts": Expectation(
+        key="system.mounts", op="eq", value=["/lustre", "/home dir"], source="site standard")})
+    planned = {c.id: c.line for c in plan_commands([PROBE], {"profile": profile}, 30.0)}
+    assert "'/home dir' /lustre; do probe_mount" in planned["mount-probe"]
+    assert "/lustre" not in {c.id: c.line for c in plan_commands([PROBE], {"profile": H100}, 30.0)}["mount-probe"]
+    obs = parse_system(results({"proc-mounts": "srv:/home /home\\040dir nfs4 rw 0 0\n",
+                                "mount-probe": "0 /home dir\n1 /lustre\n# mount-probe end\n"}))
+    findings = evaluate_system(obs, ctx(profile))
+    assert [(f.check, f.component, f.status) for f in findings if f.check.startswith("system.mount")] == [
+        ("system.mount.present", "/lustre", Status.FAIL), ("system.mount.present", "/home dir", Status.PASS),
+        ("system.mount.responsive", "node", Status.PASS)]
+    assert findings[-1].value == 1
+
+
 def test_resources_pass_on_a_dgx_class_node():
     obs = parse_resources(results({"meminfo": own("meminfo-2tib-dgx.txt"), "dev-shm": own("df-dev-shm-1tib.txt"),
                                    "cpu-sysfs": "/sys/devices/system/cpu/online:0-223\n"
@@ -130,7 +149,31 @@ def test_services_listed_by_profile_with_and_without_suffix():
     found = {f.component: f for f in evaluate_resources(obs, ctx(profile)) if f.check == "system.service"}
     assert found["nvidia-dcgm"].status is Status.PASS
     assert found["slurmd.service"].status is Status.FAIL and found["slurmd.service"].value == "inactive (dead)"
-    assert found["munge"].value == "not installed" and "systemctl enable --now munge" in found["munge"].remedy
+    assert found["munge"].value == "not installed"
+    assert "Install the package that provides munge" in found["munge"].remedy
+
+
+def test_profile_services_are_named_in_the_planned_systemd_query(tmp_path):
+    """systemd leaves a stopped, disabled unit out of `list-units --all`; naming the profile's services
+    makes it load them, so a stopped fabric manager reads "inactive (dead)", not "not installed"."""
+    profile = with_expect(H100, system__services={"op": "eq", "value": ["nvidia-fabricmanager", "slurmd"]})
+    line = {c.id: c.line for c in plan_commands([RESOURCES], {"profile": profile}, 30.0)}["systemd-units"]
+    assert "--plain nvidia-fabricmanager.service slurmd.service;" in line
+    assert "fabricmanager" not in {c.id: c.line for c in plan_commands([RESOURCES], {}, 30.0)}["systemd-units"]
+    fake = tmp_path / "systemctl"  # answers like systemd: named units are loaded on request
+    fake.write_text('#!/bin/sh\ncase "$*" in *slurmd.service*) '
+                    'echo "nvidia-fabricmanager.service loaded inactive dead NVIDIA fabric manager service"; '
+                    'echo "slurmd.service not-found inactive dead slurmd.service";; '
+                    '*) echo "nvidia-persistenced.service loaded active running NVIDIA Persistence Daemon";; esac\n')
+    fake.chmod(0o755)
+    proc = subprocess.run(["sh", "-c", line], capture_output=True, text=True, timeout=20,
+                          env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    obs = parse_resources(results({"systemd-units": proc.stdout}))
+    found = {f.component: f for f in evaluate_resources(obs, ctx(profile)) if f.check == "system.service"}
+    fm = found["nvidia-fabricmanager"]
+    assert (fm.status, fm.value) == (Status.FAIL, "inactive (dead)")
+    assert "systemctl enable --now nvidia-fabricmanager" in found["nvidia-fabricmanager"].remedy
+    assert found["slurmd"].value == "not installed"
 
 
 def test_systemd_not_running_is_error_for_expected_services():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.plan import Job
@@ -82,6 +83,16 @@ def test_hw_slowdown_under_load_names_the_host_and_gpu_and_the_clock_sag() -> No
     checks = {f.check for f in findings if f.host == "n1"}
     assert "telemetry.xid.last" not in checks and "telemetry.power_violation_s" not in checks  # at rest only
     assert {"telemetry.gpu_temp_c", "telemetry.xid.new", "telemetry.ecc.dbe_growth"} <= checks
+
+
+def test_node_sag_compares_each_gpu_with_the_other_gpus_of_its_node() -> None:
+    """On a 2-GPU node the sagging GPU must not pull the reference down with it: gpu5 at 1035 MHz vs
+    its peer's 1980 MHz is 0.523 (not 0.687 of the pair's median), and the healthy peer passes."""
+    table = parse_field_samples(body(SLOW))
+    pair = replace(table, samples=tuple(r for r in table.samples if r.entity in ("gpu0", "gpu5")))
+    findings = evaluate_telemetry([TelemetrySeries("n2", job("n2"), pair, None, (0.2, 18.5))], H100)
+    node = [(f.component, f.status, f.value) for f in findings if f.check == "telemetry.sm_clock.node_ratio"]
+    assert node == [("gpu5", Status.WARN, 0.523)]
 
 
 def test_fleet_check_needs_three_hosts() -> None:

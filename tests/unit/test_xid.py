@@ -315,3 +315,18 @@ def test_catalog_is_complete_and_follows_policy():
     hard = (48, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140, *range(144, 151), 154)
     assert {c for c in hard if entries[c]["severity"] == "FAIL"} == set(hard)
     assert entries[79]["action"] == "reboot node" and "hardware-expectations.md section 4" in catalog["source"]
+
+
+def test_ignore_list_from_a_site_profile_yaml_and_bad_entries(tmp_path):
+    """The documented example: a site profile inheriting a shipped one, plus host vars in any form."""
+    (tmp_path / "site-h100.yaml").write_text(
+        "name: site-h100\ninherits: h100-sxm5-8x\nsettings:\n  xid:\n    ignore: [13, 43]\n")
+    profile = load_profile("site-h100", search=[tmp_path])
+    obs = observe(body("xid/dmesg-T-mixed-faults.txt"))
+    got = table(grade(obs, "2025-11-21T03:00:00+00:00", profile=profile, host_vars={"xid_ignore": "999, x31"}))
+    assert got[("xid.13", "gpu0")].status is Status.SKIP and got[("xid.999", "gpu1")].status is Status.SKIP
+    assert got[("xid.74", "gpu6")].status is Status.FAIL
+    bad = got[("xid.ignore", "node")]
+    assert (bad.status, bad.value) == (Status.WARN, "x31") and "e.g. [13, 43]" in bad.remedy
+    single = table(grade(obs, "2025-11-21T03:00:00+00:00", host_vars={"xid": {"ignore": 74}}))
+    assert single[("xid.74", "gpu6")].status is Status.SKIP and ("xid.ignore", "node") not in single
