@@ -149,7 +149,8 @@ def execute_run(opts: RunOptions) -> RunOutcome:
         import benchmarks
 
         benchmarks.select(opts.benchmarks)  # unknown names fail here, before anything runs
-    options = {"kernel_log_window_h": DEFAULTS.kernel_log_window_h, **opts.probe_options}
+    # the plan reaches the probes too (DCGM diag level 3 for acceptance), whoever built the options
+    options = {"kernel_log_window_h": DEFAULTS.kernel_log_window_h, "plan": opts.plan, **opts.probe_options}
     plans = {name: plan_commands(selected, {**options, "profile": prof}, opts.timeout_s)
              for name, prof in profiles.items()}
     plans[""] = plan_commands(selected, options, opts.timeout_s)

@@ -109,7 +109,10 @@ def compare_kind(kind: str, values: Mapping[str, JSONScalar], profile: Profile,
         else:
             out.append(Finding(**common, status=Status.PASS, expected=top,
                                message=f"{label} {value} matches {len(agreeing)} of {len(values)} hosts of "
-                                       f"profile {profile_name}"))
+                                       f"profile {profile_name}"
+                                       + (f" (consistent, but off the profile pin {expected_text(pin)}: see "
+                                          f"{PINS[base]})" if pin is not None and not meets_pin(pin, str(value),
+                                                                                              profile) else "")))
     return out
 
 

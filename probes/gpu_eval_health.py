@@ -116,13 +116,13 @@ def _thermal(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> lis
     out: list[Finding | None] = []
     limits = _core_limits(gpu)
     if limits is not None:
-        margin_slow, margin_op, expected, mode = limits
+        margin_slow, margin_op, expected, mode, limit = limits
         status = Status.FAIL if margin_slow <= 0 else Status.WARN if margin_op is not None and margin_op <= 0 \
             else Status.PASS
         temp = f"{gpu.temp_c:g} C" if gpu.temp_c is not None else "temperature"
         out.append(gpu_finding(ctx, obs, gpu, "gpu.temp", status, gpu.temp_c, expected, unit="C",
                                remedy=REMEDY_THERMAL,
-                               message=f"{temp}, {_margin(margin_slow, 'slowdown')} ({mode})"
+                               message=f"{temp}, {_margin(margin_slow, limit)} ({mode})"
                                        + (f", {_margin(margin_op, 'max operating')}" if margin_op is not None
                                           else "")))
     else:
@@ -146,18 +146,21 @@ def _margin(margin: float, limit: str) -> str:
     return f"at {limit}" if margin == 0 else f"{-margin:g} C past {limit}"
 
 
-def _core_limits(gpu: GpuObservation) -> tuple[float, float | None, str, str] | None:
-    """(margin to slowdown, margin to max operating, expected text, mode) or None without limits."""
+def _core_limits(gpu: GpuObservation) -> tuple[float, float | None, str, str, str] | None:
+    """(margin to the first hard limit, margin to max operating, expected text, mode, limit name) or
+    None without limits. The hard limit is slowdown, or shutdown where the GPU reports only that."""
     if gpu.temp_c is not None and (gpu.slowdown_c is not None or gpu.shutdown_c is not None):
-        slow = min(v for v in (gpu.slowdown_c, gpu.shutdown_c) if v is not None)
+        slow, name = min((v, n) for v, n in ((gpu.slowdown_c, "slowdown"), (gpu.shutdown_c, "shutdown"))
+                         if v is not None)
         margin_op = None if gpu.max_operating_c is None else gpu.max_operating_c - gpu.temp_c
         extra = f", max operating {gpu.max_operating_c:g} C" if gpu.max_operating_c is not None else ""
-        return slow - gpu.temp_c, margin_op, f"< {slow:g} C (slowdown{extra})", "absolute limits"
+        return slow - gpu.temp_c, margin_op, f"< {slow:g} C ({name}{extra})", "absolute limits", name
     if gpu.tlimit_c is not None and (gpu.slowdown_tlimit_c is not None or gpu.shutdown_tlimit_c is not None):
-        slow = max(v for v in (gpu.slowdown_tlimit_c, gpu.shutdown_tlimit_c) if v is not None)
+        slow, name = max((v, n) for v, n in ((gpu.slowdown_tlimit_c, "slowdown"), (gpu.shutdown_tlimit_c,
+                                                                                    "shutdown")) if v is not None)
         op = gpu.max_operating_tlimit_c
         return (gpu.tlimit_c - slow, None if op is None else gpu.tlimit_c - op,
-                f"T.Limit reading > {slow:g} C (slowdown)", "T.Limit")
+                f"T.Limit reading > {slow:g} C ({name})", "T.Limit", name)
     return None
 
 

@@ -228,3 +228,22 @@ def test_diag_timeout_follows_the_planned_level():
     assert acceptance["dcgmi-diag"].line.endswith("-r 3 -j") and acceptance["dcgmi-diag"].timeout_s == 3600.0
     assert planned({"dcgm_diag_level": 4})["dcgmi-diag"].timeout_s == 7200.0
     assert nightly["dcgmi-health"].timeout_s == 30.0  # other DCGM commands keep the run's default
+
+
+def test_acceptance_plan_reaches_the_diag_level_without_probe_options(tmp_path):
+    """`healthcheck sweep --plan acceptance` builds RunOptions(plan=...) with no probe_options: the
+    planned diag must still be level 3 with the long timeout (it was level 1 before)."""
+    import json
+
+    from healthcheck.pipeline import RunOptions, execute_run
+
+    raw = tmp_path / "bundle" / "raw" / "gpu001"
+    raw.mkdir(parents=True)
+    (raw / "dcgmi-health.out").write_text("healthcheck: dcgmi not installed\n")
+    (raw / "dcgmi-health.rc").write_text("0")
+    for plan, level, timeout in (("acceptance", 3, 3600.0), ("quick", 1, 300.0)):
+        execute_run(RunOptions(replay=tmp_path / "bundle", profile="h100-sxm5-8x", probes=["dcgm"], plan=plan,
+                               run_dir=tmp_path / plan))
+        manifest = json.loads((tmp_path / plan / "manifest.json").read_text())
+        [diag] = [c for c in manifest["commands_by_profile"]["h100-sxm5-8x"] if c["id"] == "dcgmi-diag"]
+        assert diag["line"].endswith(f"dcgmi diag -r {level} -j") and diag["timeout_s"] == timeout

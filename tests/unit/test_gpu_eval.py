@@ -113,6 +113,11 @@ def test_tlimit_margin_and_absolute_limits():
                 if f.check == "gpu.temp")
     assert (temp.status, temp.value, temp.expected) == (Status.WARN, 88, "T.Limit reading > -2 C (slowdown)")
     assert temp.message.endswith("88 C, 1 C below slowdown (T.Limit), 1 C past max operating")
+    only_shutdown = GpuObservation(index=0, temp_c=93, shutdown_c=92)   # no slowdown limit reported
+    temp = next(f for f in evaluate_gpu(GpuObservations(source="x", gpus=(only_shutdown,), count=1),
+                                        _ctx(EMPTY_PROFILE)) if f.check == "gpu.temp")
+    assert (temp.status, temp.expected) == (Status.FAIL, "< 92 C (shutdown)")
+    assert temp.message == "gpu0: 93 C, 1 C past shutdown (absolute limits)"
     warm = GpuObservation(index=0, temp_c=86, slowdown_c=89, shutdown_c=92, max_operating_c=85)
     temp = next(f for f in evaluate_gpu(GpuObservations(source="x", gpus=(warm,), count=1), _ctx(EMPTY_PROFILE))
                 if f.check == "gpu.temp")
