@@ -101,7 +101,7 @@ def main() -> None:
               help="Per-command stdout/stderr cap, bytes (marked truncated).")
 @click.option("--xid-window", type=click.FloatRange(0), default=DEFAULTS.kernel_log_window_h,
               show_default=True, help="Kernel log look-back for Xid errors, hours.")
-@click.option("--benchmarks", help="Comma-separated benchmarks to run after probes (nccl,hpl,imb).")
+@click.option("--benchmarks", help="Comma-separated benchmarks to run after probes (nccl,hpl,imb,osu).")
 @click.option("--plan", type=click.Choice(["quick", "acceptance"]), default="quick", show_default=True)
 @click.option("--strict", is_flag=True, help="WARN counts as failure for the exit code.")
 def run(inventory: Path | None, hostlist: str | None, replay: Path | None, local: bool, out: Path, run_dir: Path | None,
