@@ -206,17 +206,19 @@ def test_ssh_config_user_port_identity_and_proxyjump(ssh_cluster_factory, tmp_pa
 
 def test_dropped_connection_is_an_error_and_keeps_finished_commands(ssh_cluster_factory, tmp_path):
     cluster = ssh_cluster_factory(2)
-    cluster.add_tool("node01", "uname", {"-r": ("", 0, 20)})
+    started = tmp_path / "uname-started"
+    shim = cluster.host("node01").bindir / "uname"
+    shim.write_text(f"#!/bin/sh\ntouch {started}\nsleep 20\n")  # hostname's section is out by then
+    shim.chmod(0o755)
     inv = cluster.write_inventory(tmp_path / "inv.yaml")
     run_dir = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "healthcheck", "run", "-i", str(inv), "-F",
                              str(cluster.ssh_config), "--run-dir", str(run_dir), "--probes", "system"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     node01 = cluster.hosts[0]
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and node01.sessions() == 0:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not started.exists():
         time.sleep(0.1)
-    time.sleep(0.5)
     # Drop node01's connection: kill the per-connection sshd processes our test sshd forked.
     subprocess.run(["pkill", "-9", "-P", str(node01.proc.pid)], check=False)
     assert proc.wait(timeout=60) == 1
