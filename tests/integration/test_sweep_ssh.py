@@ -219,6 +219,7 @@ def test_dropped_connection_is_an_error_and_keeps_finished_commands(ssh_cluster_
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not started.exists():
         time.sleep(0.1)
+    time.sleep(0.5)  # let sshd forward the finished sections it already holds
     # Drop node01's connection: kill the per-connection sshd processes our test sshd forked.
     subprocess.run(["pkill", "-9", "-P", str(node01.proc.pid)], check=False)
     assert proc.wait(timeout=60) == 1
