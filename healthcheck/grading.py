@@ -119,6 +119,9 @@ def finding_from_expectation(host: str, check: str, exp: Expectation | None, mea
                        value=_scalar(measured), expected=expected_text(exp), unit=exp.unit,
                        message=f"cannot grade {check}: {exc}", source=source)
     expected = expected_text(exp)
+    if status is Status.WARN and exp.warn is not None and not exp.bands:
+        # Only the tighter bound was crossed: show that one, and where FAIL starts.
+        expected = f"{expected_text(exp, exp.warn)} (FAIL beyond {exp.value})"
     message = describe(check, component, measured, exp.unit, expected, status)
     if status is not Status.PASS:
         message += f" (source: {short_source(exp.source)})"

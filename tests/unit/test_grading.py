@@ -77,3 +77,12 @@ def test_fleet_outliers_and_majority():
     top, odd = majority({"a": "535.104", "b": "535.104", "c": "550.54"})
     assert top == "535.104" and odd == {"c": "550.54"}
     assert expected_text(exp(op="between", value=[1, 2], unit="W")) == "between 1 and 2 W"
+
+
+def test_warn_finding_shows_the_warn_bound_it_crossed():
+    counter = exp(key="ib.counter.link_downed", op="le", value=100, warn=0, unit="events", source="gcm")
+    f = finding_from_expectation("n1", "ib.counter.link_downed", counter, 3, source="ib-sysfs",
+                                 remedy="check the cable", component="mlx5_5/1")
+    assert f.status is Status.WARN
+    assert f.expected == "<= 0 events (FAIL beyond 100)"
+    assert f.message.startswith("mlx5_5/1: ib counter link downed 3 events, expected <= 0 events")
