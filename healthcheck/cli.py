@@ -56,7 +56,8 @@ def print_summary(results: RunResults, run_dir: Path) -> None:
     for name, host in results.hosts.items():
         bad = [f for f in host.findings if f.status in (Status.FAIL, Status.ERROR)]
         for f in bad[:5]:
-            click.echo(f"  {name:<16} {f.status.value:<5} {f.check:<28} {f.message}")
+            message = " ".join(f.message.split())  # node output can carry newlines
+            click.echo(f"  {name:<16} {f.status.value:<5} {f.check:<28} {message}")
         if len(bad) > 5:
             click.echo(f"  {name:<16} ... {len(bad) - 5} more")
     click.echo(f"run directory: {run_dir}")
