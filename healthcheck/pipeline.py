@@ -158,8 +158,32 @@ def execute_run(opts: RunOptions) -> RunOutcome:
     transport = _transport(opts, mode, hosts)
     run_dir = new_run_dir(opts.out, opts.run_dir)
     write_json(run_dir / "manifest.json", _manifest(opts, hosts, profiles, plans, mode, started))
-    previous = _previous_observations(opts.previous)
     log = FindingsLog(run_dir)
+    host_results = _sweep(opts, mode, run_dir, hosts, profiles, selected, options, plans, transport, log)
+    if opts.replay is not None:
+        _copy_job_outputs(Path(opts.replay), run_dir)
+    for stage, run_stage in (("benchmarks", lambda: _benchmarks(opts, mode, run_dir, hosts, profiles, transport,
+                                                                 host_results)),
+                             ("fleet", lambda: _fleet(host_results, hosts, profiles))):
+        log.append(_guarded(stage, run_stage, host_results))
+    run_info = {"id": run_dir.name, "started": started.isoformat(timespec="seconds"),
+                "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "duration_s": round(time.monotonic() - clock, 3), "mode": mode,
+                "probes": [p.name for p in selected], "inventory": str(opts.inventory or ""),
+                "replay_of": str(opts.replay or ""), "version": healthcheck.__version__,
+                "profiles": sorted(profiles)}
+    ordered = {h.name: host_results[h.name] for h in hosts if h.name in host_results}
+    ordered.update({n: r for n, r in host_results.items() if n not in ordered})
+    results = RunResults(run=run_info, hosts=ordered)
+    write_results(run_dir, results)
+    return RunOutcome(run_dir=run_dir, results=results, report_error=_render(run_dir) if opts.render else None)
+
+
+def _sweep(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host], profiles: Mapping[str, Profile],
+           selected: Sequence[Any], options: Mapping[str, Any], plans: Mapping[str, Sequence[Command]],
+           transport: Transport, log: FindingsLog) -> dict[str, HostResult]:
+    """Collect and grade every host; each host's raw outputs and findings reach disk as it completes."""
+    previous = _previous_observations(opts.previous)
 
     def grade(host: Host, collection: HostCollection) -> HostResult:
         profile = profiles.get(host.profile or "", EMPTY_PROFILE)
@@ -176,35 +200,33 @@ def execute_run(opts: RunOptions) -> RunOutcome:
     with ProgressDisplay(total=len(hosts), enabled=opts.progress) as progress:
         runner = Runner(transport, lambda h: plans[h.profile if h.profile in plans else ""], opts.forks,
                         deadline_for, listeners=[progress], on_collected=lambda c: write_collection(run_dir, c))
-        host_results = runner.run(hosts, grade)
-    if opts.replay is not None:
-        _copy_job_outputs(Path(opts.replay), run_dir)
-    bench_findings = _benchmarks(opts, mode, run_dir, hosts, profiles, transport, host_results)
-    log.append(bench_findings)
-    fleet_findings = _fleet(host_results, hosts, profiles)
-    log.append(fleet_findings)
-    for f in fleet_findings:
-        host_results[f.host].findings.append(f)
-    finished = datetime.now(timezone.utc)
-    run_info = {"id": run_dir.name, "started": started.isoformat(timespec="seconds"),
-                "finished": finished.isoformat(timespec="seconds"),
-                "duration_s": round(time.monotonic() - clock, 3), "mode": mode,
-                "probes": [p.name for p in selected], "inventory": str(opts.inventory or ""),
-                "replay_of": str(opts.replay or ""), "version": healthcheck.__version__,
-                "profiles": sorted(profiles)}
-    ordered = {h.name: host_results[h.name] for h in hosts if h.name in host_results}
-    ordered.update({n: r for n, r in host_results.items() if n not in ordered})
-    results = RunResults(run=run_info, hosts=ordered)
-    write_results(run_dir, results)
-    report_error = None
+        return runner.run(hosts, grade)
+
+
+def _guarded(stage: str, run_stage: Any, host_results: dict[str, HostResult]) -> list[Finding]:
+    """Run a post-sweep stage; if it crashes, every host gets an ERROR saying so and the run still
+    writes results.json (the per-host findings are already on disk)."""
     try:
-        if opts.render:
-            render_reports(run_dir)
-    except Exception as exc:  # results.json is on disk; `healthcheck report` can retry
-        report_error = f"{type(exc).__name__}: {exc}"
-        print(f"healthcheck: reports not rendered ({report_error}); results.json is complete",
-              file=sys.stderr)
-    return RunOutcome(run_dir=run_dir, results=results, report_error=report_error)
+        findings = run_stage()
+    except Exception as exc:
+        findings = [Finding(host=name, check=f"{stage}.stage", status=Status.ERROR, expected=f"{stage} to complete",
+                            message=f"the {stage} stage crashed: {type(exc).__name__}: {exc}",
+                            remedy="A healthcheck bug: attach the run directory to a bug report")
+                    for name in host_results]
+        for f in findings:
+            host_results[f.host].findings.append(f)
+    return findings
+
+
+def _render(run_dir: Path) -> str | None:
+    """Render the reports; a failure is reported, not raised (``healthcheck report`` can retry)."""
+    try:
+        render_reports(run_dir)
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        print(f"healthcheck: reports not rendered ({error}); results.json is complete", file=sys.stderr)
+        return error
+    return None
 
 
 def _transport(opts: RunOptions, mode: str, hosts: Sequence[Host]) -> Transport:
@@ -271,13 +293,16 @@ def local_nvml_observations(selected: Sequence[Any]) -> dict[str, Any]:
         return {}
 
 
-def _fleet(host_results: Mapping[str, HostResult], hosts: Sequence[Host],
+def _fleet(host_results: dict[str, HostResult], hosts: Sequence[Host],
            profiles: Mapping[str, Profile]) -> list[Finding]:
+    """Fleet checks over all hosts' observations; their findings join the hosts they name."""
     observations = {name: r.observations for name, r in host_results.items() if r.observations}
     by_name = {h.name: h for h in hosts}
     findings: list[Finding] = []
     for check in probe_registry.fleet_checks():
         findings.extend(f for f in check.evaluate_fleet(observations, by_name, profiles) if f.host in host_results)
+    for f in findings:
+        host_results[f.host].findings.append(f)
     return findings
 
 

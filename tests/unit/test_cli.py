@@ -120,3 +120,21 @@ def test_replay_against_another_inventory(cli, tmp_path):
     model = next(f for f in results["hosts"]["h100-node01"]["findings"] if f["check"] == "gpu.model")
     assert model["status"] == "FAIL" and "H100" in str(model["value"])  # H100 outputs against an H200 profile
     assert result.exit_code == 1
+
+
+def test_a_crashing_fleet_check_is_an_error_and_results_are_still_written(tmp_path, monkeypatch):
+    import probes
+    from healthcheck.pipeline import RunOptions, execute_run
+
+    class Broken:
+        name = "broken"
+
+        def evaluate_fleet(self, observations, hosts, profiles):
+            raise RuntimeError("boom")
+
+    monkeypatch.setattr(probes, "fleet_checks", lambda: [Broken()])
+    outcome = execute_run(RunOptions(local=True, probes=["system"], run_dir=tmp_path / "run"))
+    [host] = outcome.results.hosts.values()
+    [error] = [f for f in host.findings if f.check == "fleet.stage"]
+    assert error.status.value == "ERROR" and "RuntimeError: boom" in error.message
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["summary"]["verdict"] == "ERROR"
