@@ -62,6 +62,25 @@ class LauncherSettings:
                    grace_s=float(raw.get("grace_s", 60.0)))
 
 
+KIND_SPECIFIC = ("binary", "args", "mca", "map_by", "allow_run_as_root", "timeout_flag")
+
+
+def merge_launcher_settings(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """``override`` (inventory/run options) over ``base`` (the profile's ``benchmarks.launcher``).
+
+    When the override switches ``kind`` (the profiles ship ``mpirun`` with ``args: [--bind-to, none]``,
+    a site sets ``kind: srun``), the base's launcher-specific keys (binary, args, mca, map_by,
+    allow_run_as_root, timeout_flag) are dropped: srun rejects ``--bind-to`` (found by the real srun
+    test). ``env``, ``workdir``, ``host_field`` and ``grace_s`` carry over.
+    """
+    merged = dict(base)
+    if "kind" in override and str(override["kind"]) != str(base.get("kind", "mpirun")):
+        for key in KIND_SPECIFIC:
+            merged.pop(key, None)
+    merged.update(override)
+    return merged
+
+
 def hostfile_text(hosts: Sequence[str], slots: int) -> str:
     """An Open MPI hostfile: one ``host slots=N`` line per node."""
     return "".join(f"{h} slots={int(slots)}\n" for h in hosts)

@@ -25,7 +25,7 @@ import benchmarks
 from benchmarks import BenchContext, BenchmarkSpec, bench_setting
 from benchmarks.attribution import retest_candidates
 from benchmarks.grade import JobOutcome, grade_job, grade_outcomes, inventory_options, pair_results, profile_for
-from benchmarks.launch import LauncherSettings, hostfile_text, launch_script, launcher_argv
+from benchmarks.launch import LauncherSettings, hostfile_text, launch_script, launcher_argv, merge_launcher_settings
 from benchmarks.plan import Job, job_id, plan_jobs, retest_pairs, stage_of
 from benchmarks.telemetry import merge_telemetry, sample_during
 from healthcheck.defaults import DEFAULTS
@@ -65,7 +65,7 @@ def _groups(hosts: Sequence[Host], profiles: Mapping[str, Profile]) -> list[tupl
 
 def _launch(job: Job, hosts: Mapping[str, Host], profile: Profile, spec: BenchmarkSpec, transport: Any,
             options: Mapping[str, Any]) -> JobOutcome:
-    raw = {**(profile.setting("benchmarks.launcher", {}) or {}), **(options.get("launcher") or {})}
+    raw = merge_launcher_settings(profile.setting("benchmarks.launcher", {}) or {}, options.get("launcher") or {})
     settings = LauncherSettings.from_mapping(raw)
     program = spec.program(job, profile, options)
     nodes = [_node_address(hosts[h], settings) for h in job.hosts]

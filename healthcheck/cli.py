@@ -37,6 +37,7 @@ class ExitCode(enum.IntEnum):
     USAGE = 2
 
 
+INTERRUPTED = 130  # like a shell after SIGINT
 SETUP_ERRORS = (InventoryError, ProfileError, RunDirError, FileNotFoundError, ValueError, KeyError)
 
 
@@ -129,6 +130,9 @@ def run(inventory: Path | None, hostlist: str | None, replay: Path | None, local
         click.echo(f"healthcheck: {exc.args[0] if isinstance(exc, KeyError) and exc.args else exc}", err=True)
         sys.exit(ExitCode.USAGE)
     print_summary(outcome.results, outcome.run_dir)
+    if outcome.interrupted:
+        click.echo("interrupted: hosts not swept are marked ERROR (host.swept)", err=True)
+        sys.exit(INTERRUPTED)
     sys.exit(exit_code(outcome.results, strict))
 
 

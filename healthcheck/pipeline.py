@@ -70,6 +70,7 @@ class RunOutcome:
     run_dir: Path
     results: RunResults
     report_error: str | None = None
+    interrupted: bool = False
 
 
 def _profile_search(opts: RunOptions) -> list[Path]:
@@ -159,30 +160,34 @@ def execute_run(opts: RunOptions) -> RunOutcome:
     run_dir = new_run_dir(opts.out, opts.run_dir)
     write_json(run_dir / "manifest.json", _manifest(opts, hosts, profiles, plans, mode, started))
     log = FindingsLog(run_dir)
-    host_results = _sweep(opts, mode, run_dir, hosts, profiles, selected, options, plans, transport, log)
+    host_results, interrupted = _sweep(opts, mode, run_dir, hosts, profiles, selected, options, plans,
+                                       transport, log)
     if opts.replay is not None:
         _copy_job_outputs(Path(opts.replay), run_dir)
-    for stage, run_stage in (("benchmarks", lambda: _benchmarks(opts, mode, run_dir, hosts, profiles, transport,
-                                                                 host_results)),
-                             ("fleet", lambda: _fleet(host_results, hosts, profiles))):
+    stages = () if interrupted else (  # after Ctrl-C: no benchmark launch, no fleet verdict on a partial fleet
+        ("benchmarks", lambda: _benchmarks(opts, mode, run_dir, hosts, profiles, transport, host_results)),
+        ("fleet", lambda: _fleet(host_results, hosts, profiles)))
+    for stage, run_stage in stages:
         log.append(_guarded(stage, run_stage, host_results))
     run_info = {"id": run_dir.name, "started": started.isoformat(timespec="seconds"),
                 "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "duration_s": round(time.monotonic() - clock, 3), "mode": mode,
                 "probes": [p.name for p in selected], "inventory": str(opts.inventory or ""),
                 "replay_of": str(opts.replay or ""), "version": healthcheck.__version__,
-                "profiles": sorted(profiles)}
+                "profiles": sorted(profiles), "interrupted": interrupted}
     ordered = {h.name: host_results[h.name] for h in hosts if h.name in host_results}
     ordered.update({n: r for n, r in host_results.items() if n not in ordered})
     results = RunResults(run=run_info, hosts=ordered)
     write_results(run_dir, results)
-    return RunOutcome(run_dir=run_dir, results=results, report_error=_render(run_dir) if opts.render else None)
+    return RunOutcome(run_dir=run_dir, results=results, report_error=_render(run_dir) if opts.render else None,
+                      interrupted=interrupted)
 
 
 def _sweep(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host], profiles: Mapping[str, Profile],
            selected: Sequence[Any], options: Mapping[str, Any], plans: Mapping[str, Sequence[Command]],
-           transport: Transport, log: FindingsLog) -> dict[str, HostResult]:
-    """Collect and grade every host; each host's raw outputs and findings reach disk as it completes."""
+           transport: Transport, log: FindingsLog) -> tuple[dict[str, HostResult], bool]:
+    """Collect and grade every host; each host's raw outputs and findings reach disk as it completes.
+    Returns the results and whether the sweep was interrupted (Ctrl-C)."""
     previous = _previous_observations(opts.previous)
 
     def grade(host: Host, collection: HostCollection) -> HostResult:
@@ -200,7 +205,16 @@ def _sweep(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host], pr
     with ProgressDisplay(total=len(hosts), enabled=opts.progress) as progress:
         runner = Runner(transport, lambda h: plans[h.profile if h.profile in plans else ""], opts.forks,
                         deadline_for, listeners=[progress], on_collected=lambda c: write_collection(run_dir, c))
-        return runner.run(hosts, grade)
+        results = runner.run(hosts, grade)
+    if runner.interrupted:
+        for host in hosts:
+            if host.name not in results:
+                results[host.name] = HostResult(name=host.name, profile=host.profile, group=host.group, findings=[
+                    Finding(host=host.name, check="host.swept", status=Status.ERROR, expected="swept",
+                            message="not swept: the run was interrupted (Ctrl-C) before this host started",
+                            remedy="Rerun the sweep (--limit with the hosts left out)")])
+                log.append(results[host.name].findings)
+    return results, runner.interrupted
 
 
 def _guarded(stage: str, run_stage: Any, host_results: dict[str, HostResult]) -> list[Finding]:

@@ -10,7 +10,6 @@ appender and the progress display are listeners).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, Protocol
@@ -73,11 +72,7 @@ class Runner:
         self.deadline_for = deadline_for
         self.listeners = list(listeners)
         self.on_collected = on_collected
-        self._stop = threading.Event()
-
-    def stop(self) -> None:
-        """Ask the runner not to start more hosts (Ctrl-C)."""
-        self._stop.set()
+        self.interrupted = False
 
     def _one(self, host: Host, grade: GradeFn) -> HostResult:
         for listener in self.listeners:
@@ -102,20 +97,21 @@ class Runner:
         return result
 
     def run(self, hosts: Sequence[Host], grade: GradeFn) -> dict[str, HostResult]:
+        """Every host's result. On Ctrl-C, hosts not yet started are cancelled, hosts in flight
+        finish (bounded by their deadline), ``interrupted`` is set and the partial results return."""
         results: dict[str, HostResult] = {}
+        self.interrupted = False
         with ThreadPoolExecutor(max_workers=min(self.forks, max(1, len(hosts))),
                                 thread_name_prefix="hc-host") as pool:
-            futures = {}
+            futures = {pool.submit(self._one, host, grade): host for host in hosts}
             try:
-                for host in hosts:
-                    if self._stop.is_set():
-                        break
-                    futures[pool.submit(self._one, host, grade)] = host
                 for future in as_completed(futures):
                     results[futures[future].name] = future.result()
             except KeyboardInterrupt:
-                self._stop.set()
+                self.interrupted = True
                 for future in futures:
                     future.cancel()
-                raise
+        for future, host in futures.items():
+            if host.name not in results and future.done() and not future.cancelled():
+                results[host.name] = future.result()
         return results

@@ -109,12 +109,20 @@ class SlurmCluster:
                      f"--seed-file={base / 'munge' / 'seed'}"], base / "log" / "munged.out")
         _wait_for(lambda: sock.exists(), "munged socket", self.procs[-1], base / "log" / "munged.out")
         conf = base / "slurm.conf"
-        conf.write_text(_CONF.format(ctld_port=free_port(), slurmd_port=free_port(), munge_socket=sock,
-                                     state=base / "state", spool=base / "spool", base=base, nodes=self.nodes))
+        conf.write_text(self._conf_text(sock))
         self.env = {"SLURM_CONF": str(conf)}
         self._spawn(["slurmctld", "-D", "-c", "-f", str(conf)], base / "log" / "slurmctld.out")
         _wait_for(lambda: "UP" in self.scontrol("ping", check=False).stdout, "slurmctld ping",
                   self.procs[-1], base / "log" / "slurmctld.out")
+        self._nodes_up()
+
+    def _conf_text(self, munge_socket: Path) -> str:
+        """slurm.conf for this cluster (``tests/slurmd.py`` overrides it to add real slurmd nodes)."""
+        base = self.base
+        return _CONF.format(ctld_port=free_port(), slurmd_port=free_port(), munge_socket=munge_socket,
+                            state=base / "state", spool=base / "spool", base=base, nodes=self.nodes)
+
+    def _nodes_up(self) -> None:
         # No slurmd: bring the nodes out of the UNKNOWN base state so RESUME is accepted later.
         self.scontrol("update", f"NodeName={self.nodes}", "State=DOWN", "Reason=test setup")
         self.scontrol("update", f"NodeName={self.nodes}", "State=RESUME")

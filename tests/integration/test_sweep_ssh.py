@@ -239,3 +239,27 @@ def test_adhoc_hostlist_without_inventory(ssh_cluster_factory, tmp_path):
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert sorted(results["hosts"]) == ["node01", "node02", "node03"]
     assert {h["profile"] for h in results["hosts"].values()} == {"h100-sxm5-8x"}
+
+
+def test_ctrl_c_finishes_hosts_in_flight_and_writes_partial_results(ssh_cluster_factory, tmp_path):
+    cluster = ssh_cluster_factory(4)
+    for h in cluster.hosts:
+        cluster.add_tool(h.name, "uname", {"-r": ("6.1.0\n", 0, 2)})
+    inv = cluster.write_inventory(tmp_path / "inv.yaml")
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "healthcheck", "run", "-i", str(inv), "-F",
+                             str(cluster.ssh_config), "--run-dir", str(run_dir), "--probes", "system",
+                             "--forks", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = FindingsLog(run_dir)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not {f.host for f in log.read()}:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 130
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["run"]["interrupted"] is True
+    swept = [n for n, h in results["hosts"].items() if h["verdict"] == "PASS"]
+    skipped = [n for n, h in results["hosts"].items()
+               if [f["check"] for f in h["findings"]] == ["host.swept"]]
+    assert swept and skipped and sorted(swept + skipped) == ["node01", "node02", "node03", "node04"]
+    assert (run_dir / "report.html").is_file()
