@@ -27,7 +27,7 @@ from benchmarks.attribution import (
     attribution_findings,
     included_blame,
 )
-from benchmarks.launch import TIMEOUT_EXIT_CODES, parse_launcher_errors
+from benchmarks.launch import TIMEOUT_EXIT_CODES, merge_launcher_settings, parse_launcher_errors
 from benchmarks.plan import Job
 from healthcheck.model import Finding, Host, Status, worst
 from healthcheck.profiles import EMPTY_PROFILE, Profile
@@ -95,7 +95,9 @@ def grade_job(outcome: JobOutcome, spec: BenchmarkSpec, ctx: BenchContext) -> tu
         return error(f"{why} (rc {outcome.rc}){f'; stderr: {tail}' if tail and not launcher else ''}"), None
     findings = spec.evaluate(job, parsed, ctx)
     if outcome.rc not in (0, None) and not any(f.status in (Status.FAIL, Status.ERROR) for f in findings):
-        findings += error(f"the launcher exited with rc {outcome.rc} although the output looked complete")
+        launcher = "; ".join(e.message for e in parse_launcher_errors(text)[:3])
+        findings += error(f"the launcher exited with rc {outcome.rc} although the output looked complete"
+                          f"{f': {launcher}' if launcher else ''}")
     return findings, parsed
 
 
@@ -174,7 +176,7 @@ def inventory_options(host: Host, options: Mapping[str, Any]) -> dict[str, Any]:
     merged: dict[str, Any] = {}
     for tool, values in (raw or {}).items():
         if tool == "launcher" and isinstance(values, Mapping):
-            merged["launcher"] = {**values, **(options.get("launcher") or {})}
+            merged["launcher"] = merge_launcher_settings(values, options.get("launcher") or {})
         elif isinstance(values, Mapping):
             merged.update({f"{tool}.{key}": value for key, value in values.items()})
     return {**merged, **{k: v for k, v in options.items() if k != "launcher" or "launcher" not in merged}}

@@ -198,7 +198,8 @@ def parse_launcher_errors(text: str) -> tuple[LauncherError, ...]:
         found.append(LauncherError(f"rank {m[1]} exited with code {m[2]}", rank=int(m[1])))
     for m in _SRUN.finditer(text):
         timeout = "DUE TO TIME LIMIT" in m[3] or "time limit" in m[3].lower()
-        found.append(LauncherError(f"srun: {m[3].strip()}", node=m[1], rank=int(m[2]) if m[2] else None,
+        where = f"{m[1]} task {m[2]}: " if m[1] else ""  # the message names the node, as srun's line does
+        found.append(LauncherError(f"srun: {where}{m[3].strip()}", node=m[1], rank=int(m[2]) if m[2] else None,
                                    timeout=timeout))
     for m in _SSH.finditer(text):
         node = m[1] or m[3]

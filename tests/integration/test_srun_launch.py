@@ -10,13 +10,17 @@ own ``srun: error: node02: task 3: ...`` line reaches the grader.
 
 from __future__ import annotations
 
+import json
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-from benchmarks.run import execute_benchmarks, load_outcomes, replay_benchmarks
-from healthcheck.model import Host, Status
+from benchmarks.run import load_outcomes, replay_benchmarks
+from healthcheck.model import Host
 from healthcheck.profiles import load_profile
 from tests.conftest import fixture_text
 from tests.slurmd import SlurmdCluster, missing_tools
@@ -66,49 +70,59 @@ def _install_shim(folder: Path) -> Path:
     return folder
 
 
-def test_nccl_jobs_through_real_srun(slurm: SlurmdCluster, tmp_path: Path) -> None:
-    from healthcheck.transport import open_transport
-
+def test_bench_with_srun_on_real_slurmd_nodes(slurm: SlurmdCluster, tmp_path: Path) -> None:
     bindir = _install_shim(tmp_path / "bin")
+    # the stock profile launches with mpirun and args [--bind-to, none]; --launcher srun must drop them
     profile = load_profile("h100-sxm5-8x")
-    hosts = [Host(name=n, profile=profile.name) for n in ("node01", "node02")]
-    options = {"benchmarks": ["nccl"], "plan": "acceptance", "nccl.shapes": ["node", "pair"],
-               "nccl.binary_dir": str(bindir), "nccl.min_bytes": "8G", "nccl.max_bytes": "16G",
-               "nccl.env": {"NCCL_IB_HCA": HCA}, "nccl.timeout_s": 30, "telemetry": False,
-               "launcher_host": "local",
-               "launcher": {"kind": "srun", "host_field": "name", "env": slurm.env, "grace_s": 15}}
+    assert profile.setting("benchmarks.launcher", {})["args"] == ["--bind-to", "none"]
+    bench_vars = {"nccl": {"binary_dir": str(bindir), "env": {"NCCL_IB_HCA": HCA}, "timeout_s": 30},
+                  "launcher": {"host_field": "name", "env": slurm.env, "grace_s": 15}}
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(yaml.safe_dump({"defaults": {"profile": profile.name, "transport": "local",
+                                                "benchmarks": bench_vars},
+                                   "hosts": {"node01": {}, "node02": {}}}))
     run_dir = tmp_path / "run"
-    findings, _ = execute_benchmarks(run_dir, hosts, {profile.name: profile}, open_transport("local"), options)
+    proc = subprocess.run([sys.executable, "-m", "healthcheck", "bench", "-i", str(inv), "--run-dir", str(run_dir),
+                           "--launcher", "srun", "--launcher-host", "local", "--plan", "acceptance"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]  # node02's job ERROR
 
-    by = {}
-    for f in findings:
-        by.setdefault((f.host, f.check), []).append(f)
-    # node01's NVLink job and the pair job parsed and graded from the real srun's stdout
-    node01 = by[("node01", "nccl.all_reduce.node.busbw")]
-    assert [(f.status, f.value) for f in node01] == [(Status.PASS, pytest.approx(476.0, abs=1.0))], node01
+    findings = [json.loads(line) for line in (run_dir / "findings.jsonl").read_text().splitlines()]
+    nccl = {(f["host"], f["check"], f["component"]): f for f in findings if f["check"].startswith("nccl.")}
+    # every job's stdout came back through the real srun, parsed and graded per host
     for h in ("node01", "node02"):
-        pair = by[(h, "nccl.all_reduce.pair.busbw")]
-        assert [(f.status, f.component) for f in pair] == [(Status.PASS, "pair node01-node02")], pair
-        assert float(pair[0].value) == pytest.approx(388.0, abs=1.0)
-    # node02's single-node job failed on a rank: srun's own error line names the node and task
-    failed = [f for f in findings if f.host == "node02" and f.status in (Status.FAIL, Status.ERROR)]
-    assert failed and all("node02" in f.message for f in failed), failed
-    assert any("srun: error: node02: task 3" in f.message or "task 3" in f.message for f in failed), failed
-    assert not [f for f in findings if f.host == "node01" and f.status in (Status.FAIL, Status.ERROR)]
+        assert nccl[(h, "nccl.all_reduce.node.busbw", "node")]["status"] == "PASS"
+        assert nccl[(h, "nccl.all_reduce.node.busbw", "node")]["value"] == pytest.approx(476.03)
+        for component, check in (("pair node01-node02", "pair"), ("cluster (2 nodes)", "cluster")):
+            graded = nccl[(h, f"nccl.all_reduce.{check}.busbw", component)]
+            assert (graded["status"], graded["value"]) == ("PASS", pytest.approx(388.77)), graded
+            assert nccl[(h, "nccl.all_reduce.data", component)]["status"] == "PASS"
+        assert nccl[(h, "nccl.all_reduce.pairs.node", "node")]["status"] == "PASS"
+    # node02's single-node job lost a rank: srun's own error line names the node and the task
+    bad = [f for f in findings if f["status"] in ("FAIL", "ERROR")]
+    assert [(f["host"], f["check"], f["source"], f["message"]) for f in bad] == [
+        ("node02", "nccl.all_reduce.job", "nccl-all_reduce_perf-node-node02",
+         "the launcher exited with rc 3 although the output looked complete: "
+         "srun: node02 task 3: Exited with exit code 3")]
 
-    # Slurm placed 8 tasks on each node with the profile's NCCL env intact (commas and all)
+    # Slurm placed 8 tasks per node, each with the NCCL env intact (commas and all) and the program's args
     tasks = [line.split(" ", 4) for line in (bindir / "tasks.log").read_text().splitlines()]
     pair_tasks = [t for t in tasks if t[2] == "16"]
     assert sorted((t[0], int(t[1])) for t in pair_tasks) == \
-        [("node01", r) for r in range(8)] + [("node02", r) for r in range(8, 16)]
+        sorted(([("node01", r) for r in range(8)] + [("node02", r) for r in range(8, 16)]) * 2)  # pair, cluster
     assert {t[3] for t in tasks} == {HCA}
     assert {t[4] for t in tasks} == {"-b 8G -e 16G -f 2 -g 1 -c 1 -n 20 -w 5"}
 
     outcomes = {o.job.job_id: o for o in load_outcomes(run_dir)}
     assert set(outcomes) == {"nccl-all_reduce_perf-node-node01", "nccl-all_reduce_perf-node-node02",
-                             "nccl-all_reduce_perf-pair-node01-node02"}
-    assert outcomes["nccl-all_reduce_perf-node-node02"].rc != 0
-    assert "srun" in outcomes["nccl-all_reduce_perf-pair-node01-node02"].command
+                             "nccl-all_reduce_perf-pair-node01-node02", "nccl-all_reduce_perf-cluster-2nodes-node01"}
+    failed = outcomes["nccl-all_reduce_perf-node-node02"]
+    assert failed.rc == 3 and "srun: error: node02: task 3: Exited with exit code 3" in failed.stderr
+    for outcome in outcomes.values():
+        assert "--bind-to" not in outcome.command and outcome.launcher == "local"
+        assert f"--nodelist={','.join(outcome.job.hosts)}" in outcome.command
+    hosts = [Host(name=n, profile=profile.name) for n in ("node01", "node02")]
     replayed, _ = replay_benchmarks(run_dir, hosts, {profile.name: profile}, {})
-    assert sorted((f.host, f.check, f.status) for f in replayed) == \
-        sorted((f.host, f.check, f.status) for f in findings)
+    assert sorted((f.host, f.check, f.component, f.status.value) for f in replayed if f.check.startswith("nccl.")) \
+        == sorted((f["host"], f["check"], f["component"], f["status"]) for f in findings
+                  if f["check"].startswith("nccl."))

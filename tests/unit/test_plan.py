@@ -15,6 +15,7 @@ from benchmarks.launch import (
     LauncherSettings,
     hostfile_text,
     launch_script,
+    merge_launcher_settings,
     mpirun_argv,
     parse_launcher_errors,
     srun_argv,
@@ -75,6 +76,22 @@ def test_mpirun_and_srun_argv() -> None:
     assert hostfile_text(["10.0.0.1", "10.0.0.2"], 8) == "10.0.0.1 slots=8\n10.0.0.2 slots=8\n"
     with pytest.raises(ValueError):
         LauncherSettings.from_mapping({"kind": "pbsdsh"})
+
+
+def test_switching_to_srun_drops_the_profiles_mpirun_args() -> None:
+    profile = {"kind": "mpirun", "args": ["--bind-to", "none"], "mca": {"btl": "tcp,self"}, "timeout_flag": True,
+               "env": {"HWLOC_COMPONENTS": "-gl"}, "grace_s": 30}
+    merged = merge_launcher_settings(profile, {"kind": "srun", "host_field": "name"})
+    assert merged == {"kind": "srun", "host_field": "name", "env": {"HWLOC_COMPONENTS": "-gl"}, "grace_s": 30}
+    # same kind: the override only adds to or replaces the profile's keys
+    assert merge_launcher_settings(profile, {"mca": {}})["args"] == ["--bind-to", "none"]
+    assert merge_launcher_settings(profile, {"kind": "mpirun", "binary": "/opt/hpcx/bin/mpirun"})["args"] == \
+        ["--bind-to", "none"]
+    srun = srun_argv(Program(argv=("hpcc",)), nodes=["n1"], ranks_per_host=1, timeout_s=60,
+                     settings=LauncherSettings.from_mapping(merged))
+    assert "--bind-to" not in srun and srun[-1] == "hpcc"
+    error = parse_launcher_errors("srun: error: gpu007: task 9: Exited with exit code 1\n")[0]
+    assert error.message == "srun: gpu007 task 9: Exited with exit code 1"
 
 
 def test_launch_script_quotes_everything(tmp_path: Path) -> None:
