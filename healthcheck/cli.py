@@ -79,6 +79,11 @@ def main() -> None:
 @click.option("--replay", type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Re-grade the raw outputs of a run directory or capture bundle (no SSH).")
 @click.option("--local", is_flag=True, help="Check this machine only (no SSH).")
+@click.option("--transport", type=click.Choice(["ssh", "local", "slurm"]),
+              help="Transport for every host (overrides the inventory's transport vars); slurm runs the "
+              "checks through srun, the allocation waiting at most --connect-timeout.")
+@click.option("--srun-arg", "srun_args", multiple=True, metavar="ARG",
+              help="Extra srun argument for --transport slurm, repeatable (--srun-arg=--partition=gpu).")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
               help="Parent folder; the run goes to OUT/<UTC timestamp>/.")
 @click.option("--run-dir", type=click.Path(path_type=Path), help="Exact run directory (absent or empty).")
@@ -106,7 +111,8 @@ def main() -> None:
 @click.option("--benchmarks", help="Comma-separated benchmarks to run after probes (nccl,hpl,imb,osu).")
 @click.option("--plan", type=click.Choice(["quick", "acceptance"]), default="quick", show_default=True)
 @click.option("--strict", is_flag=True, help="WARN counts as failure for the exit code.")
-def run(inventory: Path | None, hostlist: str | None, replay: Path | None, local: bool, out: Path, run_dir: Path | None,
+def run(inventory: Path | None, hostlist: str | None, replay: Path | None, local: bool, transport: str | None,
+        srun_args: tuple[str, ...], out: Path, run_dir: Path | None,
         forks: int, timeout_s: float, connect_timeout: float, deadline: float | None,
         probe_names: str | None, skip_probes: str | None, ssh_config: Path | None,
         accept_new_host_keys: bool, profile: str | None, limit: str | None, previous: Path | None,
@@ -120,8 +126,8 @@ def run(inventory: Path | None, hostlist: str | None, replay: Path | None, local
         inventory=inventory, hostlist=hostlist, replay=replay, local=local, out=out, run_dir=run_dir, forks=forks,
         timeout_s=timeout_s, connect_timeout_s=connect_timeout, deadline_s=deadline,
         output_cap_bytes=output_cap, probes=_csv(probe_names), skip_probes=_csv(skip_probes) or (),
-        ssh_config=ssh_config, accept_new_host_keys=accept_new_host_keys, profile=profile,
-        limit=_csv(limit), previous=previous, progress=sys.stderr.isatty(),
+        ssh_config=ssh_config, accept_new_host_keys=accept_new_host_keys, transport=transport,
+        srun_args=srun_args, profile=profile, limit=_csv(limit), previous=previous, progress=sys.stderr.isatty(),
         benchmarks=_csv(benchmarks) or (), plan=plan,
         probe_options={"kernel_log_window_h": xid_window, "plan": plan})
     try:

@@ -37,7 +37,7 @@ TOP_KEYS = ("defaults", "groups", "hosts", "controller")
 GROUP_KEYS = ("hosts", "vars")
 KNOWN_VARS = ("address", "user", "port", "profile", "transport", "slurm_node", "k8s_node", "rail", "benchmarks",
               "xid_ignore", "mounts", "services", "labels", "extra")
-TRANSPORTS = ("ssh", "local")
+TRANSPORTS = ("ssh", "local", "slurm")
 
 
 class InventoryError(ValueError):

@@ -145,7 +145,8 @@ class HostCollection:
 
     ``transport_error`` is set when the host could not be reached or the exec broke off
     (unreachable, auth failure, host key, deadline); ``results`` then holds whatever sections
-    finished before that. ``collected_at`` is an ISO-8601 UTC time (the grading clock for replay).
+    finished before that. ``busy`` marks a host left alone because it runs a job (SKIP, not ERROR).
+    ``collected_at`` is an ISO-8601 UTC time (the grading clock for replay).
     """
 
     host: str
@@ -153,3 +154,4 @@ class HostCollection:
     transport_error: str | None = None
     duration_s: float = 0.0
     collected_at: str = ""
+    busy: bool = False  # deliberately not checked: the node is running someone's job

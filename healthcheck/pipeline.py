@@ -54,6 +54,8 @@ class RunOptions:
     skip_probes: Sequence[str] = ()
     ssh_config: Path | None = None
     accept_new_host_keys: bool = False
+    transport: str | None = None          # override every host's transport (ssh, local, slurm)
+    srun_args: Sequence[str] = ()         # extra srun arguments for the slurm transport (--partition=...)
     profile: str | None = None            # override (or default for bundles without an inventory)
     profile_dirs: Sequence[Path] = ()
     limit: Sequence[str] | None = None    # only these host names
@@ -99,6 +101,8 @@ def _hosts(opts: RunOptions, search: Sequence[Path]) -> tuple[list[Host], Invent
         hosts = [Host(**{**h.__dict__, "profile": opts.profile}) for h in hosts]
     if opts.local:
         hosts = [Host(**{**h.__dict__, "transport": "local"}) for h in hosts]
+    elif opts.transport and opts.replay is None:
+        hosts = [Host(**{**h.__dict__, "transport": opts.transport}) for h in hosts]
     if opts.limit is not None:
         wanted = set(opts.limit)
         hosts = [h for h in hosts if h.name in wanted]
@@ -193,7 +197,8 @@ def _sweep(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host], pr
     def grade(host: Host, collection: HostCollection) -> HostResult:
         profile = profiles.get(host.profile or "", EMPTY_PROFILE)
         preparsed = local_nvml_observations(selected) if host.transport == "local" and mode != "replay" else {}
-        findings, observations = grade_host(host, collection, selected, profile, mode,
+        findings, observations = grade_host(host, collection, selected, profile,
+                                            mode if mode == "replay" else host.transport,
                                             previous.get(host.name), options, preparsed)
         log.append(findings)
         return HostResult(name=host.name, findings=findings, observations=observations,
@@ -249,7 +254,7 @@ def _transport(opts: RunOptions, mode: str, hosts: Sequence[Host]) -> Transport:
         return open_transport(kind, ssh_config_path=opts.ssh_config,
                               accept_new_host_keys=opts.accept_new_host_keys,
                               connect_timeout_s=opts.connect_timeout_s, cap=opts.output_cap_bytes,
-                              bundle=opts.replay)
+                              bundle=opts.replay, srun_args=opts.srun_args)
     if mode == "replay":
         return make("replay")
     return PerHostTransport({kind: make(kind) for kind in sorted({h.transport for h in hosts})})

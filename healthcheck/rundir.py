@@ -54,7 +54,7 @@ def write_collection(run_dir: Path, collection: HostCollection) -> None:
     """Write one host's raw outputs (exact bytes) and its metadata."""
     folder = Path(run_dir) / "raw" / _safe_component(collection.host)
     folder.mkdir(parents=True, exist_ok=True)
-    meta: dict[str, Any] = {"transport_error": collection.transport_error,
+    meta: dict[str, Any] = {"transport_error": collection.transport_error, "busy": collection.busy,
                             "duration_s": collection.duration_s,
                             "collected_at": collection.collected_at, "commands": {}}
     for cid, result in collection.results.items():
@@ -96,6 +96,7 @@ def read_host(folder: Path) -> HostCollection:
             results[cid] = CommandResult(host=host, command_id=cid, timed_out=bool(f.get("timed_out")),
                                          transport_error=f["transport_error"])
     return HostCollection(host=host, results=results, transport_error=meta.get("transport_error"),
+                          busy=bool(meta.get("busy", False)),
                           duration_s=float(meta.get("duration_s", 0.0)),
                           collected_at=meta.get("collected_at", ""))
 

@@ -101,6 +101,9 @@ def reachability_finding(host: Host, collection: HostCollection, transport: str)
                        unit="s", source=transport,
                        message=f"{len(collection.results)} commands collected in {collection.duration_s:g}s")
     error = collection.transport_error
+    if collection.busy:
+        return Finding(host=host.name, check="host.reachable", status=Status.SKIP, source=transport, value=error,
+                       message=f"{host.name}: not checked, the node is running a job ({error})")
     return Finding(host=host.name, check="host.reachable", status=Status.ERROR, source=transport,
                    value=error, expected=f"one {transport} session completing every command",
                    message=f"{host.name}: {error}", remedy=_reach_remedy(error))
@@ -115,6 +118,9 @@ def _reach_remedy(error: str) -> str:
         return "Check the user and IdentityFile for this host (inventory user, ssh_config)"
     if "deadline" in lowered:
         return "A command hung: see which one in the findings; the node may have a hung driver or mount"
+    if "slurm" in lowered or "srun" in lowered:
+        return ("Check the node in Slurm (scontrol show node NODE): resume it once fixed, or fix the host's "
+                "slurm_node var or the --srun-arg partition/account/reservation")
     if "refused" in lowered or "timeout" in lowered or "reach" in lowered or "resolve" in lowered:
         return "Check the node is up and sshd runs (ping, console, BMC); fix the inventory address if wrong"
     return "Check connectivity to the node and rerun"

@@ -15,31 +15,37 @@ from healthcheck.spec import Transport
 from healthcheck.transport.local import LocalTransport
 from healthcheck.transport.replay import ReplayTransport
 from healthcheck.transport.script import Command
+from healthcheck.transport.slurm import SlurmTransport
 from healthcheck.transport.ssh import SshTransport
 from healthcheck.transport.sshconfig import load_ssh_config
 
-__all__ = ["Command", "LocalTransport", "PerHostTransport", "ReplayTransport", "SshTransport",
+__all__ = ["Command", "LocalTransport", "PerHostTransport", "ReplayTransport", "SlurmTransport", "SshTransport",
            "open_transport"]
 
 
 def open_transport(kind: str, *, ssh_config_path: Path | None = None, accept_new_host_keys: bool = False,
                    connect_timeout_s: float = DEFAULTS.connect_timeout_s,
-                   cap: int = DEFAULTS.output_cap_bytes, bundle: Path | None = None) -> Transport:
-    """A transport by name: ``ssh``, ``local`` or ``replay`` (needs ``bundle``)."""
+                   cap: int = DEFAULTS.output_cap_bytes, bundle: Path | None = None,
+                   srun_args: Sequence[str] = ()) -> Transport:
+    """A transport by name: ``ssh``, ``local``, ``slurm`` (``srun`` per host, ``connect_timeout_s`` is
+    how long to wait for the allocation, ``srun_args`` e.g. ``--partition=gpu``) or ``replay`` (needs
+    ``bundle``)."""
     if kind == "ssh":
         return SshTransport(load_ssh_config(ssh_config_path), accept_new_host_keys=accept_new_host_keys,
                             connect_timeout_s=connect_timeout_s, cap=cap)
     if kind == "local":
         return LocalTransport(cap=cap)
+    if kind == "slurm":
+        return SlurmTransport(srun_args=srun_args, alloc_wait_s=connect_timeout_s, cap=cap)
     if kind == "replay":
         if bundle is None:
             raise ValueError("the replay transport needs a bundle directory")
         return ReplayTransport(bundle)
-    raise ValueError(f"unknown transport {kind!r} (ssh, local, replay)")
+    raise ValueError(f"unknown transport {kind!r} (ssh, local, slurm, replay)")
 
 
 class PerHostTransport:
-    """Dispatch each host to the transport its inventory entry names (``transport: local|ssh``)."""
+    """Dispatch each host to the transport its inventory entry names (``transport: local|ssh|slurm``)."""
 
     name = "per-host"
 
