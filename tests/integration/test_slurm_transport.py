@@ -110,7 +110,7 @@ def test_drained_and_unknown_nodes_are_prompt_reachability_errors(slurm: SlurmdC
 def test_node_busy_with_a_job_is_skipped_not_failed(slurm: SlurmdCluster, tmp_path: Path) -> None:
     """A nightly sweep leaves nodes running someone's exclusive job alone: SKIP saying why, exit 0."""
     job = slurm.tool("sbatch", "--parsable", "--exclusive", "-w", "node02", "-J", "someones-training",
-                     f"--output={tmp_path / "job.out"}",
+                     f"--output={tmp_path / 'job.out'}",
                      "--wrap", "sleep 120").stdout.strip().split(";")[0]
     try:
         for _ in range(100):  # bounded wait for the job to start
