@@ -1,7 +1,8 @@
 """The probe registry: every built-in probe is listed here explicitly.
 
-    from probes import registry
-    registry.get("gpu").commands({})   # {'nvidia-smi-q-x': 'nvidia-smi -q -x'}
+    import probes
+    probes.get("gpu").commands({})      # {'nvidia-smi-q-x': 'nvidia-smi -q -x'}
+    probes.select(["gpu", "xid"])       # unknown names raise RegistryError
 
 A probe module calls ``register(ProbeSpec(...))`` at import; a duplicate name raises.
 """
