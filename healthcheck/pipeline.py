@@ -89,7 +89,7 @@ def _hosts(opts: RunOptions, search: Sequence[Path]) -> tuple[list[Host], Invent
         hosts = list(inv.hosts)
     elif opts.hostlist:
         inv = None
-        hosts = [Host(name=n) for n in expand_hostlist(opts.hostlist, "--hosts")]
+        hosts = [Host(name=n) for n in expand_hostlist(opts.hostlist.split(), "--hosts")]  # sinfo: one line per state
     elif opts.replay is not None:
         inv = None
         hosts = _replay_hosts(opts.replay)

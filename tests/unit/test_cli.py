@@ -138,3 +138,10 @@ def test_a_crashing_fleet_check_is_an_error_and_results_are_still_written(tmp_pa
     [error] = [f for f in host.findings if f.check == "fleet.stage"]
     assert error.status.value == "ERROR" and "RuntimeError: boom" in error.message
     assert json.loads((tmp_path / "run" / "results.json").read_text())["summary"]["verdict"] == "ERROR"
+
+
+def test_hosts_accepts_sinfo_style_multiline_nodesets(tmp_path):
+    from healthcheck.pipeline import RunOptions, _hosts
+
+    hosts, _ = _hosts(RunOptions(hostlist="gpu[001-002]\ngpu[010-011] login01\n"), [])
+    assert [h.name for h in hosts] == ["gpu001", "gpu002", "gpu010", "gpu011", "login01"]
