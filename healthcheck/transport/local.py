@@ -5,14 +5,12 @@
 
 from __future__ import annotations
 
-import os
-import selectors
 import subprocess
-import time
 from collections.abc import Sequence
 
 from healthcheck.defaults import DEFAULTS
 from healthcheck.model import CommandResult, Host, HostCollection
+from healthcheck.transport.process import pipe_reader, stop_group
 from healthcheck.transport.script import Command, build_script, new_marker
 from healthcheck.transport.stream import host_failure, read_framed
 
@@ -34,44 +32,12 @@ class LocalTransport:
         except OSError as exc:
             return host_failure(host.name, commands, f"cannot start sh: {exc}")
         try:
-            return read_framed(host.name, commands, marker, _pipe_reader(proc), deadline_s,
+            return read_framed(host.name, commands, marker, pipe_reader(proc), deadline_s,
                                byte_limit=2 * self.cap * max(1, len(commands)) + (1 << 20))
         finally:
-            _stop(proc)
+            stop_group(proc, grace_s=2.0)
 
     def run(self, host: Host, command: str, timeout_s: float, command_id: str = "adhoc") -> CommandResult:
         collection = self.collect(host, [Command(command_id, command, timeout_s)],
                                   deadline_s=timeout_s + self.kill_after_s + 10)
         return collection.results[command_id]
-
-
-def _pipe_reader(proc: subprocess.Popen[bytes]):
-    assert proc.stdout is not None
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    fd = proc.stdout.fileno()
-
-    def read_chunk(wait_s: float) -> bytes | None:
-        if not sel.select(timeout=wait_s):
-            return None
-        return os.read(fd, 65536)
-
-    return read_chunk
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """Stop the script's whole process group (we started it in its own session)."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, 15)
-            deadline = time.monotonic() + 2
-            while proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if proc.poll() is None:
-                os.killpg(proc.pid, 9)
-        except ProcessLookupError:
-            pass
-    proc.wait(timeout=5)
-    for stream in (proc.stdout, proc.stderr):
-        if stream:
-            stream.close()

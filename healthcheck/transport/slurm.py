@@ -16,7 +16,6 @@ import dataclasses
 import math
 import os
 import re
-import selectors
 import shutil
 import subprocess
 import tempfile
@@ -25,6 +24,7 @@ from collections.abc import Sequence
 
 from healthcheck.defaults import DEFAULTS
 from healthcheck.model import CommandResult, Host, HostCollection
+from healthcheck.transport.process import pipe_reader, stop_group
 from healthcheck.transport.script import Command, build_script, new_marker
 from healthcheck.transport.stream import host_failure, read_framed
 
@@ -66,12 +66,12 @@ class SlurmTransport:
                 return host_failure(host.name, commands, f"cannot start srun: {exc}")
             collection: HostCollection | None = None
             try:
-                collection = read_framed(host.name, commands, marker, _pipe_reader(proc), deadline_s,
+                collection = read_framed(host.name, commands, marker, pipe_reader(proc), deadline_s,
                                          byte_limit=2 * self.cap * max(1, len(commands)) + (1 << 20),
                                          stderr_tail=lambda: _tail(err), started=started)
             finally:  # srun ends by itself once the script has; not when the deadline passed
                 ended = collection is not None and "deadline" not in (collection.transport_error or "")
-                _stop(proc, self.kill_after_s, linger_s=self.kill_after_s if ended else 0.0)
+                stop_group(proc, self.kill_after_s, linger_s=self.kill_after_s if ended else 0.0)
             if collection.transport_error is None or any(r.transport_error is None
                                                          for r in collection.results.values()):
                 return collection  # complete, or partly collected: read_framed's message stands
@@ -130,43 +130,8 @@ def describe_srun_failure(stderr: str, rc: int | None, node: str, state: str | N
     return what + (f": node state {state}" if state else "") + (f"; srun: {said}" if said else "")
 
 
-def _pipe_reader(proc: subprocess.Popen[bytes]):
-    assert proc.stdout is not None
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    fd = proc.stdout.fileno()
-
-    def read_chunk(wait_s: float) -> bytes | None:
-        if not sel.select(timeout=wait_s):
-            return None
-        return os.read(fd, 65536)
-
-    return read_chunk
-
-
 def _tail(err, limit: int = 4096) -> bytes:  # type: ignore[no-untyped-def]
     err.flush()
     size = err.seek(0, os.SEEK_END)
     err.seek(max(0, size - limit))
     return err.read()
-
-
-def _stop(proc: subprocess.Popen[bytes], grace_s: float, linger_s: float) -> None:
-    """Let srun end by itself for ``linger_s``, else stop its process group: SIGTERM makes srun cancel
-    its step, SIGKILL after ``grace_s``."""
-    deadline = time.monotonic() + linger_s
-    while proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, 15)
-            deadline = time.monotonic() + grace_s
-            while proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if proc.poll() is None:
-                os.killpg(proc.pid, 9)
-        except ProcessLookupError:
-            pass
-    proc.wait(timeout=10)
-    if proc.stdout:
-        proc.stdout.close()
