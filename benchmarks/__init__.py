@@ -75,6 +75,9 @@ class BenchmarkSpec:
     fleet: Callable[[Sequence[tuple[Any, Any]], BenchContext], list[Finding]] | None = None
 
 
+# A decimal or scientific number as benchmarks print it (1e+00, 476.53, .5, -nan handled by callers).
+NUMBER_RE = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+
 _SPECS: dict[str, BenchmarkSpec] = {}
 
 # Built-in benchmark modules, in the order they run.

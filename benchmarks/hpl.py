@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks import BenchContext, BenchmarkSpec, Program, bench_setting, register
+from benchmarks import NUMBER_RE, BenchContext, BenchmarkSpec, Program, bench_setting, register
 from benchmarks.bands import band_finding
 from benchmarks.launch import LauncherError, parse_launcher_errors
 from benchmarks.nccl import host_of
@@ -87,7 +87,7 @@ class HplResult:
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m|\[0;31m|\[0m")
-_NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_NUM = NUMBER_RE
 _ROW = re.compile(rf"^(?P<tv>W[A-Z0-9]+)\s+(?P<n>\d+)\s+(?P<nb>\d+)\s+(?P<p>\d+)\s+(?P<q>\d+)\s+"
                   rf"(?P<time>{_NUM})\s+(?P<gflops>{_NUM})(?:\s*\(\s*(?P<per>{_NUM})\s*\))?\s*$")
 _RESIDUAL = re.compile(r"^\s*\|\|Ax-b\|\|_oo\s*/\s*\(\s*(?:eps|EPS).*=\s*(?P<value>\S+)\s+\.+\s+"

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks import BenchContext, BenchmarkSpec, Program, bench_setting, register
+from benchmarks import NUMBER_RE, BenchContext, BenchmarkSpec, Program, bench_setting, register
 from benchmarks.bands import band_finding
 from benchmarks.launch import LauncherError, parse_launcher_errors
 from benchmarks.plan import Job
@@ -116,7 +116,7 @@ class NcclTestResult:
 
 _PREFIX = re.compile(r"^\s*(?:\[\d+,\d+\]<std(?:out|err)>:|\d+:(?=\s|$))\s?")
 _RANK_TAG = re.compile(r"\[\d+\]")
-_NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_NUM = NUMBER_RE
 _WRONG = rf"(?:{_NUM}|N/A)"
 _ROW = re.compile(
     rf"^\s*(?P<size>\d+)\s+(?P<count>\d+)\s+(?P<type>[A-Za-z_][\w]*)(?P<mid>(?:\s+\S+){{0,2}}?)\s+"

@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from reports.metrics import number as _num
 from reports.panels import Panel, Table, _records, cell, panel, record_table, scalars_table
 
 TABLE = "panels/table.html.j2"
@@ -31,9 +32,6 @@ def _get(rec: Any, *path: str) -> Any:
         rec = rec.get(key)
     return rec
 
-
-def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _pair(a: Any, b: Any, unit: str = "", sep: str = " / ") -> str:

@@ -16,6 +16,7 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
+from reports.metrics import number as _num
 from reports.panels import Panel, Table, _records, panel
 
 TABLE = "panels/table.html.j2"
@@ -23,9 +24,6 @@ W, H, PAD_L, PAD_B, PAD_T = 260, 96, 34, 14, 6
 COLORS = ("#2563eb", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4d7c0f", "#be185d", "#64748b")
 HW_REASONS = ("hw_slowdown", "hw_thermal", "hw_power_brake")
 
-
-def _num(v: Any) -> float | None:
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
 def _throttled(gpu: Mapping[str, Any]) -> bool:
