@@ -22,7 +22,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import reports  # noqa: E402
+from healthcheck import reports  # noqa: E402
 from healthcheck.results import SCHEMA  # noqa: E402
 
 SIZES = [8 << i for i in range(0, 31, 3)]

@@ -1,6 +1,6 @@
 """The benchmark registry: nccl-tests, HPL/HPCC, IMB and OSU, each a ``BenchmarkSpec`` value.
 
-    import benchmarks
+    from healthcheck import benchmarks
     spec = benchmarks.get("nccl")
     spec.program(job, profile, options)      # Program(argv=("all_reduce_perf", "-b", ...), env={...})
     spec.parse(text)                         # NcclTestResult (pure; ParseError on garbage)
@@ -81,7 +81,7 @@ NUMBER_RE = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _SPECS: dict[str, BenchmarkSpec] = {}
 
 # Built-in benchmark modules, in the order they run.
-BUILTIN = ("benchmarks.nccl", "benchmarks.hpl", "benchmarks.imb", "benchmarks.osu")
+BUILTIN = tuple(f"healthcheck.benchmarks.{name}" for name in ("nccl", "hpl", "imb", "osu"))
 
 
 def register(spec: BenchmarkSpec) -> BenchmarkSpec:

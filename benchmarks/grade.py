@@ -16,9 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import benchmarks
-from benchmarks import BenchContext, BenchmarkSpec
-from benchmarks.attribution import (
+from healthcheck.benchmarks import BenchContext, BenchmarkSpec
+from healthcheck.benchmarks.attribution import (
     NodeBlame,
     PairBlame,
     PairResult,
@@ -27,8 +26,10 @@ from benchmarks.attribution import (
     attribution_findings,
     included_blame,
 )
-from benchmarks.launch import TIMEOUT_EXIT_CODES, merge_launcher_settings, parse_launcher_errors
-from benchmarks.plan import Job
+from healthcheck.benchmarks.launch import TIMEOUT_EXIT_CODES, merge_launcher_settings, parse_launcher_errors
+from healthcheck.benchmarks.plan import Job
+
+from healthcheck import benchmarks
 from healthcheck.model import Finding, Host, Status, worst
 from healthcheck.profiles import EMPTY_PROFILE, Profile
 from healthcheck.results import to_jsonable

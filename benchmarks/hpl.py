@@ -23,11 +23,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks import NUMBER_RE, BenchContext, BenchmarkSpec, Program, bench_setting, register
-from benchmarks.bands import band_finding
-from benchmarks.launch import LauncherError, parse_launcher_errors
-from benchmarks.nccl import host_of
-from benchmarks.plan import Job
+from healthcheck.benchmarks import NUMBER_RE, BenchContext, BenchmarkSpec, Program, bench_setting, register
+from healthcheck.benchmarks.bands import band_finding
+from healthcheck.benchmarks.launch import LauncherError, parse_launcher_errors
+from healthcheck.benchmarks.nccl import host_of
+from healthcheck.benchmarks.plan import Job
+
 from healthcheck.defaults import DEFAULTS
 from healthcheck.model import Finding, Status
 from healthcheck.profiles import Profile

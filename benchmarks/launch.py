@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks import Program
+from healthcheck.benchmarks import Program
 
 LAUNCHERS = ("mpirun", "srun")
 TIMEOUT_EXIT_CODES = (110, 124, 137)  # mpirun --timeout (Open MPI 4), GNU timeout TERM / KILL

@@ -16,11 +16,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks import BenchContext, BenchmarkSpec, Program, bench_setting, register
-from benchmarks.bands import band_finding
-from benchmarks.imb import REMEDY
-from benchmarks.launch import LauncherError, parse_launcher_errors
-from benchmarks.plan import Job
+from healthcheck.benchmarks import BenchContext, BenchmarkSpec, Program, bench_setting, register
+from healthcheck.benchmarks.bands import band_finding
+from healthcheck.benchmarks.imb import REMEDY
+from healthcheck.benchmarks.launch import LauncherError, parse_launcher_errors
+from healthcheck.benchmarks.plan import Job
+
 from healthcheck.model import Finding, Status
 from healthcheck.profiles import Profile
 from healthcheck.spec import ParseError

@@ -21,13 +21,27 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import benchmarks
-from benchmarks import BenchContext, BenchmarkSpec, bench_setting
-from benchmarks.attribution import retest_candidates
-from benchmarks.grade import JobOutcome, grade_job, grade_outcomes, inventory_options, pair_results, profile_for
-from benchmarks.launch import LauncherSettings, hostfile_text, launch_script, launcher_argv, merge_launcher_settings
-from benchmarks.plan import Job, job_id, plan_jobs, retest_pairs, stage_of
-from benchmarks.telemetry import merge_telemetry, sample_during
+from healthcheck.benchmarks import BenchContext, BenchmarkSpec, bench_setting
+from healthcheck.benchmarks.attribution import retest_candidates
+from healthcheck.benchmarks.grade import (
+    JobOutcome,
+    grade_job,
+    grade_outcomes,
+    inventory_options,
+    pair_results,
+    profile_for,
+)
+from healthcheck.benchmarks.launch import (
+    LauncherSettings,
+    hostfile_text,
+    launch_script,
+    launcher_argv,
+    merge_launcher_settings,
+)
+from healthcheck.benchmarks.plan import Job, job_id, plan_jobs, retest_pairs, stage_of
+from healthcheck.benchmarks.telemetry import merge_telemetry, sample_during
+
+from healthcheck import benchmarks
 from healthcheck.defaults import DEFAULTS
 from healthcheck.model import CommandResult, Finding, Host, Status
 from healthcheck.profiles import Profile

@@ -27,14 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from benchmarks.grade import profile_for
-from benchmarks.plan import Job
-from healthcheck.model import CommandResult, Finding, Host, Status
-from healthcheck.profiles import Profile
-from healthcheck.results import to_jsonable
-from healthcheck.spec import ParseError
-from probes.dcgm_fields import field_ids, sampler_script, stop_command, unavailable_finding
-from probes.dcgm_fields_eval import (
+from healthcheck.benchmarks.grade import profile_for
+from healthcheck.benchmarks.plan import Job
+from healthcheck.probes.dcgm_fields import field_ids, sampler_script, stop_command, unavailable_finding
+from healthcheck.probes.dcgm_fields_eval import (
     CHECKS,
     FieldCheck,
     GpuSummary,
@@ -44,7 +40,12 @@ from probes.dcgm_fields_eval import (
     summarize,
     window_s,
 )
-from probes.dmon_parse import FieldSample, FieldTable, parse_field_samples
+from healthcheck.probes.dmon_parse import FieldSample, FieldTable, parse_field_samples
+
+from healthcheck.model import CommandResult, Finding, Host, Status
+from healthcheck.profiles import Profile
+from healthcheck.results import to_jsonable
+from healthcheck.spec import ParseError
 
 TELEMETRY_DIR = Path("raw") / "_telemetry"
 MAX_SAMPLES = 3600          # a 2 h job is sampled every 2 s rather than every 1 s

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import click
 
-import benchmarks as bench_registry
 import healthcheck
-import probes as probe_registry
+from healthcheck import benchmarks as bench_registry
+from healthcheck import probes as probe_registry
 from healthcheck.defaults import DEFAULTS
 from healthcheck.inventory import InventoryError, load_inventory
 from healthcheck.model import Status

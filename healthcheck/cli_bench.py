@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-import benchmarks as bench_registry
+from healthcheck import benchmarks as bench_registry
 from healthcheck.cli import SETUP_ERRORS, ExitCode, _csv, exit_code, print_summary
 from healthcheck.pipeline import RunOptions, execute_run
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import healthcheck
-import probes as probe_registry
+from healthcheck import probes as probe_registry
 from healthcheck.defaults import DEFAULTS
 from healthcheck.inventory import Inventory, expand_hostlist, load_inventory
 from healthcheck.model import Finding, Host, HostCollection, Status
@@ -151,7 +151,7 @@ def execute_run(opts: RunOptions) -> RunOutcome:
     profiles = _load_profiles(hosts, search)
     selected = probe_registry.select(opts.probes, opts.skip_probes)
     if opts.benchmarks:
-        import benchmarks
+        from healthcheck import benchmarks
 
         benchmarks.select(opts.benchmarks)  # unknown names fail here, before anything runs
     # the plan reaches the probes too (DCGM diag level 3 for acceptance), whoever built the options
@@ -273,7 +273,7 @@ def _benchmarks(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host
                 profiles: Mapping[str, Profile], transport: Transport,
                 host_results: dict[str, HostResult]) -> list[Finding]:
     """Run the selected benchmarks after the probes (or re-grade a bundle's stored jobs)."""
-    from benchmarks.run import execute_benchmarks, replay_benchmarks
+    from healthcheck.benchmarks.run import execute_benchmarks, replay_benchmarks
 
     run_options = {**opts.probe_options, "benchmarks": list(opts.benchmarks), "plan": opts.plan}
     by_host = {h.name: profiles.get(h.profile or "", EMPTY_PROFILE) for h in hosts}
@@ -298,7 +298,7 @@ def local_nvml_observations(selected: Sequence[Any]) -> dict[str, Any]:
     otherwise nothing, and the gpu probe reads the script's ``nvidia-smi -q -x`` as usual."""
     if "gpu" not in {p.name for p in selected}:
         return {}
-    from probes.nvml import collect_nvml
+    from healthcheck.probes.nvml import collect_nvml
 
     class _NoNvml(Exception):
         pass
@@ -335,6 +335,6 @@ def _copy_job_outputs(bundle: Path, run_dir: Path) -> None:
 
 def render_reports(run_dir: Path) -> list[Path]:
     """Write report.html, junit.xml, metrics.prom, summary.md (the reports package)."""
-    import reports
+    from healthcheck import reports
 
     return reports.write_all(run_dir)

@@ -24,13 +24,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 OPS = ("eq", "ne", "ge", "gt", "le", "lt", "in", "match", "between")
-PROJECT_PROFILES = Path(__file__).resolve().parent.parent / "inventories" / "profiles"
+PROJECT_PROFILES = Path(str(files("healthcheck.inventories") / "profiles"))  # the built-in profiles
 
 
 class ProfileError(ValueError):

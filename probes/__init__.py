@@ -1,6 +1,6 @@
 """The probe registry: every built-in probe is listed here explicitly.
 
-    import probes
+    from healthcheck import probes
     probes.get("gpu").commands({})      # {'nvidia-smi-q-x': 'nvidia-smi -q -x'}
     probes.select(["gpu", "xid"])       # unknown names raise RegistryError
 
@@ -24,19 +24,19 @@ _FLEET: dict[str, FleetCheck] = {}
 
 # Built-in probe modules, in the order their findings are reported.
 BUILTIN = (
-    "probes.system",
-    "probes.gpu",
-    "probes.topology",
-    "probes.nvlink",
-    "probes.fabric",
-    "probes.xid",
-    "probes.infiniband",
-    "probes.dcgm",
-    "probes.dcgm_fields",
-    "probes.ras",
-    "probes.resources",
-    "probes.versions",
-    "probes.fleet",
+    "healthcheck.probes.system",
+    "healthcheck.probes.gpu",
+    "healthcheck.probes.topology",
+    "healthcheck.probes.nvlink",
+    "healthcheck.probes.fabric",
+    "healthcheck.probes.xid",
+    "healthcheck.probes.infiniband",
+    "healthcheck.probes.dcgm",
+    "healthcheck.probes.dcgm_fields",
+    "healthcheck.probes.ras",
+    "healthcheck.probes.resources",
+    "healthcheck.probes.versions",
+    "healthcheck.probes.fleet",
 )
 
 

@@ -19,12 +19,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from healthcheck.probes import register
+from healthcheck.probes.dcgm_diag import DiagReport, DiagTest, DiagWarning, parse_dcgmi_diag
+from healthcheck.probes.dcgm_health import DcgmDiscovery, HealthReport, parse_dcgmi_discovery, parse_dcgmi_health
+
 from healthcheck.grading import finding_from_expectation
 from healthcheck.model import CommandResult, Finding, Status
 from healthcheck.spec import EvalContext, ParseError, ProbeSpec
-from probes import register
-from probes.dcgm_diag import DiagReport, DiagTest, DiagWarning, parse_dcgmi_diag
-from probes.dcgm_health import DcgmDiscovery, HealthReport, parse_dcgmi_discovery, parse_dcgmi_health
 
 NOT_INSTALLED = "healthcheck: dcgmi not installed"
 _GUARD = f"command -v dcgmi >/dev/null 2>&1 || {{ echo '{NOT_INSTALLED}'; exit 0; }}; "

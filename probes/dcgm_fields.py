@@ -19,12 +19,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from healthcheck.model import CommandResult, Finding, Status
-from healthcheck.spec import EvalContext, ParseError, ProbeSpec
-from probes import register
-from probes.dcgm import dcgm_unavailable
-from probes.dcgm_fields_eval import GpuSummary, evaluate_summaries, summarize, window_s
-from probes.dmon_parse import (
+from healthcheck.probes import register
+from healthcheck.probes.dcgm import dcgm_unavailable
+from healthcheck.probes.dcgm_fields_eval import GpuSummary, evaluate_summaries, summarize, window_s
+from healthcheck.probes.dmon_parse import (
     DEFAULT_FIELD_IDS,
     QUERY_GPU,
     QUERY_GPU_PRE535,
@@ -33,6 +31,9 @@ from probes.dmon_parse import (
     parse_field_samples,
     parse_nvidia_smi_dmon,
 )
+
+from healthcheck.model import CommandResult, Finding, Status
+from healthcheck.spec import EvalContext, ParseError, ProbeSpec
 
 COMMAND_ID = "dcgmi-dmon"
 SAMPLES, INTERVAL_MS = 5, 1000

@@ -18,10 +18,11 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from healthcheck.probes.dmon_parse import FieldSample, FieldTable
+
 from healthcheck.grading import finding_from_expectation
 from healthcheck.model import Finding, Status
 from healthcheck.profiles import Expectation, Profile
-from probes.dmon_parse import FieldSample, FieldTable
 
 # NVML clocks event reason bits (research/hardware-expectations.md 5; NVIDIA/DCGM sdk/nvidia/nvml).
 REASON_BITS = {"sw_power_cap": 0x4, "hw_slowdown": 0x8, "sw_thermal": 0x20, "hw_thermal": 0x40,

@@ -15,13 +15,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from healthcheck.probes import register
+from healthcheck.probes.gpu import BUNDLE_SOURCES, GPU_ID, parse_gpu_sources
+from healthcheck.probes.gpu import COMMANDS as GPU_COMMANDS
+from healthcheck.probes.gpu_model import GpuObservation, GpuObservations
+
 from healthcheck.grading import finding_from_expectation
 from healthcheck.model import CommandResult, Finding, Status
 from healthcheck.spec import EvalContext, ParseError, ProbeSpec
-from probes import register
-from probes.gpu import BUNDLE_SOURCES, GPU_ID, parse_gpu_sources
-from probes.gpu import COMMANDS as GPU_COMMANDS
-from probes.gpu_model import GpuObservation, GpuObservations
 
 FM_ID = "fabricmanager-status"
 _UNIT_STATES = {"active", "inactive", "failed", "activating", "deactivating", "reloading", "unknown",

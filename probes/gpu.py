@@ -23,15 +23,16 @@ import dataclasses
 import functools
 from collections.abc import Callable, Mapping
 
+from healthcheck.probes import register
+from healthcheck.probes.gpu_eval import evaluate_gpu
+from healthcheck.probes.gpu_model import GpuObservation, GpuObservations, observations_from_log
+from healthcheck.probes.nvidia_smi_list import parse_nvidia_smi_l, parse_nvidia_smi_table
+from healthcheck.probes.nvidia_smi_log import SmiLog, exit_code_error
+from healthcheck.probes.nvidia_smi_text import parse_nvidia_smi_q
+from healthcheck.probes.nvidia_smi_xml import parse_nvidia_smi_xml
+
 from healthcheck.model import CommandResult, Status
 from healthcheck.spec import ParseError, ProbeSpec
-from probes import register
-from probes.gpu_eval import evaluate_gpu
-from probes.gpu_model import GpuObservation, GpuObservations, observations_from_log
-from probes.nvidia_smi_list import parse_nvidia_smi_l, parse_nvidia_smi_table
-from probes.nvidia_smi_log import SmiLog, exit_code_error
-from probes.nvidia_smi_text import parse_nvidia_smi_q
-from probes.nvidia_smi_xml import parse_nvidia_smi_xml
 
 GPU_ID = "nvidia-smi-q-x"
 COMMANDS = {GPU_ID: "nvidia-smi -q -x"}

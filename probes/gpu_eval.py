@@ -16,13 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from healthcheck.probes.gpu_eval_health import evaluate_gpu_health
+from healthcheck.probes.gpu_findings import collapse, gpu_finding, graded
+from healthcheck.probes.gpu_model import GpuObservation, GpuObservations
+from healthcheck.probes.nvidia_smi_log import SmiError
+
 from healthcheck.grading import expected_text, finding_from_expectation
 from healthcheck.model import Finding, Status
 from healthcheck.spec import EvalContext
-from probes.gpu_eval_health import evaluate_gpu_health
-from probes.gpu_findings import collapse, gpu_finding, graded
-from probes.gpu_model import GpuObservation, GpuObservations
-from probes.nvidia_smi_log import SmiError
 
 _ERROR_CHECKS = {"gpu_lost": "gpu.lost", "inforom_corrupted": "gpu.inforom"}
 _ERROR_REMEDY = {

@@ -21,10 +21,11 @@ Rules (thresholds from the profile where they are numbers; see docs/gpu.md for s
 
 from __future__ import annotations
 
+from healthcheck.probes.gpu_findings import gpu_finding, graded
+from healthcheck.probes.gpu_model import GpuObservation, GpuObservations
+
 from healthcheck.model import Finding, Status
 from healthcheck.spec import EvalContext
-from probes.gpu_findings import gpu_finding, graded
-from probes.gpu_model import GpuObservation, GpuObservations
 
 CLOCK_EVENT_STATUS = {"hw_slowdown": Status.FAIL, "hw_thermal_slowdown": Status.FAIL,
                       "hw_power_brake_slowdown": Status.FAIL, "sw_thermal_slowdown": Status.WARN}

@@ -14,11 +14,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from healthcheck.probes.gpu_model import GpuObservation, GpuObservations
+
 from healthcheck.grading import expected_text, finding_from_expectation, grade
 from healthcheck.model import Finding, JSONScalar, Status
 from healthcheck.profiles import Expectation
 from healthcheck.spec import EvalContext
-from probes.gpu_model import GpuObservation, GpuObservations
 
 
 def component(gpu: GpuObservation) -> str:

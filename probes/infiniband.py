@@ -16,12 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from healthcheck.grading import expected_text, finding_from_expectation, grade
-from healthcheck.model import CommandResult, Finding, Status
-from healthcheck.profiles import Expectation, Profile
-from healthcheck.spec import EvalContext, ParseError, ProbeSpec
-from probes import register
-from probes.ib_parse import (
+from healthcheck.probes import register
+from healthcheck.probes.ib_parse import (
     COUNTER_BITS,
     IbDevice,
     IbObservation,
@@ -30,6 +26,11 @@ from probes.ib_parse import (
     parse_ibstat,
     parse_peermem_module,
 )
+
+from healthcheck.grading import expected_text, finding_from_expectation, grade
+from healthcheck.model import CommandResult, Finding, Status
+from healthcheck.profiles import Expectation, Profile
+from healthcheck.spec import EvalContext, ParseError, ProbeSpec
 
 _SYSFS_FILES = ("fw_ver", "hca_type", "board_id", "ports/*/state", "ports/*/phys_state", "ports/*/rate",
                 "ports/*/link_layer", "ports/*/counters/*", "ports/*/hw_counters/*")

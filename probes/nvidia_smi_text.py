@@ -22,8 +22,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from healthcheck.probes.nvidia_smi_log import SmiLog, find_nvidia_smi_errors, normalize_bus_id, tree_set
+
 from healthcheck.spec import ParseError
-from probes.nvidia_smi_log import SmiLog, find_nvidia_smi_errors, normalize_bus_id, tree_set
 
 _KV = re.compile(r"^(?P<label>\S.*?)\s*:(?:\s+(?P<value>.*))?$")
 _GPU_HEADER = re.compile(r"^GPU\s+(?P<bus>[0-9A-Fa-f]+:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])$")

@@ -23,14 +23,15 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from healthcheck.spec import ParseError
-from probes.nvidia_smi_log import (
+from healthcheck.probes.nvidia_smi_log import (
     RENAMED_SECTIONS,
     SmiLog,
     canonical_reason,
     find_nvidia_smi_errors,
     normalize_bus_id,
 )
+
+from healthcheck.spec import ParseError
 
 _START = re.compile(r"<\?xml[^>]*\?>|<nvidia_smi_log\b")
 _END = "</nvidia_smi_log>"

@@ -14,10 +14,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from healthcheck.probes import register
+
 from healthcheck.grading import expected_text, finding_from_expectation
 from healthcheck.model import CommandResult, Finding, Status
 from healthcheck.spec import EvalContext, ParseError, ProbeSpec
-from probes import register
 
 STATUS_ID, ERRORS_ID = "nvidia-smi-nvlink-s", "nvidia-smi-nvlink-e"
 _GPU = re.compile(r"^GPU (?P<index>\d+): (?P<name>.+?)(?: \(UUID: [^)]*\))?\s*$")

@@ -24,9 +24,9 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from probes.gpu_model import EccCounts, GpuObservation, GpuObservations, RowRemap, observations_from_log
-from probes.nvidia_smi_log import SmiError, exit_code_error, normalize_bus_id
-from probes.nvidia_smi_xml import parse_nvidia_smi_xml
+from healthcheck.probes.gpu_model import EccCounts, GpuObservation, GpuObservations, RowRemap, observations_from_log
+from healthcheck.probes.nvidia_smi_log import SmiError, exit_code_error, normalize_bus_id
+from healthcheck.probes.nvidia_smi_xml import parse_nvidia_smi_xml
 
 NOT_SUPPORTED, DRIVER_NOT_LOADED, LIBRARY_NOT_FOUND, GPU_IS_LOST, LIB_RM_MISMATCH = 3, 9, 12, 15, 18
 _INIT_ERRORS = {DRIVER_NOT_LOADED: "driver_not_loaded", LIB_RM_MISMATCH: "driver_mismatch"}

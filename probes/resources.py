@@ -16,11 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from healthcheck.grading import finding_from_expectation
-from healthcheck.model import CommandResult, Finding, Status
-from healthcheck.spec import EvalContext, ProbeSpec
-from probes import register
-from probes.system_parse import (
+from healthcheck.probes import register
+from healthcheck.probes.system_parse import (
     ServiceState,
     active_service,
     parse_cpu_sysfs,
@@ -28,6 +25,10 @@ from probes.system_parse import (
     parse_meminfo,
     parse_systemctl_units,
 )
+
+from healthcheck.grading import finding_from_expectation
+from healthcheck.model import CommandResult, Finding, Status
+from healthcheck.spec import EvalContext, ProbeSpec
 
 NO_SYSTEMCTL = "healthcheck: systemctl not installed"
 _LIST_UNITS = "systemctl list-units --type=service --all --no-legend --no-pager --plain"

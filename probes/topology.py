@@ -17,10 +17,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from healthcheck.probes import register
+
 from healthcheck.grading import expected_text, finding_from_expectation
 from healthcheck.model import CommandResult, Finding, Status
 from healthcheck.spec import EvalContext, ParseError, ProbeSpec
-from probes import register
 
 SOURCE = "nvidia-smi-topo"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")

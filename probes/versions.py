@@ -19,16 +19,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from healthcheck.probes import register
+from healthcheck.probes.gpu import BUNDLE_SOURCES, GPU_ID, parse_gpu_sources
+from healthcheck.probes.gpu import COMMANDS as GPU_COMMANDS
+from healthcheck.probes.gpu_model import GpuObservations
+from healthcheck.probes.ib_parse import parse_ib_sysfs
+from healthcheck.probes.infiniband import COMMANDS as IB_COMMANDS
+
 from healthcheck.grading import expected_text, finding_from_expectation
 from healthcheck.model import CommandResult, Finding, Status
 from healthcheck.profiles import Expectation, Profile
 from healthcheck.spec import EvalContext, ParseError, ProbeSpec
-from probes import register
-from probes.gpu import BUNDLE_SOURCES, GPU_ID, parse_gpu_sources
-from probes.gpu import COMMANDS as GPU_COMMANDS
-from probes.gpu_model import GpuObservations
-from probes.ib_parse import parse_ib_sysfs
-from probes.infiniband import COMMANDS as IB_COMMANDS
 
 IB_ID = "ib-sysfs"
 _NO_OFED = "healthcheck: ofed_info not installed"

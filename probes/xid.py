@@ -16,19 +16,16 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 import yaml
-
-from healthcheck.defaults import DEFAULTS
-from healthcheck.model import CommandResult, Finding, Status
-from healthcheck.spec import EvalContext, ParseError, ProbeSpec
-from probes import register
-from probes.gpu import BUNDLE_SOURCES, GPU_ID, parse_gpu_sources
-from probes.gpu import COMMANDS as GPU_COMMANDS
-from probes.gpu_model import GpuObservations
-from probes.kernel_log import (
+from healthcheck.probes import register
+from healthcheck.probes.gpu import BUNDLE_SOURCES, GPU_ID, parse_gpu_sources
+from healthcheck.probes.gpu import COMMANDS as GPU_COMMANDS
+from healthcheck.probes.gpu_model import GpuObservations
+from healthcheck.probes.kernel_log import (
     KernelLog,
     WindowedGroup,
     in_window,
@@ -37,8 +34,12 @@ from probes.kernel_log import (
     parse_kernel_log,
 )
 
+from healthcheck.defaults import DEFAULTS
+from healthcheck.model import CommandResult, Finding, Status
+from healthcheck.spec import EvalContext, ParseError, ProbeSpec
+
 LOG_ID = "kernel-log"
-CATALOG_PATH = Path(__file__).with_name("xid_catalog.yaml")
+CATALOG_PATH = Path(str(files("healthcheck.probes") / "xid_catalog.yaml"))
 NVLINK5 = range(144, 151)
 
 

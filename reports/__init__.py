@@ -1,6 +1,6 @@
 """Report writers: every output format of a finished run, from the same results.
 
-    import reports
+    from healthcheck import reports
     reports.write_all(Path("runs/20261122T031500Z"))
     # -> [.../report.html, .../junit.xml, .../metrics.prom, .../summary.md]
 
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from reports.digest import RunDigest, load_digest
+from healthcheck.reports.digest import RunDigest, load_digest
 
 
 class ReporterError(KeyError):
@@ -47,7 +47,7 @@ class ReporterSpec:
 _REPORTERS: dict[str, ReporterSpec] = {}
 
 # Built-in formats, in the order they are written.
-BUILTIN = ("reports.html", "reports.junit", "reports.prometheus", "reports.markdown")
+BUILTIN = tuple(f"healthcheck.reports.{name}" for name in ("html", "junit", "prometheus", "markdown"))
 
 
 def register(spec: ReporterSpec) -> ReporterSpec:

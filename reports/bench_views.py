@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from reports.digest import RunDigest, expected_band
+from healthcheck.reports.digest import RunDigest, expected_band
 
 MAX_CURVES = 40
 PAIR_SHAPES = ("pair", "rail")
@@ -109,7 +109,7 @@ def parsed_result(digest: RunDigest, job: Job) -> Any:
     if "/" in job.job_id or not path.is_file():
         return None
     try:
-        import benchmarks
+        from healthcheck import benchmarks
         from healthcheck.results import to_jsonable
 
         spec = benchmarks.get(job.benchmark)

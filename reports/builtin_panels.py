@@ -14,8 +14,8 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from reports.metrics import number as _num
-from reports.panels import Panel, Table, _records, cell, panel, record_table, scalars_table
+from healthcheck.reports.metrics import number as _num
+from healthcheck.reports.panels import Panel, Table, _records, cell, panel, record_table, scalars_table
 
 TABLE = "panels/table.html.j2"
 _LINK_CLASS = (("X", "t-self"), ("NV", "t-nv"), ("PIX", "t-pix"), ("PXB", "t-pxb"), ("PHB", "t-phb"),

@@ -17,9 +17,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from healthcheck.reports.digest import fold
+
 from healthcheck.grading import majority
 from healthcheck.results import HostResult
-from reports.digest import fold
 
 _VERSION_KEY = re.compile(r"(^|_)(version|kernel|firmware|fw_ver|fw_version|vbios|os_pretty_name)$")
 MAX_VALUES = 6

@@ -19,17 +19,17 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
+from healthcheck.reports import ReporterSpec, register
+from healthcheck.reports.bench_views import bench_views, busbw_check
+from healthcheck.reports.charts import Series, bar_chart, heatmap, line_chart, sparkline, strip_chart
+from healthcheck.reports.digest import BAD, RunDigest, fold, margin, split_source
+from healthcheck.reports.fleet import version_rows
+from healthcheck.reports.panels import host_panels
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
 from healthcheck.model import Status
 from healthcheck.results import HostResult
-from reports import ReporterSpec, register
-from reports.bench_views import bench_views, busbw_check
-from reports.charts import Series, bar_chart, heatmap, line_chart, sparkline, strip_chart
-from reports.digest import BAD, RunDigest, fold, margin, split_source
-from reports.fleet import version_rows
-from reports.panels import host_panels
 
 DETAIL_ALL_UP_TO = 64      # runs this small get a detail section for every host
 DETAIL_MAX = 300           # at most this many hosts get a detail section (worst first)
@@ -55,7 +55,7 @@ def script_json(value: Any) -> Markup:
 
 @functools.cache
 def environment() -> Environment:
-    env = Environment(loader=PackageLoader("reports", "templates"),
+    env = Environment(loader=PackageLoader("healthcheck.reports", "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True),
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(duration=duration_text, pct=pct_text, category_name=category_name,

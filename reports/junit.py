@@ -14,10 +14,11 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
+from healthcheck.reports import ReporterSpec, register
+from healthcheck.reports.digest import RunDigest
+
 from healthcheck.model import Finding, Status
 from healthcheck.results import HostResult
-from reports import ReporterSpec, register
-from reports.digest import RunDigest
 
 # XML 1.0 forbids most control characters; node output can contain any byte.
 _XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")

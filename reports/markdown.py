@@ -12,9 +12,10 @@ node can neither break the table nor inject markup.
 
 from __future__ import annotations
 
+from healthcheck.reports import ReporterSpec, register
+from healthcheck.reports.digest import RunDigest, fold, short_cited
+
 from healthcheck.model import Status
-from reports import ReporterSpec, register
-from reports.digest import RunDigest, fold, short_cited
 
 MAX_GROUPS = 25
 MAX_TEXT = 300

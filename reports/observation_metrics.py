@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from reports.metrics import METRICS, Sample, extractor, number
+from healthcheck.reports.metrics import METRICS, Sample, extractor, number
 
 METRICS.update({
     "healthcheck_gpus": ("gauge", "GPUs the node reports"),

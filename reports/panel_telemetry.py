@@ -14,10 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from healthcheck.reports.metrics import number as _num
+from healthcheck.reports.panels import Panel, Table, _records, panel
 from markupsafe import Markup, escape
-
-from reports.metrics import number as _num
-from reports.panels import Panel, Table, _records, panel
 
 TABLE = "panels/table.html.j2"
 W, H, PAD_L, PAD_B, PAD_T = 260, 96, 34, 14, 6

@@ -137,8 +137,8 @@ def generic_panel(probe: str, obs: Any) -> Panel | None:
 
 def host_panels(observations: Mapping[str, Any]) -> list[Panel]:
     """The panels of one host, in probe-name order; a renderer that raises is shown as a note."""
-    import reports.builtin_panels  # noqa: F401  (registers the built-in renderers)
-    from reports import panel_telemetry  # noqa: F401  (registers the telemetry and dcgm_fields charts)
+    import healthcheck.reports.builtin_panels  # noqa: F401  (registers the built-in renderers)
+    from healthcheck.reports import panel_telemetry  # noqa: F401  (registers the telemetry and dcgm_fields charts)
 
     out: list[Panel] = []
     for probe in sorted(observations, key=lambda p: (ORDER.index(p) if p in ORDER else len(ORDER), p)):

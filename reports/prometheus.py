@@ -14,15 +14,15 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
+import healthcheck.reports.observation_metrics  # noqa: F401  (registers the built-in extractors)
+from healthcheck.reports import ReporterSpec, register
+from healthcheck.reports.bench_views import bench_views
+from healthcheck.reports.digest import RunDigest
+from healthcheck.reports.metrics import METRICS, Sample, observation_samples
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-import reports.observation_metrics  # noqa: F401  (registers the built-in extractors)
 from healthcheck.model import Status
-from reports import ReporterSpec, register
-from reports.bench_views import bench_views
-from reports.digest import RunDigest
-from reports.metrics import METRICS, Sample, observation_samples
 
 
 def run_samples(digest: RunDigest) -> Iterable[Sample]:

@@ -18,8 +18,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from healthcheck.probes.dmon_parse import DEFAULT_FIELD_IDS
 
-from probes.dmon_parse import DEFAULT_FIELD_IDS
 from tests.conftest import fixture_text
 
 pytestmark = pytest.mark.sshd

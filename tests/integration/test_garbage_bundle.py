@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import probes
+from healthcheck import probes
 from healthcheck.model import CommandResult, Host, Status
 from healthcheck.pipeline import RunOptions, execute_run
 from healthcheck.profiles import load_profile

@@ -14,8 +14,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from healthcheck.benchmarks.run import execute_benchmarks, load_outcomes, replay_benchmarks
 
-from benchmarks.run import execute_benchmarks, load_outcomes, replay_benchmarks
 from healthcheck.model import Host, Status
 from healthcheck.profiles import Expectation, Profile
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import reports
+from healthcheck import reports
 from tests.unit.test_report_digest import make_run
 
 pytestmark = pytest.mark.browser

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from healthcheck.benchmarks.run import load_outcomes, replay_benchmarks
 
-from benchmarks.run import load_outcomes, replay_benchmarks
 from healthcheck.model import Host
 from healthcheck.profiles import load_profile
 from tests.conftest import fixture_text

@@ -128,7 +128,7 @@ def test_sweep_needs_an_inventory_or_a_replay(tmp_path):
 
 
 def test_sweep_renders_the_reports_once_with_the_changes_in(tmp_path, monkeypatch):
-    import reports
+    from healthcheck import reports
 
     rendered: list[bool] = []
     real = reports.write_all

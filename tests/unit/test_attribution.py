@@ -3,7 +3,7 @@ two otherwise-good nodes; what cannot be decided stays unconfirmed (never silent
 
 from __future__ import annotations
 
-from benchmarks.attribution import (
+from healthcheck.benchmarks.attribution import (
     PairResult,
     apply_blame,
     attribute,
@@ -11,6 +11,7 @@ from benchmarks.attribution import (
     included_blame,
     retest_candidates,
 )
+
 from healthcheck.model import Finding, Status
 
 

@@ -123,7 +123,7 @@ def test_replay_against_another_inventory(cli, tmp_path):
 
 
 def test_a_crashing_fleet_check_is_an_error_and_results_are_still_written(tmp_path, monkeypatch):
-    import probes
+    from healthcheck import probes
     from healthcheck.pipeline import RunOptions, execute_run
 
     class Broken:

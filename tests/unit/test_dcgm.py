@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from healthcheck.probes.dcgm import PROBE, evaluate_dcgm, parse_dcgm, render_commands
+from healthcheck.probes.dcgm_diag import parse_dcgmi_diag, severity_name
+from healthcheck.probes.dcgm_health import parse_dcgmi_discovery, parse_dcgmi_health
 
 from healthcheck.model import CommandResult, Host, Status
 from healthcheck.profiles import load_profile
 from healthcheck.runner import plan_commands
 from healthcheck.spec import EvalContext, ParseError
-from probes.dcgm import PROBE, evaluate_dcgm, parse_dcgm, render_commands
-from probes.dcgm_diag import parse_dcgmi_diag, severity_name
-from probes.dcgm_health import parse_dcgmi_discovery, parse_dcgmi_health
 from tests.conftest import corpus_files, corpus_text, fixture_text
 
 H100 = load_profile("h100-sxm5-8x")

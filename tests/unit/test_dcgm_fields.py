@@ -6,20 +6,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-import probes
-from healthcheck.model import CommandResult, Host, Status
-from healthcheck.profiles import EMPTY_PROFILE, Profile, load_profile
-from healthcheck.runner import plan_commands
-from healthcheck.spec import EvalContext, ParseError
-from probes.dcgm_fields import evaluate_dcgm_fields, field_ids, parse_dcgm_fields, render_commands
-from probes.dmon_parse import (
+from healthcheck.probes.dcgm_fields import evaluate_dcgm_fields, field_ids, parse_dcgm_fields, render_commands
+from healthcheck.probes.dmon_parse import (
     DEFAULT_FIELD_IDS,
     parse_dcgmi_dmon,
     parse_field_samples,
     parse_nvidia_smi_dmon,
     parse_nvidia_smi_query_csv,
 )
+
+from healthcheck import probes
+from healthcheck.model import CommandResult, Host, Status
+from healthcheck.profiles import EMPTY_PROFILE, Profile, load_profile
+from healthcheck.runner import plan_commands
+from healthcheck.spec import EvalContext, ParseError
 from tests.conftest import FIXTURES, corpus_files, corpus_text, fixture_text
 
 H100 = load_profile("h100-sxm5-8x")

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from healthcheck.probes import fleet_checks
+from healthcheck.probes.fleet import VersionConsistency, host_facts
+
 from healthcheck.model import Host, Status
 from healthcheck.profiles import Expectation, load_profile
-from probes import fleet_checks
-from probes.fleet import VersionConsistency, host_facts
 
 H100 = load_profile("h100-sxm5-8x")
 A100 = load_profile("a100-sxm4-80gb-8x")

@@ -7,12 +7,12 @@ import subprocess
 import sys
 
 import pytest
+from healthcheck.probes.gpu import parse_gpu
 
-import probes as registry
+from healthcheck import probes as registry
 from healthcheck.model import CommandResult, Host, Status
 from healthcheck.profiles import load_profile
 from healthcheck.spec import EvalContext, ParseError
-from probes.gpu import parse_gpu
 from tests.conftest import fixture_text
 
 

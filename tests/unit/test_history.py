@@ -70,7 +70,7 @@ def test_hpl_measured_once_per_node_not_again_from_its_fleet_finding():
 
 
 def test_pair_busbw_pinned_on_the_partner_is_not_this_nodes_measurement():
-    from benchmarks.attribution import PairBlame, apply_blame
+    from healthcheck.benchmarks.attribution import PairBlame, apply_blame
 
     slow = [Finding(host=h, check="nccl.all_reduce.pair.busbw", status=Status.FAIL, value=141.18, unit="GB/s",
                     component="pair node01-node03", source="j13", message="busbw 141.2 GB/s") for h in

@@ -6,10 +6,19 @@ import math
 from pathlib import Path
 
 import pytest
+from healthcheck.benchmarks import BenchContext
+from healthcheck.benchmarks.hpl import (
+    HplResult,
+    HplTest,
+    evaluate_hpl,
+    fleet_hpl,
+    hpl_dat,
+    hpl_program,
+    parse_hpl,
+    process_grid,
+)
+from healthcheck.benchmarks.plan import Job
 
-from benchmarks import BenchContext
-from benchmarks.hpl import HplResult, HplTest, evaluate_hpl, fleet_hpl, hpl_dat, hpl_program, parse_hpl, process_grid
-from benchmarks.plan import Job
 from healthcheck.model import Host, Status
 from healthcheck.profiles import Expectation, Profile
 from healthcheck.spec import ParseError

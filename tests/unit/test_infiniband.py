@@ -6,13 +6,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from healthcheck.probes.ib_parse import IbObservation, parse_ib_sysfs, parse_ibstat, parse_peermem_module, parse_rate
+from healthcheck.probes.infiniband import COMMANDS, evaluate_infiniband, parse_infiniband
 
 from healthcheck.model import CommandResult, Host, Status
 from healthcheck.profiles import Expectation, load_profile
 from healthcheck.results import to_jsonable
 from healthcheck.spec import EvalContext, ParseError
-from probes.ib_parse import IbObservation, parse_ib_sysfs, parse_ibstat, parse_peermem_module, parse_rate
-from probes.infiniband import COMMANDS, evaluate_infiniband, parse_infiniband
 from tests.conftest import corpus_files, corpus_text, fixture_text
 
 H100 = load_profile("h100-sxm5-8x")

@@ -6,9 +6,8 @@ import dataclasses
 import math
 
 import pytest
-
-from benchmarks import BenchContext
-from benchmarks.nccl import (
+from healthcheck.benchmarks import BenchContext
+from healthcheck.benchmarks.nccl import (
     BUSBW_FACTORS,
     busbw_metric,
     evaluate_nccl,
@@ -17,7 +16,8 @@ from benchmarks.nccl import (
     nccl_program,
     parse_nccl_tests,
 )
-from benchmarks.plan import Job
+from healthcheck.benchmarks.plan import Job
+
 from healthcheck.model import Host, Status
 from healthcheck.profiles import Expectation, Profile
 from healthcheck.spec import ParseError

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from healthcheck.probes.gpu_model import observations_from_log
+from healthcheck.probes.nvidia_smi_xml import parse_nvidia_smi_xml
 
 from healthcheck.spec import ParseError
-from probes.gpu_model import observations_from_log
-from probes.nvidia_smi_xml import parse_nvidia_smi_xml
 from tests.conftest import CORPUS, corpus_files, corpus_text, fixture_text
 
 

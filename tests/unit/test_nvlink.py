@@ -5,17 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from healthcheck.model import CommandResult, Host, Status
-from healthcheck.profiles import load_profile
-from healthcheck.results import to_jsonable
-from healthcheck.spec import EvalContext, ParseError
-from probes.nvlink import (
+from healthcheck.probes.nvlink import (
     evaluate_nvlink,
     parse_nvidia_smi_nvlink_e,
     parse_nvidia_smi_nvlink_s,
     parse_nvlink,
 )
+
+from healthcheck.model import CommandResult, Host, Status
+from healthcheck.profiles import load_profile
+from healthcheck.results import to_jsonable
+from healthcheck.spec import EvalContext, ParseError
 from tests.conftest import corpus_files, corpus_text, fixture_text
 
 

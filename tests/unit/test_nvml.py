@@ -8,13 +8,13 @@ import types
 from typing import Any
 
 import pytest
+from healthcheck.probes.gpu_eval import evaluate_gpu
+from healthcheck.probes.gpu_model import GpuObservations
+from healthcheck.probes.nvml import collect_nvidia_smi, collect_nvml
 
 from healthcheck.model import Host, Status
 from healthcheck.profiles import load_profile
 from healthcheck.spec import EvalContext
-from probes.gpu_eval import evaluate_gpu
-from probes.gpu_model import GpuObservations
-from probes.nvml import collect_nvidia_smi, collect_nvml
 from tests.conftest import fixture_text
 
 

@@ -9,9 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from benchmarks import Program
-from benchmarks.launch import (
+from healthcheck.benchmarks import Program
+from healthcheck.benchmarks.launch import (
     LauncherSettings,
     hostfile_text,
     launch_script,
@@ -20,8 +19,9 @@ from benchmarks.launch import (
     parse_launcher_errors,
     srun_argv,
 )
-from benchmarks.plan import Job, job_id, pair_rounds, plan_jobs, retest_pairs
-from benchmarks.run import execute_benchmarks, load_outcomes, replay_benchmarks
+from healthcheck.benchmarks.plan import Job, job_id, pair_rounds, plan_jobs, retest_pairs
+from healthcheck.benchmarks.run import execute_benchmarks, load_outcomes, replay_benchmarks
+
 from healthcheck.model import CommandResult, Host, Status
 from healthcheck.profiles import Expectation, Profile
 from tests.conftest import corpus_text

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import pytest
-
-from healthcheck.model import CommandResult, Host, Status
-from healthcheck.profiles import load_profile
-from healthcheck.results import to_jsonable
-from healthcheck.spec import EvalContext, ParseError
-from probes.ras import evaluate_ras, parse_ras
-from probes.ras_parse import (
+from healthcheck.probes.ras import evaluate_ras, parse_ras
+from healthcheck.probes.ras_parse import (
     parse_aer_kernel_log,
     parse_aer_sysfs,
     parse_edac_kernel_log,
     parse_edac_sysfs,
     parse_ras_mc_ctl_error_count,
 )
+
+from healthcheck.model import CommandResult, Host, Status
+from healthcheck.profiles import load_profile
+from healthcheck.results import to_jsonable
+from healthcheck.spec import EvalContext, ParseError
 from tests.conftest import corpus_text, fixture_text
 
 H100 = load_profile("h100-sxm5-8x")

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from healthcheck.reports.digest import expected_band, expected_bounds, fold, group_findings, load_digest, margin
 
 from healthcheck.model import Finding, Status
 from healthcheck.results import SCHEMA
-from reports.digest import expected_band, expected_bounds, fold, group_findings, load_digest, margin
 from tests.conftest import fixture_text
 
 XSS = "<script>document.title='pwned';document.body.setAttribute('data-pwned','1')</script>"

@@ -10,12 +10,12 @@ import re
 from pathlib import Path
 
 import pytest
+from healthcheck.reports.bench_views import BenchViews
+from healthcheck.reports.charts import heatmap
+from healthcheck.reports.digest import load_digest, short_cited, split_source
+from healthcheck.reports.html import cited_message, host_index, pair_threshold, render_html, script_json
 
-import reports
-from reports.bench_views import BenchViews
-from reports.charts import heatmap
-from reports.digest import load_digest, short_cited, split_source
-from reports.html import cited_message, host_index, pair_threshold, render_html, script_json
+from healthcheck import reports
 from tests.unit.test_report_digest import IMG_XSS, XSS, make_run
 
 
@@ -141,7 +141,7 @@ def test_changes_and_trends_extension_point(tmp_path: Path) -> None:
 
 
 def test_small_run_details_all_hosts_big_run_caps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import reports.html as report_html
+    import healthcheck.reports.html as report_html
 
     page = render_html(load_digest(make_run(tmp_path))).decode()
     assert 'id="h-gpu003"' in page  # a passing host is detailed on a small run
@@ -202,7 +202,7 @@ def test_pair_heatmap_threshold_comes_from_the_pair_check() -> None:
 
 
 def test_ib_panel_marks_a_port_slower_than_the_hosts_usual_rate() -> None:
-    from reports.builtin_panels import infiniband_panel
+    from healthcheck.reports.builtin_panels import infiniband_panel
 
     def port(n: int, rate: float, state: str = "ACTIVE", layer: str = "InfiniBand") -> dict:
         return {"port": 1, "state": state, "phys_state": "LinkUp", "rate_gbps": rate, "link_layer": layer,

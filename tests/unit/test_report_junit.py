@@ -5,8 +5,9 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from reports.digest import load_digest
-from reports.junit import render_junit, xml_text
+from healthcheck.reports.digest import load_digest
+from healthcheck.reports.junit import render_junit, xml_text
+
 from tests.unit.test_report_digest import REMAP_REMEDY, make_run
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from reports.digest import load_digest
-from reports.markdown import md_code, md_text, render_markdown
+from healthcheck.reports.digest import load_digest
+from healthcheck.reports.markdown import md_code, md_text, render_markdown
+
 from tests.unit.test_report_digest import make_run
 
 

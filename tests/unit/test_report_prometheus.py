@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from healthcheck.reports.digest import load_digest
+from healthcheck.reports.prometheus import render_prometheus
 from prometheus_client.parser import text_string_to_metric_families
 
-from reports.digest import load_digest
-from reports.prometheus import render_prometheus
 from tests.unit.test_report_digest import make_run
 
 
@@ -84,10 +84,9 @@ def test_types_suffixes_and_sorted_deterministic_output(tmp_path: Path, text: st
 
 
 def test_label_values_are_escaped() -> None:
+    from healthcheck.reports.metrics import Sample
+    from healthcheck.reports.prometheus import _Collector, families
     from prometheus_client import CollectorRegistry, generate_latest
-
-    from reports.metrics import Sample
-    from reports.prometheus import _Collector, families
 
     odd = 'x"}\nfake_metric 1\\'
     registry = CollectorRegistry(auto_describe=False)

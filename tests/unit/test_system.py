@@ -6,15 +6,15 @@ import subprocess
 from dataclasses import replace
 
 import pytest
+from healthcheck.probes.resources import PROBE as RESOURCES
+from healthcheck.probes.resources import evaluate_resources, parse_resources
+from healthcheck.probes.system import PROBE, evaluate_system, mount_probe_command, parse_system, render_commands
+from healthcheck.probes.system_parse import cpu_list_count, parse_df_posix, parse_proc_mounts, parse_systemctl_units
 
 from healthcheck.model import CommandResult, Host, Status
 from healthcheck.profiles import Expectation, load_profile
 from healthcheck.runner import plan_commands
 from healthcheck.spec import EvalContext, ParseError
-from probes.resources import PROBE as RESOURCES
-from probes.resources import evaluate_resources, parse_resources
-from probes.system import PROBE, evaluate_system, mount_probe_command, parse_system, render_commands
-from probes.system_parse import cpu_list_count, parse_df_posix, parse_proc_mounts, parse_systemctl_units
 from tests.conftest import fixture_text
 
 H100 = load_profile("h100-sxm5-8x")

@@ -8,8 +8,8 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from benchmarks.plan import Job
-from benchmarks.telemetry import (
+from healthcheck.benchmarks.plan import Job
+from healthcheck.benchmarks.telemetry import (
     MAX_POINTS,
     MAX_SAMPLES,
     TelemetrySeries,
@@ -23,10 +23,11 @@ from benchmarks.telemetry import (
     store_series,
     telemetry_on,
 )
+from healthcheck.probes.dmon_parse import parse_field_samples
+from healthcheck.reports.panels import host_panels
+
 from healthcheck.model import CommandResult, Host, Status
 from healthcheck.profiles import Profile, load_profile
-from probes.dmon_parse import parse_field_samples
-from reports.panels import host_panels
 from tests.conftest import fixture_text
 
 H100 = load_profile("h100-sxm5-8x")
@@ -169,7 +170,7 @@ def test_sample_during_stops_the_sampler_when_the_job_ends(tmp_path: Path, monke
     (bindir / "dcgmi").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
     token = f"unit{os.getpid()}"
-    monkeypatch.setattr("benchmarks.telemetry.secrets.token_hex", lambda n: token)
+    monkeypatch.setattr("healthcheck.benchmarks.telemetry.secrets.token_hex", lambda n: token)
     local = Host("localhost", transport="local")
 
     def launch() -> str:  # the "job" lasts until the sampler has written its first row
@@ -213,7 +214,7 @@ def test_a_sampler_that_ended_before_the_job_leaves_nothing_behind(tmp_path: Pat
 
     monkeypatch.setenv("PATH", "/usr/bin:/bin")  # neither dcgmi nor nvidia-smi: the sampler ends at once
     token = f"unitnone{os.getpid()}"
-    monkeypatch.setattr("benchmarks.telemetry.secrets.token_hex", lambda n: token)
+    monkeypatch.setattr("healthcheck.benchmarks.telemetry.secrets.token_hex", lambda n: token)
     finished = Path(f"/tmp/hc-telemetry-{token}.finished")
 
     def launch() -> str:
@@ -232,8 +233,9 @@ def test_a_sampler_that_ended_before_the_job_leaves_nothing_behind(tmp_path: Pat
 
 
 def test_at_rest_panel_flags_the_xid_and_pending_remap() -> None:
+    from healthcheck.probes.dcgm_fields import observe
+
     from healthcheck.results import to_jsonable
-    from probes.dcgm_fields import observe
 
     table = parse_field_samples(body("dcgmi-dmon/h100-8gpu-rest-gpu2-dbe-xid48-remap-pending.txt"))
     panel = host_panels({"dcgm_fields": to_jsonable(observe(table))})[0]

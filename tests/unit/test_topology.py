@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from healthcheck.probes.topology import evaluate_topology, nvlink_count, parse_nvidia_smi_topo_m, parse_topology
 
 from healthcheck.model import CommandResult, Host, Status
 from healthcheck.profiles import load_profile
 from healthcheck.spec import EvalContext, ParseError
-from probes.topology import evaluate_topology, nvlink_count, parse_nvidia_smi_topo_m, parse_topology
 from tests.conftest import FIXTURES, corpus_files, corpus_text, fixture_text
 
 

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from healthcheck.model import CommandResult, Host, Status
-from healthcheck.profiles import Expectation, load_profile
-from healthcheck.spec import EvalContext
-from probes.versions import (
+from healthcheck.probes.versions import (
     evaluate_versions,
     hca_firmware,
     parse_nccl_libs,
@@ -15,6 +12,10 @@ from probes.versions import (
     parse_versions,
     version_facts,
 )
+
+from healthcheck.model import CommandResult, Host, Status
+from healthcheck.profiles import Expectation, load_profile
+from healthcheck.spec import EvalContext
 from tests.conftest import corpus_text, fixture_text
 
 H100 = load_profile("h100-sxm5-8x")

@@ -8,15 +8,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from healthcheck.probes.gpu import parse_nvidia_smi_output
+from healthcheck.probes.kernel_log import parse_kernel_log, resolve_time
+from healthcheck.probes.xid import evaluate_xid, kernel_log_command, load_catalog, parse_xid
 
-import probes as registry
+from healthcheck import probes as registry
 from healthcheck.model import CommandResult, Host, Status
 from healthcheck.profiles import load_profile
 from healthcheck.runner import plan_commands
 from healthcheck.spec import EvalContext, ParseError
-from probes.gpu import parse_nvidia_smi_output
-from probes.kernel_log import parse_kernel_log, resolve_time
-from probes.xid import evaluate_xid, kernel_log_command, load_catalog, parse_xid
 from tests.conftest import corpus_files, corpus_text, fixture_text
 
 # our 8x H100 report: gpu0..7 at 19, 3B, 4C, 5D, 9B, BB, CB, DB, every remap pending/failure No
