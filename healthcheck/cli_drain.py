@@ -19,6 +19,7 @@ from pathlib import Path
 
 import click
 
+from healthcheck.cli_options import command_line_flag
 from healthcheck.defaults import DEFAULTS
 from healthcheck.drain import ADVISORY_CHECKS, DrainPlan, DrainPolicy, plan_drain
 from healthcheck.inventory import Inventory, InventoryError, load_inventory
@@ -111,8 +112,8 @@ def _execute(actions: list[Action], controller: Controller, apply: bool, states_
 _common = [
     click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path)),
     click.option("--scheduler", type=click.Choice(["slurm", "kubernetes"]), default="slurm",
-                 show_default=True),
-    click.option("--apply", is_flag=True, help="Run the commands (default: print them only)."),
+                 show_default=True, help="slurm: scontrol drain/resume; kubernetes: kubectl cordon and taints."),
+    command_line_flag("--apply", help="Run the commands (default: print them only)."),
     click.option("-i", "--inventory", type=click.Path(exists=True, dir_okay=False, path_type=Path),
                  help="Inventory: node names (slurm_node/k8s_node vars), fleet size, controller host."),
     click.option("--controller", help="Host where scheduler commands run over SSH [default: the "
@@ -140,7 +141,7 @@ def _with_common(f):  # type: ignore[no-untyped-def]
 @_with_common
 @click.option("--max-fraction", type=click.FloatRange(0, 1), default=DEFAULTS.drain_max_fraction,
               show_default=True, help="Circuit breaker: most of the fleet drained in one go.")
-@click.option("--force", is_flag=True, help="Override the circuit breaker (too many nodes, broken run).")
+@command_line_flag("--force", help="Override the circuit breaker (too many nodes, broken run).")
 def drain(run_dir: Path, scheduler: str, apply: bool, inventory: Path | None, controller: str | None,
           ssh_config: Path | None, statuses: str, checks: str | None, ignore: str | None,
           advisory: str, max_fraction: float, force: bool) -> None:
