@@ -67,6 +67,17 @@ def plan_benchmark(spec: BenchmarkSpec, hosts: Sequence[Host], profile: Profile,
                      pair_round_count=rounds, rails=rails, timeout_s=timeout)
 
 
+def first_pass(spec: BenchmarkSpec, group: Sequence[Host], profile: Profile,
+               options: Mapping[str, Any]) -> list[Job]:
+    """The planned jobs; for a rerun (option ``jobs``: Job records of an earlier run) exactly those
+    of this benchmark whose hosts are all in ``group``."""
+    if options.get("jobs") is None:
+        return plan_benchmark(spec, group, profile, options)
+    names = {h.name for h in group}
+    return [Job.from_json(dict(j)) for j in options["jobs"]
+            if j.get("benchmark") == spec.name and set(j.get("hosts") or ()) <= names]
+
+
 def _groups(hosts: Sequence[Host], profiles: Mapping[str, Profile]) -> list[tuple[Profile, list[Host]]]:
     groups: dict[str, tuple[Profile, list[Host]]] = {}
     for host in hosts:
@@ -225,19 +236,24 @@ def execute_benchmarks(run_dir: Path, hosts: Sequence[Host], profiles: Mapping[s
             outcomes += done
             covered = {h for o in done for h in o.job.hosts}
             findings += [Finding(host=h.name, check=f"{spec.name}.skipped", status=Status.SKIP,
-                                 source="benchmarks", message=f"{spec.name}: no job for this host (no partner "
-                                                              f"with profile {profile.name})")
+                                 source="benchmarks", message=_not_covered(spec.name, profile.name, run_options))
                          for h in group if h.name not in covered]
     graded_findings, observations = grade_outcomes(outcomes, hosts, profiles, run_options)
     # telemetry (issue 9): the series sampled during the jobs join the findings and observations
     return merge_telemetry(run_dir, hosts, profiles, findings + graded_findings, observations)
 
 
+def _not_covered(bench: str, profile: str, options: Mapping[str, Any]) -> str:
+    if options.get("jobs") is not None:
+        return f"{bench}: not rerun on this host (none of its jobs failed in the earlier run)"
+    return f"{bench}: no job for this host (no partner with profile {profile})"
+
+
 def _run_group(run_dir: Path, spec: BenchmarkSpec, group: Sequence[Host], profile: Profile,
                by_name: Mapping[str, Host], transport: Any, options: Mapping[str, Any],
                manifest: list[dict[str, Any]]) -> list[JobOutcome]:
     """First-pass jobs of one benchmark over hosts sharing a profile, then retests of suspects."""
-    done = _run_jobs(run_dir, plan_benchmark(spec, group, profile, options), by_name, profile, transport,
+    done = _run_jobs(run_dir, first_pass(spec, group, profile, options), by_name, profile, transport,
                      options, manifest)
     if options.get("retest", True):
         graded = [(o, grade_job(o, spec, BenchContext(profile, by_name, options))[0]) for o in done]

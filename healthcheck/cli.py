@@ -24,7 +24,7 @@ from healthcheck.cli_options import TargetOptions, check_source, csv_list, plan_
 from healthcheck.defaults import DEFAULTS
 from healthcheck.inventory import InventoryError, load_inventory
 from healthcheck.model import Status
-from healthcheck.pipeline import execute_run, render_reports
+from healthcheck.pipeline import NothingToRerunError, execute_run, render_reports
 from healthcheck.profiles import ProfileError
 from healthcheck.results import RunResults, load_results
 from healthcheck.rundir import RunDirError
@@ -61,6 +61,11 @@ def print_summary(results: RunResults, run_dir: Path) -> None:
             click.echo(f"  {name:<16} {f.status.value:<5} {f.check:<28} {message}")
         if len(bad) > 5:
             click.echo(f"  {name:<16} ... {len(bad) - 5} more")
+    rerun = results.extra.get("rerun")
+    if isinstance(rerun, dict):
+        click.echo(f"rerun of {rerun.get('of')}:")
+        for name, states in sorted((rerun.get("hosts") or {}).items()):
+            click.echo(f"  {name:<16} was {states.get('was')}, now {states.get('now') or 'not swept'}")
     click.echo(f"run directory: {run_dir}")
     if (run_dir / "report.html").is_file():
         click.echo(f"report: {run_dir / 'report.html'}")
@@ -87,17 +92,28 @@ def main() -> None:
 @click.option("--benchmarks", help="Comma-separated benchmarks to run after probes (nccl,hpl,imb,osu).")
 @plan_option
 @click.option("--strict", is_flag=True, help="WARN counts as failure for the exit code.")
+@click.option("--rerun-failed", "rerun_of", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Sweep again only the hosts whose verdict was FAIL or ERROR in this earlier run directory "
+                   "(their addresses from its manifest unless -i/--hosts is given), and its failed benchmark "
+                   "jobs; the report says 'was FAIL, now PASS' per host.")
+@click.option("--rerun-checks", is_flag=True, help="With --rerun-failed: run only the probes (and benchmark "
+              "jobs) that produced the FAIL/ERROR findings.")
 def run(target: TargetOptions, replay: Path | None, local: bool, out: Path, run_dir: Path | None,
         deadline: float | None, previous: Path | None, output_cap: int, benchmarks: str | None, plan: str,
-        strict: bool) -> None:
+        strict: bool, rerun_of: Path | None, rerun_checks: bool) -> None:
     """Sweep the hosts of an inventory (or replay a bundle) and write a run directory."""
-    check_source(target, replay, local)
+    check_source(target, replay, local, rerun_of=rerun_of)
+    if rerun_checks and rerun_of is None:
+        raise click.UsageError("--rerun-checks needs --rerun-failed RUN_DIR")
     opts = target.run_options(
         replay=replay, local=local, out=out, run_dir=run_dir, deadline_s=deadline, output_cap_bytes=output_cap,
         previous=previous, progress=sys.stderr.isatty(), benchmarks=_csv(benchmarks) or (), plan=plan,
-        probe_options={"plan": plan})
+        probe_options={"plan": plan}, rerun_of=rerun_of, rerun_checks=rerun_checks)
     try:
         outcome = execute_run(opts)
+    except NothingToRerunError as exc:
+        click.echo(f"healthcheck: {exc}")
+        sys.exit(ExitCode.OK)
     except (*SETUP_ERRORS, probe_registry.RegistryError, bench_registry.RegistryError) as exc:
         click.echo(f"healthcheck: {exc.args[0] if isinstance(exc, KeyError) and exc.args else exc}", err=True)
         sys.exit(ExitCode.USAGE)

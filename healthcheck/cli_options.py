@@ -141,15 +141,16 @@ def run_dir_options(command: Callable[..., Any]) -> Callable[..., Any]:
     command = click.option("--run-dir", type=click.Path(path_type=Path),
                            help="Exact run directory (absent or empty) instead of OUT/<UTC timestamp>.")(command)
     return click.option("--out", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
-                        help="Parent folder; the run goes to OUT/<UTC timestamp>/.")(command)
+                        help="Parent folder; the run goes to OUT/<UTC timestamp>/ and the symlink OUT/latest "
+                             "then points to it.")(command)
 
 
 def check_source(target: TargetOptions, replay: Path | None = None, local: bool = False,
-                 local_allowed: bool = True) -> None:
+                 local_allowed: bool = True, rerun_of: Path | None = None) -> None:
     """Exactly one host source: -i, --hosts, --replay (optionally with -i to re-grade against another
-    inventory) or --local."""
+    inventory) or --local; ``--rerun-failed RUN`` alone takes the hosts from that run."""
     inventory, hostlist = target.inventory, target.hostlist
-    if (local and (inventory or replay or hostlist)) or (inventory and hostlist) or (replay and hostlist) \
-            or not (local or inventory or replay or hostlist):
+    if (local and (inventory or replay or hostlist or rerun_of)) or (inventory and hostlist) \
+            or (replay and hostlist) or not (local or inventory or replay or hostlist or rerun_of):
         raise click.UsageError("give -i/--inventory or --hosts NODESET, --replay DIR (optionally with -i "
                                "to re-grade against another inventory)" + (", or --local" if local_allowed else ""))

@@ -15,7 +15,7 @@ import shutil
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -27,8 +27,9 @@ from healthcheck.inventory import Inventory, expand_hostlist, load_inventory
 from healthcheck.model import Finding, Host, HostCollection, Status
 from healthcheck.profiles import EMPTY_PROFILE, Profile, available_profiles, load_profile
 from healthcheck.progress import ProgressDisplay
+from healthcheck.rerun import RerunPlan, plan_rerun, rerun_changes, rerun_record
 from healthcheck.results import HostResult, RunResults, load_results, to_jsonable, write_results
-from healthcheck.rundir import FindingsLog, new_run_dir, read_bundle, write_collection, write_json
+from healthcheck.rundir import FindingsLog, new_run_dir, read_bundle, update_latest, write_collection, write_json
 from healthcheck.runner import Runner, host_deadline, plan_commands
 from healthcheck.spec import Transport
 from healthcheck.stages import grade_host
@@ -65,6 +66,8 @@ class RunOptions:
     plan: str = "quick"
     probe_options: Mapping[str, Any] = field(default_factory=dict)
     render: bool = True                   # False: the caller renders the reports (``healthcheck sweep``)
+    rerun_of: Path | None = None          # earlier run dir: sweep only its FAIL/ERROR hosts (healthcheck.rerun)
+    rerun_checks: bool = False            # with rerun_of: only the probes (and jobs) that produced those findings
 
 
 @dataclass
@@ -95,6 +98,8 @@ def _hosts(opts: RunOptions, search: Sequence[Path]) -> tuple[list[Host], Invent
         hosts = _replay_hosts(opts.replay)
     elif opts.local:
         inv, hosts = None, [Host(name=platform.node() or "localhost", transport="local")]
+    elif opts.rerun_of is not None:
+        inv, hosts = None, _replay_hosts(opts.rerun_of)  # the old run's hosts, addresses and vars
     else:
         raise ValueError("give an inventory (-i), --hosts NODESET, --replay DIR or --local")
     if opts.profile:
@@ -146,6 +151,7 @@ def execute_run(opts: RunOptions) -> RunOutcome:
     """Run (or replay) a sweep and write the whole run directory. Raises only on bad setup."""
     started = datetime.now(timezone.utc)
     clock = time.monotonic()
+    opts, rerun = _apply_rerun(opts)
     search = _profile_search(opts)
     hosts, _inventory = _hosts(opts, search)
     profiles = _load_profiles(hosts, search)
@@ -160,6 +166,9 @@ def execute_run(opts: RunOptions) -> RunOutcome:
              for name, prof in profiles.items()}
     plans[""] = plan_commands(selected, options, opts.timeout_s)
     mode = "replay" if opts.replay is not None else ("local" if opts.local else "ssh")
+    if rerun is not None and not hosts:
+        raise NothingToRerunError(f"--rerun-failed {rerun.of_dir}: none of its failing hosts "
+                                  f"({', '.join(rerun.hosts)}) is in the selected inventory or --limit")
     transport = _transport(opts, mode, hosts)
     run_dir = new_run_dir(opts.out, opts.run_dir)
     write_json(run_dir / "manifest.json", _manifest(opts, hosts, profiles, plans, mode, started))
@@ -182,9 +191,38 @@ def execute_run(opts: RunOptions) -> RunOutcome:
     ordered = {h.name: host_results[h.name] for h in hosts if h.name in host_results}
     ordered.update({n: r for n, r in host_results.items() if n not in ordered})
     results = RunResults(run=run_info, hosts=ordered)
+    if rerun is not None:
+        run_info["rerun_of"] = rerun.of_id
+        results.extra.update(rerun=rerun_record(rerun, results), changes=rerun_changes(rerun, results))
     write_results(run_dir, results)
+    if opts.run_dir is None:
+        update_latest(run_dir)
     return RunOutcome(run_dir=run_dir, results=results, report_error=_render(run_dir) if opts.render else None,
                       interrupted=interrupted)
+
+
+class NothingToRerunError(ValueError):
+    """``--rerun-failed`` of a run where no selected host failed: nothing to do (not a usage error)."""
+
+
+def _apply_rerun(opts: RunOptions) -> tuple[RunOptions, RerunPlan | None]:
+    """With ``rerun_of``: the options limited to the old run's FAIL/ERROR hosts (and, with
+    ``rerun_checks``, to the probes and benchmark jobs behind those findings)."""
+    if opts.rerun_of is None:
+        return opts, None
+    plan = plan_rerun(opts.rerun_of, opts.rerun_checks, probe_registry.select(opts.probes, opts.skip_probes))
+    if not plan.hosts:
+        raise NothingToRerunError(f"nothing to rerun: no host FAILed or ERRORed in {opts.rerun_of}")
+    limit = [h for h in plan.hosts if opts.limit is None or h in opts.limit]
+    changes: dict[str, Any] = {"limit": limit}
+    if plan.probes is not None:
+        changes["probes"] = list(plan.probes)
+    elif opts.probes is None and plan.old_probes is not None:
+        changes["probes"] = list(plan.old_probes)  # the same probes as the run being rerun
+    if plan.jobs:
+        changes["benchmarks"] = list(dict.fromkeys([*opts.benchmarks, *plan.benchmarks]))
+        changes["probe_options"] = {**opts.probe_options, "jobs": [dict(j) for j in plan.jobs]}
+    return replace(opts, **changes), plan
 
 
 def _sweep(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host], profiles: Mapping[str, Profile],

@@ -121,7 +121,7 @@ def test_sweep_takes_limit_skip_probes_and_hosts_source_checks(tmp_path):
                                        "--limit", "h100-node01,h100-node02", "--skip-probes", "dcgm",
                                        "--forks", "2"])
     assert result.exit_code == 0, result.output
-    [run] = (history / "runs").iterdir()
+    run = (history / "runs" / "latest").resolve()
     document = json.loads((run / "results.json").read_text())
     assert sorted(document["hosts"]) == ["h100-node01", "h100-node02"]
     assert "dcgm" not in document["run"]["probes"] and "gpu" in document["run"]["probes"]
