@@ -86,13 +86,24 @@ def _setup(run_dir: Path, scheduler: str, inventory_path: Path | None, policy: D
     return plan, make_controller(inventory, controller, ssh_config)
 
 
-def _execute(actions: list[Action], controller: Controller, apply: bool, states_error: str | None) -> int:
-    """Print the actions as a script; with ``apply`` run them. Returns the exit code."""
+def _execute(actions: list[Action], controller: Controller, apply: bool, states_error: str | None,
+             comment_unchecked: bool = False) -> int:
+    """Print the actions as a script; with ``apply`` run them. Returns the exit code.
+
+    ``comment_unchecked`` (resume): when the scheduler's state could not be read, the dry-run prints
+    the commands commented out, says why, and exits 1, so piping the script to sh cannot resume a node
+    someone else drained."""
+    blocked = comment_unchecked and states_error is not None and not apply
     for a in actions:
         click.echo(f"# {a.host} (node {a.node}): {a.note}")
         for command in a.commands:
-            click.echo(command)
+            click.echo(f"# {command}" if blocked and a.unchecked else command)
     runnable = [a for a in actions if a.argvs and not a.skipped]
+    if blocked:
+        click.echo(f"# NOT RUNNABLE: the scheduler's state could not be read ({states_error}), so whose drain "
+                   f"each node carries is unknown; the {sum(len(a.argvs) for a in runnable)} command(s) above "
+                   "are commented out. Fix access to the scheduler and run again.")
+        return EXIT_FAILED
     if not apply:
         click.echo(f"# dry-run: nothing changed; --apply runs the {sum(len(a.argvs) for a in runnable)} "
                    "command(s) above" + (f" on {controller.where}" if controller.host else ""))
@@ -178,7 +189,9 @@ def resume(run_dir: Path, scheduler: str, apply: bool, inventory: Path | None, c
     """Resume the nodes healthcheck drained that pass in RUN_DIR (dry-run unless --apply).
 
     Only nodes whose drain reason starts with "healthcheck:" (Kubernetes: only our own taints)
-    and that have no FAIL/ERROR in RUN_DIR. Exit codes: 0 done, 1 a command failed, 2 usage error.
+    and that have no FAIL/ERROR in RUN_DIR. When the scheduler's state cannot be read, the dry-run prints
+    the commands commented out with why. Exit codes: 0 done, 1 a command failed or the state could not
+    be read, 2 usage error.
     """
     plan, ctl = _setup(run_dir, scheduler, inventory, _policy(statuses, checks, ignore, advisory),
                        DEFAULTS.drain_max_fraction, controller, ssh_config)
@@ -189,7 +202,7 @@ def resume(run_dir: Path, scheduler: str, apply: bool, inventory: Path | None, c
     states, error = read_states(sched, ctl, [r.node for r in refs])
     if error:
         click.echo(f"# state not read: {error}")
-    sys.exit(_execute(sched.resume_actions(refs, states), ctl, apply, error))
+    sys.exit(_execute(sched.resume_actions(refs, states), ctl, apply, error, comment_unchecked=True))
 
 
 COMMANDS = [drain, resume]

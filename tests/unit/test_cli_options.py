@@ -93,7 +93,7 @@ def test_drain_apply_from_the_environment_stays_a_dry_run(tmp_path, no_scontrol)
     assert "REFUSED" not in result.output and "applied" not in result.output
     # and the same variable cannot be smuggled in for resume either
     result = CliRunner().invoke(main, ["resume", str(run_dir)], env={"HEALTHCHECK_RESUME_APPLY": "1"})
-    assert "# dry-run" in result.output
+    assert "# NOT RUNNABLE" in result.output and "REFUSED" not in result.output
 
 
 def test_force_from_the_environment_does_not_override_the_circuit_breaker(tmp_path, no_scontrol):
@@ -151,3 +151,14 @@ def test_bench_takes_hosts_and_transport(tmp_path, monkeypatch):
     CliRunner().invoke(main, ["bench", "--hosts", "gpu01", "--probes", "gpu,xid", "--run-dir", str(tmp_path / "c")])
     assert list(seen[-1].probes) == ["gpu", "xid"]
     assert CliRunner().invoke(main, ["bench"]).exit_code == 2
+
+
+def test_resume_dry_run_without_scheduler_state_prints_commands_commented_out_and_fails(tmp_path, no_scontrol):
+    run_dir = write_run(tmp_path / "run", [], hosts=2)
+    result = CliRunner().invoke(main, ["resume", str(run_dir)])
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert "# scontrol update NodeName=gpu001 State=RESUME" in lines
+    assert "scontrol update NodeName=gpu001 State=RESUME" not in lines
+    assert not [line for line in lines if line and not line.startswith("#")]  # piped to sh: nothing runs
+    assert any(line.startswith("# NOT RUNNABLE: the scheduler's state could not be read (scontrol") for line in lines)
