@@ -35,8 +35,9 @@ from healthcheck.model import Host
 
 TOP_KEYS = ("defaults", "groups", "hosts", "controller")
 GROUP_KEYS = ("hosts", "vars")
-KNOWN_VARS = ("address", "user", "port", "profile", "transport", "slurm_node", "k8s_node", "rail", "benchmarks",
-              "xid_ignore", "mounts", "services", "labels", "extra")
+KNOWN_VARS = ("address", "user", "port", "profile", "transport", "slurm_node", "k8s_node", "benchmarks",
+              "xid_ignore", "mounts", "services", "extra")
+LIST_VARS = ("mounts", "services")  # lists of strings (healthcheck.hostvars)
 TRANSPORTS = ("ssh", "local", "slurm")
 
 
@@ -94,6 +95,9 @@ def _check_vars(raw: Any, where: str) -> dict[str, Any]:
             raise InventoryError(f"{where}: unknown var {key!r}{more}")
     if "port" in raw and not (isinstance(raw["port"], int) and 0 < raw["port"] < 65536):
         raise InventoryError(f"{where}: port {raw['port']!r} is not a TCP port")
+    for key in LIST_VARS:
+        if key in raw and not (isinstance(raw[key], list) and all(isinstance(v, str) and v for v in raw[key])):
+            raise InventoryError(f"{where}: {key} must be a list of names, got {raw[key]!r}")
     if "transport" in raw and raw["transport"] not in TRANSPORTS:
         raise InventoryError(f"{where}: transport {raw['transport']!r} is not one of {TRANSPORTS}")
     return dict(raw)

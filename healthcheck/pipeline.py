@@ -23,6 +23,7 @@ from typing import Any
 import healthcheck
 from healthcheck import probes as probe_registry
 from healthcheck.defaults import DEFAULTS
+from healthcheck.hostvars import host_profile, plan_key
 from healthcheck.inventory import Inventory, expand_hostlist, load_inventory
 from healthcheck.model import Finding, Host, HostCollection, Status
 from healthcheck.profiles import EMPTY_PROFILE, Profile, available_profiles, load_profile
@@ -164,6 +165,10 @@ def execute_run(opts: RunOptions) -> RunOutcome:
     options = {"kernel_log_window_h": DEFAULTS.kernel_log_window_h, "plan": opts.plan, **opts.probe_options}
     plans = {name: plan_commands(selected, {**options, "profile": prof}, opts.timeout_s)
              for name, prof in profiles.items()}
+    for host in hosts:  # hosts whose mounts/services vars refine their profile (healthcheck.hostvars)
+        if plan_key(host) not in plans:
+            prof = host_profile(host, profiles.get(host.profile or "", EMPTY_PROFILE))
+            plans[plan_key(host)] = plan_commands(selected, {**options, "profile": prof}, opts.timeout_s)
     plans[""] = plan_commands(selected, options, opts.timeout_s)
     mode = "replay" if opts.replay is not None else ("local" if opts.local else "ssh")
     if rerun is not None and not hosts:
@@ -233,7 +238,7 @@ def _sweep(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host], pr
     previous = _previous_observations(opts.previous)
 
     def grade(host: Host, collection: HostCollection) -> HostResult:
-        profile = profiles.get(host.profile or "", EMPTY_PROFILE)
+        profile = host_profile(host, profiles.get(host.profile or "", EMPTY_PROFILE))
         preparsed = local_nvml_observations(selected) if host.transport == "local" and mode != "replay" else {}
         findings, observations = grade_host(host, collection, selected, profile,
                                             mode if mode == "replay" else host.transport,
@@ -246,7 +251,7 @@ def _sweep(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host], pr
         return opts.deadline_s or host_deadline(commands, DEFAULTS.kill_after_s, DEFAULTS.host_deadline_margin_s)
 
     with ProgressDisplay(total=len(hosts), enabled=opts.progress) as progress:
-        runner = Runner(transport, lambda h: plans[h.profile if h.profile in plans else ""], opts.forks,
+        runner = Runner(transport, lambda h: plans.get(plan_key(h), plans[""]), opts.forks,
                         deadline_for, listeners=[progress], on_collected=lambda c: write_collection(run_dir, c))
         results = runner.run(hosts, grade)
     if runner.interrupted:
