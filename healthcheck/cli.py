@@ -144,7 +144,7 @@ def inventory() -> None:
 
 @inventory.command("show")
 @click.option("-i", "--inventory", "path", required=True, type=click.Path(path_type=Path),
-              help="Inventory YAML to expand.")
+              help="Inventory to expand (our YAML or an Ansible inventory).")
 def inventory_show(path: Path) -> None:
     """Print the expanded hosts with group, address, user, port and profile."""
     from healthcheck.profiles import available_profiles

@@ -83,7 +83,8 @@ class TargetOptions:
 
 _TARGET: list[Callable[[Any], Any]] = [
     click.option("-i", "--inventory", type=click.Path(path_type=Path),
-                 help="Inventory YAML (hosts, groups, per-host vars; see README)."),
+                 help="Inventory: our YAML, or an Ansible inventory (INI/YAML file, read through ansible-inventory, "
+                      "or saved `ansible-inventory --list` JSON)."),
     click.option("--hosts", "hostlist", help="Ad-hoc hosts instead of an inventory, as nodesets "
                  "(gpu[001-016]; whitespace or newline separated, e.g. sinfo output); addresses and users "
                  "come from ssh_config."),
