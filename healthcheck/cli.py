@@ -29,7 +29,8 @@ from healthcheck.profiles import ProfileError
 from healthcheck.results import RunResults, load_results
 from healthcheck.rundir import RunDirError
 
-EXTENSION_MODULES = ("healthcheck.cli_bench", "healthcheck.cli_drain", "healthcheck.cli_sweep")
+EXTENSION_MODULES = ("healthcheck.cli_bench", "healthcheck.cli_drain", "healthcheck.cli_sweep",
+                     "healthcheck.cli_assets")
 
 
 class ExitCode(enum.IntEnum):

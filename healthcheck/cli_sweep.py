@@ -34,6 +34,9 @@ def print_changes(record: SweepRecord) -> None:
         for item in changes[key]:
             checks = ", ".join(item["checks"][:4])
             click.echo(f"  {label:<9} {item['host']:<16} {item['verdict']:<5} {checks}")
+    for change in changes.get("assets") or ():
+        click.echo(f"  {'HARDWARE':<9} {change['host']:<16} {change['kind']:<15} {change['component']}: "
+                   f"{change['field']} {change['before'] or '-'} -> {change['after'] or '-'}")
     for f in record.findings:
         click.echo(f"  {'WARN':<9} {f.host:<16} {f.check:<28} {f.message}")
     if record.pruned:

@@ -22,6 +22,7 @@ from typing import Any
 
 import healthcheck
 from healthcheck import probes as probe_registry
+from healthcheck.assetdiff import current_assets, reset_swapped
 from healthcheck.defaults import DEFAULTS
 from healthcheck.hostvars import host_profile, plan_key
 from healthcheck.inventory import Inventory, expand_hostlist, load_inventory
@@ -240,9 +241,12 @@ def _sweep(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host], pr
     def grade(host: Host, collection: HostCollection) -> HostResult:
         profile = host_profile(host, profiles.get(host.profile or "", EMPTY_PROFILE))
         preparsed = local_nvml_observations(selected) if host.transport == "local" and mode != "replay" else {}
+        before = previous.get(host.name)
+        if before and "assets" in before:  # a swapped GPU/HCA starts a fresh counter baseline
+            before, _ = reset_swapped(before, current_assets(collection.results), host.name)
         findings, observations = grade_host(host, collection, selected, profile,
                                             mode if mode == "replay" else host.transport,
-                                            previous.get(host.name), options, preparsed)
+                                            before, options, preparsed)
         log.append(findings)
         return HostResult(name=host.name, findings=findings, observations=observations,
                           profile=host.profile, group=host.group, address=host.address)
