@@ -20,7 +20,16 @@ import click
 import healthcheck
 from healthcheck import benchmarks as bench_registry
 from healthcheck import probes as probe_registry
-from healthcheck.cli_options import TargetOptions, check_source, csv_list, plan_option, run_dir_options, target_options
+from healthcheck.cli_options import (
+    TargetOptions,
+    check_source,
+    csv_list,
+    plan_option,
+    run_dir_options,
+    target_options,
+    verbose_option,
+)
+from healthcheck.console import summary_lines
 from healthcheck.defaults import DEFAULTS
 from healthcheck.inventory import InventoryError, load_inventory
 from healthcheck.model import Status
@@ -51,25 +60,10 @@ def exit_code(results: RunResults, strict: bool) -> ExitCode:
 _csv = csv_list  # the name cli_bench and cli_sweep import
 
 
-def print_summary(results: RunResults, run_dir: Path) -> None:
-    summary = results.summary()
-    counts = "  ".join(f"{k} {v}" for k, v in summary["by_verdict"].items() if v)
-    click.echo(f"verdict {summary['verdict']}: {summary['hosts']} hosts  {counts}")
-    for name, host in results.hosts.items():
-        bad = [f for f in host.findings if f.status in (Status.FAIL, Status.ERROR)]
-        for f in bad[:5]:
-            message = " ".join(f.message.split())  # node output can carry newlines
-            click.echo(f"  {name:<16} {f.status.value:<5} {f.check:<28} {message}")
-        if len(bad) > 5:
-            click.echo(f"  {name:<16} ... {len(bad) - 5} more")
-    rerun = results.extra.get("rerun")
-    if isinstance(rerun, dict):
-        click.echo(f"rerun of {rerun.get('of')}:")
-        for name, states in sorted((rerun.get("hosts") or {}).items()):
-            click.echo(f"  {name:<16} was {states.get('was')}, now {states.get('now') or 'not swept'}")
-    click.echo(f"run directory: {run_dir}")
-    if (run_dir / "report.html").is_file():
-        click.echo(f"report: {run_dir / 'report.html'}")
+def print_summary(results: RunResults, run_dir: Path, verbose: bool = False) -> None:
+    """The folded console summary (``healthcheck.console``); ``verbose`` also lists hosts."""
+    for line in summary_lines(results, run_dir, verbose):
+        click.echo(line)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "HEALTHCHECK"})
@@ -97,11 +91,12 @@ def main() -> None:
               help="Sweep again only the hosts whose verdict was FAIL or ERROR in this earlier run directory "
                    "(their addresses from its manifest unless -i/--hosts is given), and its failed benchmark "
                    "jobs; the report says 'was FAIL, now PASS' per host.")
+@verbose_option
 @click.option("--rerun-checks", is_flag=True, help="With --rerun-failed: run only the probes (and benchmark "
               "jobs) that produced the FAIL/ERROR findings.")
 def run(target: TargetOptions, replay: Path | None, local: bool, out: Path, run_dir: Path | None,
         deadline: float | None, previous: Path | None, output_cap: int, benchmarks: str | None, plan: str,
-        strict: bool, rerun_of: Path | None, rerun_checks: bool) -> None:
+        strict: bool, rerun_of: Path | None, verbose: bool, rerun_checks: bool) -> None:
     """Sweep the hosts of an inventory (or replay a bundle) and write a run directory."""
     check_source(target, replay, local, rerun_of=rerun_of)
     if rerun_checks and rerun_of is None:
@@ -118,7 +113,7 @@ def run(target: TargetOptions, replay: Path | None, local: bool, out: Path, run_
     except (*SETUP_ERRORS, probe_registry.RegistryError, bench_registry.RegistryError) as exc:
         click.echo(f"healthcheck: {exc.args[0] if isinstance(exc, KeyError) and exc.args else exc}", err=True)
         sys.exit(ExitCode.USAGE)
-    print_summary(outcome.results, outcome.run_dir)
+    print_summary(outcome.results, outcome.run_dir, verbose)
     if outcome.interrupted:
         click.echo("interrupted: hosts not swept are marked ERROR (host.swept)", err=True)
         sys.exit(INTERRUPTED)
@@ -221,10 +216,11 @@ def list_probes() -> None:
 @main.command("results")
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--strict", is_flag=True, help="WARN counts as failure for the exit code.")
-def show_results(run_dir: Path, strict: bool) -> None:
+@verbose_option
+def show_results(run_dir: Path, strict: bool, verbose: bool) -> None:
     """Print the summary of a finished run; exit code as for run."""
     results = load_results(run_dir)
-    print_summary(results, run_dir)
+    print_summary(results, run_dir, verbose)
     sys.exit(exit_code(results, strict))
 
 

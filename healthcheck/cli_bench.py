@@ -17,7 +17,15 @@ import click
 
 from healthcheck import benchmarks as bench_registry
 from healthcheck.cli import SETUP_ERRORS, ExitCode, _csv, exit_code, print_summary
-from healthcheck.cli_options import TargetOptions, check_source, csv_list, plan_option, run_dir_options, target_options
+from healthcheck.cli_options import (
+    TargetOptions,
+    check_source,
+    csv_list,
+    plan_option,
+    run_dir_options,
+    target_options,
+    verbose_option,
+)
 from healthcheck.pipeline import execute_run
 
 
@@ -36,9 +44,10 @@ from healthcheck.pipeline import execute_run
 @click.option("--include-failed", is_flag=True, help="Benchmark hosts even when their probes failed.")
 @click.option("--strict", is_flag=True, help="WARN counts as failure for the exit code.")
 @click.option("--list", "list_only", is_flag=True, help="List the benchmarks and exit.")
+@verbose_option
 def bench(target: TargetOptions, out: Path, run_dir: Path | None, names: str, plan: str,
           launcher: str | None, launcher_host: str | None, pair_rounds: int | None, per_rail: bool,
-          no_retest: bool, include_failed: bool, strict: bool, list_only: bool) -> None:
+          no_retest: bool, include_failed: bool, strict: bool, list_only: bool, verbose: bool) -> None:
     """Run nccl-tests, HPL, IMB or OSU across the cluster and grade them against the profiles.
 
     Plans: quick = nccl and HPL on every node alone, IMB/OSU on one round of node pairs;
@@ -67,7 +76,7 @@ def bench(target: TargetOptions, out: Path, run_dir: Path | None, names: str, pl
     except (*SETUP_ERRORS, bench_registry.RegistryError) as exc:
         click.echo(f"healthcheck: {exc}", err=True)
         sys.exit(ExitCode.USAGE)
-    print_summary(outcome.results, outcome.run_dir)
+    print_summary(outcome.results, outcome.run_dir, verbose)
     sys.exit(exit_code(outcome.results, strict))
 
 

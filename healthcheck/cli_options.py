@@ -137,6 +137,12 @@ def plan_option(command: Callable[..., Any]) -> Callable[..., Any]:
                         help=PLAN_HELP)(command)
 
 
+def verbose_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``-v``: the console summary also lists every failing host (it folds hosts by default)."""
+    return click.option("-v", "--verbose", is_flag=True, help="Also list each failing host's findings "
+                        "(the summary folds hosts into nodesets by default).")(command)
+
+
 def run_dir_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """``--out`` and ``--run-dir`` (``run``, ``bench``)."""
     command = click.option("--run-dir", type=click.Path(path_type=Path),

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import click
 
-from healthcheck.cli_options import TargetOptions, check_source, plan_option, target_options
+from healthcheck.cli_options import TargetOptions, check_source, plan_option, target_options, verbose_option
 from healthcheck.defaults import DEFAULTS
 from healthcheck.history import SweepLockedError
 from healthcheck.sweep import SweepRecord, run_sweep
@@ -60,8 +60,10 @@ def print_changes(record: SweepRecord) -> None:
 @click.option("--fail-on", type=click.Choice(["any", "new"]), default="any", show_default=True,
               help="Exit 1 on any failing host, or only on hosts that newly fail.")
 @click.option("--strict", is_flag=True, help="WARN (regressions included) counts as failure.")
+@verbose_option
 def sweep(target: TargetOptions, replay: Path | None, history_dir: Path, benchmarks: str | None, plan: str,
-          keep_days: float, baseline_runs: int, drop_fraction: float, fail_on: str, strict: bool) -> None:
+          keep_days: float, baseline_runs: int, drop_fraction: float, fail_on: str, strict: bool,
+          verbose: bool) -> None:
     """Nightly sweep: run, compare with the history, record, prune, report.
 
     Holds HISTORY/sweep.lock for the whole sweep; writes the run to HISTORY/runs/<stamp>/, adds
@@ -84,7 +86,7 @@ def sweep(target: TargetOptions, replay: Path | None, history_dir: Path, benchma
     except SETUP_ERRORS as exc:
         click.echo(f"healthcheck: {exc}", err=True)
         sys.exit(ExitCode.USAGE)
-    print_summary(results, run_dir)
+    print_summary(results, run_dir, verbose)
     print_changes(record)
     if record.report_error:
         click.echo(f"healthcheck: reports not rendered ({record.report_error}); results.json is complete, "
