@@ -28,7 +28,7 @@ from healthcheck.hostvars import host_profile, plan_key
 from healthcheck.inventory import Inventory, expand_hostlist, load_inventory
 from healthcheck.model import Finding, Host, HostCollection, Status
 from healthcheck.profiles import EMPTY_PROFILE, Profile, available_profiles, load_profile
-from healthcheck.progress import ProgressDisplay
+from healthcheck.progress import JobProgress, ProgressDisplay
 from healthcheck.rerun import RerunPlan, plan_rerun, rerun_changes, rerun_record
 from healthcheck.results import HostResult, RunResults, load_results, to_jsonable, write_results
 from healthcheck.rundir import FindingsLog, new_run_dir, read_bundle, update_latest, write_collection, write_json
@@ -330,7 +330,9 @@ def _benchmarks(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host
         findings, observations = replay_benchmarks(run_dir, hosts, by_host, run_options)
     elif opts.benchmarks:
         failed = {name for name, r in host_results.items() if hard_failed(r)}
-        findings, observations = execute_benchmarks(run_dir, hosts, by_host, transport, run_options, failed)
+        with JobProgress(enabled=opts.progress) as progress:
+            findings, observations = execute_benchmarks(run_dir, hosts, by_host, transport, run_options, failed,
+                                                        listener=progress)
     else:
         return []
     for name, obs in observations.items():
