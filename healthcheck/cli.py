@@ -68,14 +68,22 @@ def print_summary(results: RunResults, run_dir: Path, verbose: bool = False) -> 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "HEALTHCHECK"})
 @click.version_option(healthcheck.__version__, prog_name="healthcheck")
-def main() -> None:
+@click.option("--profiles-dir", "profiles_dirs", multiple=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder of site hardware profiles, searched before the built-in ones by every command; "
+              "repeatable (env HEALTHCHECK_PROFILES_DIR, folders separated by ':').")
+def main(profiles_dirs: tuple[Path, ...]) -> None:
     """GPU-cluster health checks and acceptance tests."""
+    from healthcheck.profiles import set_site_dirs
+
+    set_site_dirs(profiles_dirs)
 
 
 @main.command()
 @target_options
 @click.option("--replay", type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Re-grade the raw outputs of a run directory or capture bundle (no SSH).")
+@click.option("--sample", is_flag=True, help="Replay the built-in sample capture (4 H100 nodes, one faulty): "
+              "the whole job on a fresh install, nothing to connect to.")
 @click.option("--local", is_flag=True, help="Check this machine only (no SSH).")
 @run_dir_options
 @click.option("--deadline", type=click.FloatRange(1), help="Per-host deadline, seconds "
@@ -94,10 +102,16 @@ def main() -> None:
 @verbose_option
 @click.option("--rerun-checks", is_flag=True, help="With --rerun-failed: run only the probes (and benchmark "
               "jobs) that produced the FAIL/ERROR findings.")
-def run(target: TargetOptions, replay: Path | None, local: bool, out: Path, run_dir: Path | None,
+def run(target: TargetOptions, replay: Path | None, sample: bool, local: bool, out: Path, run_dir: Path | None,
         deadline: float | None, previous: Path | None, output_cap: int, benchmarks: str | None, plan: str,
         strict: bool, rerun_of: Path | None, verbose: bool, rerun_checks: bool) -> None:
     """Sweep the hosts of an inventory (or replay a bundle) and write a run directory."""
+    if sample:
+        if replay or local or target.hostlist:
+            raise click.UsageError("--sample replays the built-in sample; give it without --replay, --local, --hosts")
+        from healthcheck.inventories import SAMPLE_BUNDLE
+
+        replay = SAMPLE_BUNDLE
     check_source(target, replay, local, rerun_of=rerun_of)
     if rerun_checks and rerun_of is None:
         raise click.UsageError("--rerun-checks needs --rerun-failed RUN_DIR")
@@ -203,6 +217,25 @@ def profiles_show(name: str, dirs: tuple[Path, ...]) -> None:
         click.echo(f"known issue: {issue.check}: {issue.reason} (expires {issue.expires or 'never'})")
     if prof.settings:
         click.echo("\nsettings:\n" + yaml.safe_dump(dict(prof.settings), sort_keys=True))
+
+
+@profiles.command("validate")
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def profiles_validate(files: tuple[Path, ...]) -> None:
+    """Check profile files: unknown keys (with did-you-mean), wrong types, thresholds without a source.
+
+    Prints every problem as FILE: PROBLEM and exits 2 if there is any, else 0."""
+    from healthcheck.profiles import validate_profile_file
+
+    bad = 0
+    for path in files:
+        problems = validate_profile_file(path)
+        bad += bool(problems)
+        for problem in problems:
+            click.echo(f"{path}: {problem}", err=True)
+        if not problems:
+            click.echo(f"{path}: ok")
+    sys.exit(ExitCode.USAGE if bad else ExitCode.OK)
 
 
 @main.command("probes")

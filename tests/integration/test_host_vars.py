@@ -54,8 +54,8 @@ def test_host_profile_adds_to_the_profile_lists_and_keeps_its_name():
 
 
 @pytest.mark.parametrize("hvars, message", [
-    ({"mounts": "/lustre"}, "mounts must be a list of names"),
-    ({"services": [1]}, "services must be a list of names"),
+    ({"mounts": "/lustre"}, "mounts '/lustre' is not a list of mount points"),
+    ({"services": [1]}, "services \\[1\\] is not a list of systemd unit names"),
     ({"rail": "a"}, "unknown var 'rail'"),
     ({"labels": {"a": 1}}, "unknown var 'labels'"),
 ])
