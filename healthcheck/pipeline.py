@@ -220,7 +220,7 @@ def _apply_rerun(opts: RunOptions) -> tuple[RunOptions, RerunPlan | None]:
     if not plan.hosts:
         raise NothingToRerunError(f"nothing to rerun: no host FAILed or ERRORed in {opts.rerun_of}")
     limit = [h for h in plan.hosts if opts.limit is None or h in opts.limit]
-    changes: dict[str, Any] = {"limit": limit}
+    changes: dict[str, Any] = {"limit": limit, "rerun_of": plan.of_dir}
     if plan.probes is not None:
         changes["probes"] = list(plan.probes)
     elif opts.probes is None and plan.old_probes is not None:
