@@ -27,6 +27,7 @@ from healthcheck.pipeline import RunOptions, execute_run, render_reports
 from healthcheck.profiles import ProfileError
 from healthcheck.results import RunResults, load_results
 from healthcheck.rundir import RunDirError
+from healthcheck.verdicts import run_exit_status, unchecked_hosts
 
 EXTENSION_MODULES = ("healthcheck.cli_bench", "healthcheck.cli_drain", "healthcheck.cli_sweep")
 
@@ -42,18 +43,29 @@ SETUP_ERRORS = (InventoryError, ProfileError, RunDirError, FileNotFoundError, Va
 
 
 def exit_code(results: RunResults, strict: bool) -> ExitCode:
-    bad = {Status.FAIL, Status.ERROR} | ({Status.WARN} if strict else set())
-    return ExitCode.FAILED if any(h.verdict in bad for h in results.hosts.values()) else ExitCode.OK
+    """0 only if hosts were selected and every one was checked and passed (``healthcheck.verdicts``)."""
+    return ExitCode(run_exit_status(results, strict))
 
 
 def _csv(value: str | None) -> list[str] | None:
     return [v.strip() for v in value.split(",") if v.strip()] if value else None
 
 
+def _limit(value: str | None) -> list[str] | None:
+    """``--limit`` as whitespace-separated nodesets (commas belong to the nodeset syntax)."""
+    return value.split() if value is not None else None
+
+
 def print_summary(results: RunResults, run_dir: Path) -> None:
     summary = results.summary()
     counts = "  ".join(f"{k} {v}" for k, v in summary["by_verdict"].items() if v)
     click.echo(f"verdict {summary['verdict']}: {summary['hosts']} hosts  {counts}")
+    if not results.hosts:
+        click.echo("  no host was selected: nothing was checked")
+    skipped = unchecked_hosts(results)
+    if skipped:
+        click.echo(f"  not checked (SKIP, exit code stays non-zero): {', '.join(skipped[:10])}"
+                   + (f" ... {len(skipped) - 10} more" if len(skipped) > 10 else ""))
     for name, host in results.hosts.items():
         bad = [f for f in host.findings if f.status in (Status.FAIL, Status.ERROR)]
         for f in bad[:5]:
@@ -101,7 +113,8 @@ def main() -> None:
 @click.option("--accept-new-host-keys", is_flag=True,
               help="Trust and record host keys never seen before (changed keys are still refused).")
 @click.option("--profile", help="Profile for every host (overrides the inventory).")
-@click.option("--limit", help="Only these hosts (comma-separated names).")
+@click.option("--limit", help="Only these hosts: nodeset(s) like --hosts (gpu[001-004],gpu010) or group "
+              "names; a name that matches no host is a usage error.")
 @click.option("--previous", type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Earlier run directory: error counters are compared against it.")
 @click.option("--output-cap", type=click.IntRange(1024), default=DEFAULTS.output_cap_bytes, show_default=True,
@@ -127,7 +140,8 @@ def run(inventory: Path | None, hostlist: str | None, replay: Path | None, local
         timeout_s=timeout_s, connect_timeout_s=connect_timeout, deadline_s=deadline,
         output_cap_bytes=output_cap, probes=_csv(probe_names), skip_probes=_csv(skip_probes) or (),
         ssh_config=ssh_config, accept_new_host_keys=accept_new_host_keys, transport=transport,
-        srun_args=srun_args, profile=profile, limit=_csv(limit), previous=previous, progress=sys.stderr.isatty(),
+        srun_args=srun_args, profile=profile, limit=_limit(limit), previous=previous,
+        progress=sys.stderr.isatty(),
         benchmarks=_csv(benchmarks) or (), plan=plan,
         probe_options={"kernel_log_window_h": xid_window, "plan": plan})
     try:
@@ -238,7 +252,15 @@ def list_probes() -> None:
 @click.option("--strict", is_flag=True)
 def show_results(run_dir: Path, strict: bool) -> None:
     """Print the summary of a finished run; exit code as for run."""
-    results = load_results(run_dir)
+    try:
+        results = load_results(run_dir)
+    except FileNotFoundError:
+        click.echo(f"healthcheck: {run_dir} has no results.json (not a finished run directory; "
+                   f"re-grade its raw outputs with: healthcheck run --replay {run_dir})", err=True)
+        sys.exit(ExitCode.USAGE)
+    except ValueError as exc:  # bad JSON or another schema
+        click.echo(f"healthcheck: {run_dir}/results.json: {exc}", err=True)
+        sys.exit(ExitCode.USAGE)
     print_summary(results, run_dir)
     sys.exit(exit_code(results, strict))
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from healthcheck import benchmarks as bench_registry
-from healthcheck.cli import SETUP_ERRORS, ExitCode, _csv, exit_code, print_summary
+from healthcheck.cli import SETUP_ERRORS, ExitCode, _csv, _limit, exit_code, print_summary
 from healthcheck.pipeline import RunOptions, execute_run
 
 
@@ -38,7 +38,7 @@ from healthcheck.pipeline import RunOptions, execute_run
               help="ssh_config used to reach the hosts and the launcher host.")
 @click.option("--accept-new-host-keys", is_flag=True, help="Trust host keys seen for the first time.")
 @click.option("--profile", help="Profile for every host (overrides the inventory).")
-@click.option("--limit", help="Only these hosts (comma-separated names).")
+@click.option("--limit", help="Only these hosts: nodeset(s) like gpu[001-004] or group names.")
 @click.option("--strict", is_flag=True, help="WARN counts as failure for the exit code.")
 @click.option("--list", "list_only", is_flag=True, help="List the benchmarks and exit.")
 def bench(inventory: Path | None, out: Path, run_dir: Path | None, names: str, plan: str,
@@ -66,7 +66,7 @@ def bench(inventory: Path | None, out: Path, run_dir: Path | None, names: str, p
                "retest": not no_retest, "skip_failed_hosts": not include_failed,
                **({"launcher": {"kind": launcher}} if launcher else {})}
     opts = RunOptions(inventory=inventory, out=out, run_dir=run_dir, probes=[], ssh_config=ssh_config,
-                      accept_new_host_keys=accept_new_host_keys, profile=profile, limit=_csv(limit),
+                      accept_new_host_keys=accept_new_host_keys, profile=profile, limit=_limit(limit),
                       benchmarks=_csv(names) or (), plan=plan, progress=sys.stderr.isatty(),
                       probe_options={k: v for k, v in options.items() if v is not None})
     try:
