@@ -230,5 +230,6 @@ def test_hpcc_pingpong_is_graded_against_the_imb_pingpong_expectations() -> None
 
 def test_hpl_mxp_program_takes_the_problem_on_its_command_line() -> None:
     program = hpl_program(_job(("a",)), _profile(), {"hpl.flavor": "hpl-mxp", "hpl.n": 380000, "hpl.nb": 4096})
-    assert program.argv == ("hpl-mxp.sh", "--n", "380000", "--nb", "4096", "--nprow", "1", "--npcol", "1")
+    assert program.argv == ("hpl-mxp.sh", "--n", "376832",  # N rounded down to a multiple of NB
+                             "--nb", "4096", "--nprow", "1", "--npcol", "1")
     assert not program.input_files
