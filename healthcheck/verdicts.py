@@ -73,12 +73,13 @@ def unchecked_hosts(results: RunResults) -> list[str]:
     return [name for name, h in results.hosts.items() if h.verdict is Status.SKIP]
 
 
-def flag_vs_measurement(flag_fault: Status, measurement_agrees: bool | None) -> Status:
+def flag_vs_measurement(flag_fault: Status, evidence: bool | None) -> Status:
     """Grade a state flag by the measurement that can confirm it.
 
-    ``flag_fault`` is what the flag alone would mean (FAIL, WARN); ``measurement_agrees`` is True
-    when the measurement shows the fault, False when it contradicts it, None when there is no
-    measurement. A contradicted flag is at most WARN; an unconfirmed one keeps its status."""
-    if measurement_agrees is False and flag_fault.rank > Status.WARN.rank:
+    ``flag_fault`` is what the flag alone would mean (FAIL, WARN); ``evidence`` is True when a
+    measurement shows the fault (clocks reduced, errors growing, the flag persisting or appearing
+    under load), False when a measurement contradicts it, None when there is none. Only a confirmed
+    flag keeps a status worse than WARN."""
+    if evidence is not True and flag_fault.rank > Status.WARN.rank:
         return Status.WARN
     return flag_fault
