@@ -314,7 +314,7 @@ def test_catalog_is_complete_and_follows_policy():
     assert {c for c in (13, 31, 43, 45) if entries[c]["severity"] == "WARN"} == {13, 31, 43, 45}
     hard = (48, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140, *range(144, 151), 154)
     assert {c for c in hard if entries[c]["severity"] == "FAIL"} == set(hard)
-    assert entries[79]["action"] == "reboot node" and "hardware-expectations.md section 4" in catalog["source"]
+    assert entries[79]["action"] == "reboot node" and "docs.nvidia.com/deploy/xid-errors" in catalog["source"]
 
 
 def test_ignore_list_from_a_site_profile_yaml_and_bad_entries(tmp_path):
