@@ -37,14 +37,17 @@ def _why_unchecked(result: HostResult) -> str:
 
 
 def nothing_checked(hosts: Mapping[str, HostResult]) -> list[Finding]:
-    """Append a ``host.checked`` ERROR to every host whose findings hold no evidence (and return them).
+    """Append a ``host.checked`` ERROR to every host whose findings hold no evidence and no ERROR that
+    already says why (and return them).
 
     A host whose every finding is SKIP (left alone because it runs a job) keeps its SKIP verdict: it
     was deliberately not checked, and ``run_exit_status`` still refuses exit 0 for it."""
     added: list[Finding] = []
     for name, result in hosts.items():
-        if any(is_evidence(f) for f in result.findings) or any(f.check == CHECK for f in result.findings):
+        if any(is_evidence(f) or f.check == CHECK for f in result.findings):
             continue
+        if any(f.status is Status.ERROR for f in result.findings):
+            continue  # already ERROR, saying why (unreachable: one host.reachable ERROR, no more noise)
         if result.findings and all(f.status is Status.SKIP for f in result.findings):
             continue
         finding = Finding(host=name, check=CHECK, status=Status.ERROR, value=0, unit="checks",
