@@ -175,3 +175,16 @@ def test_limit_takes_a_nodeset_and_an_unmatched_name_is_a_usage_error(tmp_path: 
                          "--run-dir", tmp_path / "c")
     assert picked.returncode == 0, picked.stdout + picked.stderr
     assert list(results_of(tmp_path / "c")["hosts"]) == ["gpu001"]
+
+
+def test_limit_selects_by_nodeset_or_group_and_names_every_unmatched_name() -> None:
+    from healthcheck.model import Host
+    from healthcheck.pipeline import SelectionError, limit_hosts
+
+    hosts = [Host(name=f"gpu{i:03d}", group="rack-a" if i <= 2 else "rack-b") for i in range(1, 5)]
+    assert [h.name for h in limit_hosts(hosts, ["gpu[001,004]"])] == ["gpu001", "gpu004"]
+    assert [h.name for h in limit_hosts(hosts, ["rack-b", "gpu001"])] == ["gpu001", "gpu003", "gpu004"]
+    with pytest.raises(SelectionError, match=r"2 name\(s\) match no host of the run: gpu005, gpu006"):
+        limit_hosts(hosts, ["gpu[003-006]"])
+    with pytest.raises(SelectionError, match="selects no host"):
+        limit_hosts(hosts, [" "])
