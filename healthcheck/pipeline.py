@@ -9,7 +9,6 @@ gives the same verdicts. Raw outputs and findings are on disk as each host compl
 
 from __future__ import annotations
 
-import json
 import platform
 import shutil
 import sys
@@ -28,8 +27,9 @@ from healthcheck.model import Finding, Host, HostCollection, Status
 from healthcheck.profiles import EMPTY_PROFILE, Profile, available_profiles, load_profile
 from healthcheck.progress import ProgressDisplay
 from healthcheck.results import HostResult, RunResults, load_results, to_jsonable, write_results
-from healthcheck.rundir import FindingsLog, RunDirError, new_run_dir, read_bundle, write_collection, write_json
+from healthcheck.rundir import FindingsLog, new_run_dir, read_bundle, write_collection, write_json
 from healthcheck.runner import Runner, host_deadline, plan_commands
+from healthcheck.selection import limit_hosts, manifest_hosts
 from healthcheck.spec import Transport
 from healthcheck.stages import grade_host
 from healthcheck.transport import Command, PerHostTransport, open_transport
@@ -109,73 +109,12 @@ def _hosts(opts: RunOptions, search: Sequence[Path]) -> tuple[list[Host], Invent
     return hosts, inv
 
 
-class SelectionError(ValueError):
-    """``--limit`` names hosts the run does not have (a usage error, exit 2)."""
-
-
-def limit_hosts(hosts: Sequence[Host], limit: Sequence[str]) -> list[Host]:
-    """The hosts named by ``limit``: nodesets (``gpu[001-004]``, ``a,b``) or group names.
-
-    Every name must match: a mistyped name is not silently dropped (the operator would believe it
-    was checked), and an empty selection is refused."""
-    patterns = [p for item in limit for p in str(item).split()]
-    if not patterns:
-        raise SelectionError("--limit is empty: it selects no host")
-    groups = {h.group for h in hosts if h.group}
-    group_names = {p for p in patterns if p in groups}
-    node_patterns = [p for p in patterns if p not in groups]
-    wanted = set(expand_hostlist(node_patterns, "--limit")) if node_patterns else set()
-    known = {h.name for h in hosts}
-    missing = sorted(wanted - known)
-    if missing:
-        shown = ", ".join(missing[:8]) + (f" ... {len(missing) - 8} more" if len(missing) > 8 else "")
-        hint = _close_names(missing[0], known)
-        raise SelectionError(f"--limit: {len(missing)} name(s) match no host of the run: {shown}"
-                             + (f" (did you mean {hint}?)" if hint else "")
-                             + f"; the run has {len(known)} host(s)")
-    selected = [h for h in hosts if h.name in wanted or h.group in group_names]
-    if not selected:
-        raise SelectionError(f"--limit {' '.join(patterns)} selects no host")
-    return selected
-
-
-def _close_names(name: str, known: set[str]) -> str:
-    import difflib
-
-    return " or ".join(difflib.get_close_matches(name, sorted(known), n=2))
-
-
 def _replay_hosts(bundle: Path) -> list[Host]:
     """Hosts of a bundle: from its manifest when it is a run directory, else its raw/ folders."""
     manifest = Path(bundle) / "manifest.json"
     if manifest.is_file():
         return manifest_hosts(manifest)
     return [Host(name=name) for name in read_bundle(bundle)]
-
-
-def manifest_hosts(manifest: Path) -> list[Host]:
-    """The ``hosts`` of a run's manifest: a list of host objects, each with a ``name`` string.
-    Anything else is a ``RunDirError`` naming the file and the bad entry (a usage error, exit 2)."""
-    try:
-        document = json.loads(manifest.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RunDirError(f"{manifest}: not a readable JSON manifest ({exc})") from exc
-    listed = document.get("hosts", []) if isinstance(document, dict) else None
-    if not isinstance(listed, list):
-        raise RunDirError(f"{manifest}: 'hosts' must be a list of host objects, got {type(listed).__name__}")
-    fields = set(Host.__dataclass_fields__)
-    hosts = []
-    for index, entry in enumerate(listed):
-        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"]:
-            raise RunDirError(f"{manifest}: hosts[{index}] must be an object with a 'name', got {entry!r:.80}")
-        unknown = sorted(set(entry) - fields)
-        if unknown:
-            raise RunDirError(f"{manifest}: hosts[{index}] has unknown key(s) {', '.join(unknown)}")
-        vars_ = entry.get("vars") or {}
-        if not isinstance(vars_, dict):
-            raise RunDirError(f"{manifest}: hosts[{index}].vars must be an object")
-        hosts.append(Host(**{**entry, "vars": vars_}))
-    return hosts
 
 
 def _load_profiles(hosts: Sequence[Host], search: Sequence[Path]) -> dict[str, Profile]:
