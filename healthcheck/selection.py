@@ -23,12 +23,21 @@ class SelectionError(ValueError):
     """``--limit`` names hosts the run does not have (a usage error, exit 2)."""
 
 
-def limit_hosts(hosts: Sequence[Host], limit: Sequence[str]) -> list[Host]:
+def limit_names(limit: Sequence[str]) -> set[str]:
+    """The host names a ``--limit`` value spells out (nodesets expanded; group names stay as given)."""
+    return set(expand_hostlist([p for item in limit for p in str(item).split()], "--limit")) if limit else set()
+
+
+def limit_hosts(hosts: Sequence[Host], limit: Sequence[str], strict: bool = True) -> list[Host]:
     """The hosts named by ``limit``: nodesets (``gpu[001-004]``, ``a,b``) or group names.
 
     Every name must match: a mistyped name is not silently dropped (the operator would believe it
-    was checked), and an empty selection is refused."""
+    was checked), and an empty selection is refused. ``strict=False`` (a ``--rerun-failed`` list of
+    hosts that may have left the inventory) only filters."""
     patterns = [p for item in limit for p in str(item).split()]
+    if not strict:
+        wanted = limit_names(patterns)
+        return [h for h in hosts if h.name in wanted]
     if not patterns:
         raise SelectionError("--limit is empty: it selects no host")
     groups = {h.group for h in hosts if h.group}
