@@ -32,11 +32,11 @@ from healthcheck.cli_options import (
 from healthcheck.console import summary_lines
 from healthcheck.defaults import DEFAULTS
 from healthcheck.inventory import InventoryError, load_inventory
-from healthcheck.model import Status
 from healthcheck.pipeline import NothingToRerunError, execute_run, render_reports
 from healthcheck.profiles import ProfileError
 from healthcheck.results import RunResults, load_results
 from healthcheck.rundir import RunDirError
+from healthcheck.verdicts import run_exit_status
 
 EXTENSION_MODULES = ("healthcheck.cli_bench", "healthcheck.cli_drain", "healthcheck.cli_sweep",
                      "healthcheck.cli_assets")
@@ -53,8 +53,8 @@ SETUP_ERRORS = (InventoryError, ProfileError, RunDirError, FileNotFoundError, Va
 
 
 def exit_code(results: RunResults, strict: bool) -> ExitCode:
-    bad = {Status.FAIL, Status.ERROR} | ({Status.WARN} if strict else set())
-    return ExitCode.FAILED if any(h.verdict in bad for h in results.hosts.values()) else ExitCode.OK
+    """0 only if hosts were selected and every one was checked and passed (``healthcheck.verdicts``)."""
+    return ExitCode(run_exit_status(results, strict))
 
 
 _csv = csv_list  # the name cli_bench and cli_sweep import
@@ -252,7 +252,15 @@ def list_probes() -> None:
 @verbose_option
 def show_results(run_dir: Path, strict: bool, verbose: bool) -> None:
     """Print the summary of a finished run; exit code as for run."""
-    results = load_results(run_dir)
+    try:
+        results = load_results(run_dir)
+    except FileNotFoundError:
+        click.echo(f"healthcheck: {run_dir} has no results.json (not a finished run directory; "
+                   f"re-grade its raw outputs with: healthcheck run --replay {run_dir})", err=True)
+        sys.exit(ExitCode.USAGE)
+    except ValueError as exc:  # bad JSON or another schema
+        click.echo(f"healthcheck: {run_dir}/results.json: {exc}", err=True)
+        sys.exit(ExitCode.USAGE)
     print_summary(results, run_dir, verbose)
     sys.exit(exit_code(results, strict))
 

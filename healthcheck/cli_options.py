@@ -74,7 +74,8 @@ class TargetOptions:
 
         return RunOptions(
             inventory=self.inventory, hostlist=self.hostlist, transport=self.transport, srun_args=self.srun_args,
-            limit=csv_list(self.limit), probes=probes if probes is not None else csv_list(self.probe_names),
+            limit=self.limit.split() if self.limit is not None else None,  # nodesets: commas are theirs
+            probes=probes if probes is not None else csv_list(self.probe_names),
             skip_probes=csv_list(self.skip_probes) or (), accept_new_host_keys=self.accept_new_host_keys,
             connect_timeout_s=self.connect_timeout, ssh_config=self.ssh_config, forks=self.forks,
             timeout_s=self.timeout_s, profile=self.profile,
@@ -93,7 +94,8 @@ _TARGET: list[Callable[[Any], Any]] = [
                       "checks through srun, the allocation waiting at most --connect-timeout."),
     click.option("--srun-arg", "srun_args", multiple=True, metavar="ARG",
                  help="Extra srun argument for --transport slurm, repeatable (--srun-arg=--partition=gpu)."),
-    click.option("--limit", help="Only these hosts of the inventory (comma-separated names)."),
+    click.option("--limit", help="Only these hosts: nodeset(s) like --hosts (gpu[001-004],gpu010) or group "
+                 "names; a name that matches no host is a usage error (exit 2)."),
     click.option("--probes", "probe_names", help="Comma-separated probes to run [run, sweep: all; bench: none]; "
                  "`healthcheck probes` lists them."),
     click.option("--skip-probes", help="Comma-separated probes to leave out."),

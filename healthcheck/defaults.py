@@ -27,6 +27,9 @@ class Defaults:
     bench_parallel_jobs: int = 16        # benchmark jobs on disjoint hosts launched at once
     bench_pair_rounds: int = 3           # pair rounds in the acceptance plan (partners per node)
     hpl_fleet_slow_fraction: float = 0.05  # HPL node slower than best by this -> WARN (DeepOps 1.05)
+    clock_event_max_fraction: float = 0.90  # slowdown flag with SM clock >= this share of max: not confirmed
+    clock_event_load_pct: int = 50       # utilization at/above which a flag with unknown clocks counts as under load
+    hpl_above_peak_ratio: float = 1.10   # HPL above this share of Rpeak: wrong expectation or misparse -> ERROR
     history_keep_days: int = 30
     regression_baseline_runs: int = 5
     regression_drop_fraction: float = 0.10

@@ -129,14 +129,33 @@ class Finding:
         return cls(**known)
 
 
+BOOKKEEPING_CATEGORY = "host"  # host.reachable, host.swept, host.checked: about the sweep, not the node
+
+
+def is_evidence(finding: Finding) -> bool:
+    """A graded check on real output from the host: PASS, WARN or FAIL of a probe or benchmark.
+
+    SKIP (not applicable), ERROR (could not be evaluated) and the sweep's own bookkeeping
+    (``host.reachable`` PASS says only that a session completed) are not evidence."""
+    return finding.status in (Status.PASS, Status.WARN, Status.FAIL) and finding.category != BOOKKEEPING_CATEGORY
+
+
 def host_verdict(findings: Iterable[Finding]) -> Status:
-    """A host's verdict is its worst finding, SKIPs aside (a SKIP is "not applicable", not a
-    grade): SKIP only when every finding is a SKIP, ERROR when there is no finding at all."""
-    statuses = [f.status for f in findings]
-    if not statuses:
+    """A host's verdict is its worst finding, SKIPs aside (a SKIP is "not applicable", not a grade).
+
+    Nothing checked is never PASS: PASS or WARN needs at least one finding that is evidence
+    (``is_evidence``); without one the verdict is ERROR. SKIP only when every finding is a SKIP
+    (a node left alone because it runs a job), ERROR when there is no finding at all."""
+    found = list(findings)
+    if not found:
         return Status.ERROR
-    graded = [s for s in statuses if s is not Status.SKIP]
-    return worst(graded) if graded else Status.SKIP
+    graded = [f.status for f in found if f.status is not Status.SKIP]
+    if not graded:
+        return Status.SKIP
+    verdict = worst(graded)
+    if verdict in (Status.PASS, Status.WARN) and not any(is_evidence(f) for f in found):
+        return Status.ERROR
+    return verdict
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ gives the same verdicts. Raw outputs and findings are on disk as each host compl
 
 from __future__ import annotations
 
-import json
 import platform
 import shutil
 import sys
@@ -33,9 +32,11 @@ from healthcheck.rerun import RerunPlan, plan_rerun, rerun_changes, rerun_record
 from healthcheck.results import HostResult, RunResults, load_results, to_jsonable, write_results
 from healthcheck.rundir import FindingsLog, new_run_dir, read_bundle, update_latest, write_collection, write_json
 from healthcheck.runner import Runner, host_deadline, plan_commands
+from healthcheck.selection import limit_hosts, limit_names, manifest_hosts
 from healthcheck.spec import Transport
 from healthcheck.stages import grade_host
 from healthcheck.transport import Command, PerHostTransport, open_transport
+from healthcheck.verdicts import nothing_checked
 
 
 @dataclass
@@ -110,9 +111,8 @@ def _hosts(opts: RunOptions, search: Sequence[Path]) -> tuple[list[Host], Invent
         hosts = [Host(**{**h.__dict__, "transport": "local"}) for h in hosts]
     elif opts.transport and opts.replay is None:
         hosts = [Host(**{**h.__dict__, "transport": opts.transport}) for h in hosts]
-    if opts.limit is not None:
-        wanted = set(opts.limit)
-        hosts = [h for h in hosts if h.name in wanted]
+    if opts.limit is not None:  # a rerun's list was already checked against the user's --limit
+        hosts = limit_hosts(hosts, opts.limit, strict=opts.rerun_of is None)
     return hosts, inv
 
 
@@ -120,8 +120,7 @@ def _replay_hosts(bundle: Path) -> list[Host]:
     """Hosts of a bundle: from its manifest when it is a run directory, else its raw/ folders."""
     manifest = Path(bundle) / "manifest.json"
     if manifest.is_file():
-        listed = json.loads(manifest.read_text()).get("hosts", [])
-        return [Host(**{**h, "vars": h.get("vars") or {}}) for h in listed]
+        return manifest_hosts(manifest)
     return [Host(name=name) for name in read_bundle(bundle)]
 
 
@@ -188,6 +187,7 @@ def execute_run(opts: RunOptions) -> RunOutcome:
         ("fleet", lambda: _fleet(host_results, hosts, profiles)))
     for stage, run_stage in stages:
         log.append(_guarded(stage, run_stage, host_results))
+    log.append(nothing_checked(host_results))  # the one place the "nothing checked is never PASS" rule is applied
     run_info = {"id": run_dir.name, "started": started.isoformat(timespec="seconds"),
                 "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "duration_s": round(time.monotonic() - clock, 3), "mode": mode,
@@ -219,7 +219,7 @@ def _apply_rerun(opts: RunOptions) -> tuple[RunOptions, RerunPlan | None]:
     plan = plan_rerun(opts.rerun_of, opts.rerun_checks, probe_registry.select(opts.probes, opts.skip_probes))
     if not plan.hosts:
         raise NothingToRerunError(f"nothing to rerun: no host FAILed or ERRORed in {opts.rerun_of}")
-    limit = [h for h in plan.hosts if opts.limit is None or h in opts.limit]
+    limit = [h for h in plan.hosts if opts.limit is None or h in limit_names(opts.limit)]
     changes: dict[str, Any] = {"limit": limit, "rerun_of": plan.of_dir}
     if plan.probes is not None:
         changes["probes"] = list(plan.probes)

@@ -108,7 +108,8 @@ def test_drained_and_unknown_nodes_are_prompt_reachability_errors(slurm: SlurmdC
 
 
 def test_node_busy_with_a_job_is_skipped_not_failed(slurm: SlurmdCluster, tmp_path: Path) -> None:
-    """A nightly sweep leaves nodes running someone's exclusive job alone: SKIP saying why, exit 0."""
+    """A nightly sweep leaves nodes running someone's exclusive job alone: SKIP saying why (not a fault, never
+    drained), but the node was not checked, so the run does not exit 0 (nothing checked is never PASS)."""
     job = slurm.tool("sbatch", "--parsable", "--exclusive", "-w", "node02", "-J", "someones-training",
                      f"--output={tmp_path / 'job.out'}",
                      "--wrap", "sleep 120").stdout.strip().split(";")[0]
@@ -124,4 +125,5 @@ def test_node_busy_with_a_job_is_skipped_not_failed(slurm: SlurmdCluster, tmp_pa
     assert busy["status"] == "SKIP" and "running a job" in busy["message"] and "allocated" in busy["message"]
     assert results["hosts"]["node02"]["verdict"] == "SKIP"
     assert results["hosts"]["node01"]["verdict"] == "PASS"
-    assert rc == 0, out
+    assert rc == 1, out
+    assert "not checked (SKIP, exit code stays non-zero): node02" in out
