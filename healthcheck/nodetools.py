@@ -67,12 +67,13 @@ def tool_hang_findings(host: str, results: Mapping[str, CommandResult],
         if not hung:
             continue
         given = f"{result.timeout_s:g} s" if result.timeout_s is not None else "its timeout"
+        names = "/".join(hung)
         killed = " and had to be killed (SIGKILL)" if result.rc == 137 else ""
         findings.append(Finding(
             host=host, check=TOOL_HANG, status=Status.FAIL, component="node", source=cid,
             value=result.timeout_s, unit="s" if result.timeout_s is not None else None,
-            expected=f"{'/'.join(hung)} answers within {given}",
-            message=f"{'/'.join(hung)} hung: {cid} did not answer within {given}{killed}; later commands "
-                    f"of {'/'.join(hung)} on this node were not started",
+            expected=f"{names} answers within {given}",
+            message=f"{names} hung: {cid} did not answer within {given}{killed}; the node did not start its "
+                    f"later {names} commands",
             remedy=TOOL_HANG_REMEDY))
     return findings
