@@ -1,7 +1,7 @@
 """Measure the node-side CPU of the framed per-host script (what one sweep costs each node).
 
-    python bench/node_script_cpu.py --rounds 20            # this checkout's script
-    python bench/node_script_cpu.py --rounds 20 --rev main # the script of another git revision
+    python bench/node_script_cpu.py --rounds 20                 # this checkout's script
+    python bench/node_script_cpu.py --rounds 20 --compare main  # and, interleaved, another revision's
 
 Runs the script ``healthcheck run`` sends to an h100-sxm5-8x node (every built-in probe, that
 profile's options) locally with ``sh``, on a fake GPU node: ``nvidia-smi``, ``dcgmi``, ``ibstat``,
@@ -9,8 +9,9 @@ profile's options) locally with ``sh``, on a fake GPU node: ``nvidia-smi``, ``dc
 outputs (inventories/samples/h100-4node, h100-node01); the /proc and /sys readers run for real.
 CPU-s per run is user+sys of the whole process tree from ``os.wait4`` (every command and framing
 process is reaped into the script's shell). "bare" runs the same command lines in one shell with
-no framing, the floor the framing adds to. Medians and minimums over the rounds are printed;
-nothing here is asserted in tests.
+no framing, the floor the framing adds to. Every round runs each variant once (interleaved, so a
+change of load hits all alike); medians and minimums over the rounds are printed, and execve
+counts per script from ``strace -f`` when strace is installed. Nothing here is asserted in tests.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -76,7 +78,8 @@ def script_builder(rev: str | None) -> Callable[..., str]:
         return current_script.build_script
     source = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:healthcheck/transport/script.py"],
                             check=True, capture_output=True, text=True).stdout
-    module = types.ModuleType(f"script_{rev}")
+    module = types.ModuleType(f"hc_script_at_{rev}")
+    sys.modules[module.__name__] = module  # dataclasses look their module up
     exec(compile(source, f"{rev}:script.py", "exec"), module.__dict__)
     return module.build_script
 
@@ -98,35 +101,51 @@ def run_once(script: str, env: dict[str, str]) -> tuple[float, float, bytes]:
         return usage.ru_utime + usage.ru_stime, wall, out.read()
 
 
+def count_execs(script: str, env: dict[str, str]) -> str:
+    """Successful / attempted execve calls of one run (attempts include the PATH search)."""
+    if shutil.which("strace") is None:
+        return "strace not installed"
+    with tempfile.NamedTemporaryFile(suffix=".strace") as trace:
+        subprocess.run(["strace", "-f", "-qq", "-e", "trace=execve", "-o", trace.name, "sh", "-c", script],
+                       env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       check=False)
+        calls = [line for line in Path(trace.name).read_text().splitlines() if "execve(" in line]
+    return f"{sum(1 for c in calls if c.rstrip().endswith('= 0'))} execs ({len(calls)} execve attempts)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--rev", help="measure the script of this git revision instead of the checkout")
+    parser.add_argument("--compare", metavar="REV", help="also measure the script of this git revision")
     parser.add_argument("--cap", type=int, default=4 << 20)
     args = parser.parse_args()
     commands = node_commands(60.0)
-    build = script_builder(args.rev)
+    builders = {"checkout": script_builder(None)}
+    if args.compare:
+        builders[args.compare] = script_builder(args.compare)
+    cpu: dict[str, list[float]] = {name: [] for name in [*builders, "bare"]}
+    wall: dict[str, list[float]] = {name: [] for name in builders}
     with tempfile.TemporaryDirectory() as tmp:
         fake_node(Path(tmp) / "bin")
         env = {**os.environ, "PATH": f"{tmp}/bin:{os.environ.get('PATH', '/usr/bin:/bin')}"}
-        samples: dict[str, list[float]] = {"framed": [], "bare": []}
-        walls: list[float] = []
-        for _ in range(args.rounds):  # interleaved, so load changes hit both alike
-            marker = new_marker()
-            cpu, wall, out = run_once(build(commands, marker, args.cap, 5.0), env)
-            sections = list(FrameReader("bench", marker).feed(out, 0.0))
-            if len(sections) != len(commands):
-                raise SystemExit(f"framed script returned {len(sections)} of {len(commands)} sections")
-            samples["framed"].append(cpu)
-            walls.append(wall)
-            samples["bare"].append(run_once(bare_script(commands), env)[0])
-    print(f"script: {args.rev or 'checkout'}; {len(commands)} commands; {args.rounds} rounds; "
-          f"load {os.getloadavg()[0]:.2f}; {os.cpu_count()} CPUs")
-    for name, values in samples.items():
-        print(f"{name:7s} CPU-s per host: min {min(values):.3f}  median {statistics.median(values):.3f}")
-    framing = [f - b for f, b in zip(samples["framed"], samples["bare"], strict=True)]
-    print(f"framing CPU-s per host (framed - bare, paired): median {statistics.median(framing):.3f}; "
-          f"framed wall median {statistics.median(walls):.2f}s")
+        for _ in range(args.rounds):
+            for name, build in builders.items():
+                marker = new_marker()
+                used, took, out = run_once(build(commands, marker, args.cap, 5.0), env)
+                sections = list(FrameReader("bench", marker).feed(out, 0.0))
+                if len(sections) != len(commands):
+                    raise SystemExit(f"{name}: framed script returned {len(sections)} of {len(commands)} sections")
+                cpu[name].append(used)
+                wall[name].append(took)
+            cpu["bare"].append(run_once(bare_script(commands), env)[0])
+        execs = {name: count_execs(build(commands, new_marker(), args.cap, 5.0), env)
+                 for name, build in builders.items()}
+        execs["bare"] = count_execs(bare_script(commands), env)
+    print(f"{len(commands)} commands; {args.rounds} rounds; load {os.getloadavg()[0]:.2f}; {os.cpu_count()} CPUs")
+    for name, values in cpu.items():
+        took = f"; wall median {statistics.median(wall[name]):.2f}s" if name in wall else ""
+        print(f"{name:10s} CPU-s per host: min {min(values):.3f}  median {statistics.median(values):.3f}"
+              f"{took}; {execs[name]}")
 
 
 if __name__ == "__main__":

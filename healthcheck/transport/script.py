@@ -41,6 +41,7 @@ _PRELUDE = r"""d=$(mktemp -d 2>/dev/null) || { d=/tmp/healthcheck.$$; mkdir -m 7
   echo "healthcheck: cannot create a temporary directory on the node" >&2; exit 1; }
 trap 'rm -rf "$d"' EXIT; trap 'exit 129' HUP; trap 'exit 130' INT; trap 'exit 143' TERM
 hc_to=$(command -v timeout 2>/dev/null) || hc_to=
+hc_head=$(command -v head 2>/dev/null) || hc_head=head
 if [ -r "/proc/$$/fdinfo/0" ]; then hc_fdinfo=/proc/$$/fdinfo; else hc_fdinfo=; fi
 hc_hung='|'
 hc_size() {
@@ -76,8 +77,8 @@ hc_run() {
   hc_en=$hc_es; [ "$hc_en" -gt "$CAP" ] && hc_en=$CAP
   printf '\n%s BEGIN %s rc=%s out=%s err=%s outsize=%s errsize=%s\n' "$M" "$hc_id" "$hc_rc" "$hc_on" "$hc_en" \
     "$hc_os" "$hc_es"
-  [ "$hc_on" -eq 0 ] || LC_ALL=C head -c "$hc_on" "$hc_o"
-  [ "$hc_en" -eq 0 ] || LC_ALL=C head -c "$hc_en" "$hc_e"
+  [ "$hc_on" -eq 0 ] || LC_ALL=C "$hc_head" -c "$hc_on" "$hc_o"
+  [ "$hc_en" -eq 0 ] || LC_ALL=C "$hc_head" -c "$hc_en" "$hc_e"
   printf '\n%s END %s\n' "$M" "$hc_id"
   : >"$hc_o"; : >"$hc_e"
 }
