@@ -2,6 +2,7 @@
 
     TOOLS["nvidia-smi"].hang_check                       # "gpu.tool_hang": a hang is a GPU/driver fault
     tool_hang_findings(host, collection.results, command_tools(probes))
+    done, obs = bounded(lambda: collect_nvml(), timeout_s=60)   # an in-process NVML call, bounded
 
 A probe declares per command the tools it depends on (``ProbeSpec.command_tools``). On the node, a
 command of a tool that timed out stops later commands of the same tool (the script's NOTRUN
@@ -12,8 +13,10 @@ the ``<probe>.collect`` ERROR that every timeout gets.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from healthcheck.model import CommandResult, Finding, Status
 
@@ -56,6 +59,47 @@ def command_tools(probes: Iterable[object]) -> dict[str, tuple[str, ...]]:
     return merged
 
 
+T = TypeVar("T")
+
+
+def bounded(fn: Callable[[], T], timeout_s: float) -> tuple[bool, T | None]:
+    """``(True, fn())``, or ``(False, None)`` when ``fn`` has not returned within ``timeout_s``: the
+    call goes on in a daemon thread (a call stuck in the driver cannot be cancelled). An exception
+    of ``fn`` is raised here."""
+    outcome: list[tuple[bool, object]] = []
+
+    def call() -> None:
+        try:
+            outcome.append((True, fn()))
+        except BaseException as exc:  # handed to the caller's thread
+            outcome.append((False, exc))
+
+    worker = threading.Thread(target=call, name="hc-bounded", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if not outcome:
+        return False, None
+    ok, value = outcome[0]
+    if not ok:
+        raise value  # type: ignore[misc]
+    return True, value  # type: ignore[return-value]
+
+
+def hang_finding(host: str, tools: Sequence[str], what: str, timeout_s: float | None, rc: int | None = None,
+                 source: str | None = None, consequence: str | None = None) -> Finding:
+    """FAIL ``gpu.tool_hang``: ``what`` (a command id, "NVML calls") of ``tools`` did not answer in time;
+    ``consequence`` says what the sweep did about it."""
+    given = f"{timeout_s:g} s" if timeout_s is not None else "its timeout"
+    names = "/".join(tools)
+    killed = " and had to be killed (SIGKILL)" if rc == 137 else ""
+    return Finding(host=host, check=TOOL_HANG, status=Status.FAIL, component="node", source=source or what,
+                   value=timeout_s, unit="s" if timeout_s is not None else None,
+                   expected=f"{names} answers within {given}",
+                   message=f"{names} hung: {what} did not answer within {given}{killed}; "
+                           + (consequence or f"the node did not start its later {names} commands"),
+                   remedy=TOOL_HANG_REMEDY)
+
+
 def tool_hang_findings(host: str, results: Mapping[str, CommandResult],
                        tools_by_command: Mapping[str, Sequence[str]]) -> list[Finding]:
     """FAIL ``gpu.tool_hang`` for every timed-out command of a tool whose hang is a hardware sign."""
@@ -66,14 +110,5 @@ def tool_hang_findings(host: str, results: Mapping[str, CommandResult],
         hung = [t for t in tools_by_command.get(cid, ()) if t in TOOLS and TOOLS[t].hang_check]
         if not hung:
             continue
-        given = f"{result.timeout_s:g} s" if result.timeout_s is not None else "its timeout"
-        names = "/".join(hung)
-        killed = " and had to be killed (SIGKILL)" if result.rc == 137 else ""
-        findings.append(Finding(
-            host=host, check=TOOL_HANG, status=Status.FAIL, component="node", source=cid,
-            value=result.timeout_s, unit="s" if result.timeout_s is not None else None,
-            expected=f"{names} answers within {given}",
-            message=f"{names} hung: {cid} did not answer within {given}{killed}; the node did not start its "
-                    f"later {names} commands",
-            remedy=TOOL_HANG_REMEDY))
+        findings.append(hang_finding(host, hung, cid, result.timeout_s, result.rc))
     return findings

@@ -25,6 +25,7 @@ from healthcheck import probes as probe_registry
 from healthcheck.defaults import DEFAULTS
 from healthcheck.inventory import Inventory, expand_hostlist, load_inventory
 from healthcheck.model import Finding, Host, HostCollection, Status
+from healthcheck.nodetools import bounded, hang_finding
 from healthcheck.profiles import EMPTY_PROFILE, Profile, available_profiles, load_profile
 from healthcheck.progress import ProgressDisplay
 from healthcheck.results import HostResult, RunResults, load_results, to_jsonable, write_results
@@ -196,10 +197,16 @@ def _sweep(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host], pr
 
     def grade(host: Host, collection: HostCollection) -> HostResult:
         profile = profiles.get(host.profile or "", EMPTY_PROFILE)
-        preparsed = local_nvml_observations(selected) if host.transport == "local" and mode != "replay" else {}
+        preparsed, hung = {}, []
+        if host.transport == "local" and mode != "replay":  # NVML is called in-process: bounded, a hang is FAIL
+            answered, nvml_obs = bounded(lambda: local_nvml_observations(selected), opts.timeout_s)
+            preparsed = nvml_obs or {}
+            hung = [] if answered else [hang_finding(host.name, ["nvml"], "NVML calls (pynvml)", opts.timeout_s,
+                                                     source="nvml", consequence="GPUs graded from nvidia-smi -q -x")]
         findings, observations = grade_host(host, collection, selected, profile,
                                             mode if mode == "replay" else host.transport,
                                             previous.get(host.name), options, preparsed)
+        findings[1:1] = hung
         log.append(findings)
         return HostResult(name=host.name, findings=findings, observations=observations,
                           profile=host.profile, group=host.group, address=host.address)

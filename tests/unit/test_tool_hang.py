@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import sys
+import threading
+import types
+
+import pytest
+
 from healthcheck import probes
 from healthcheck.model import CommandResult, Host, HostCollection, Status, host_verdict
-from healthcheck.nodetools import TOOLS, command_tools, unknown_tools
+from healthcheck.nodetools import TOOLS, bounded, command_tools, unknown_tools
+from healthcheck.pipeline import RunOptions, execute_run
 from healthcheck.profiles import load_profile
 from healthcheck.rundir import read_host, write_collection
 from healthcheck.stages import grade_host
@@ -85,3 +92,30 @@ def test_every_declared_tool_is_known_and_gpu_commands_declare_nvidia_smi():
         assert "nvidia-smi" in declared[cid], cid
     assert declared["kernel-log"] == ("journalctl",) and TOOLS["journalctl"].hang_check is None
     assert "hostname" not in declared
+
+
+def test_a_hung_nvml_call_in_local_mode_is_a_tool_hang_and_the_sweep_finishes(monkeypatch, tmp_path):
+    release = threading.Event()
+    nvml = types.ModuleType("pynvml")
+    nvml.NVMLError = type("NVMLError", (Exception,), {})
+    nvml.nvmlInit = lambda: release.wait(120)  # a driver call that does not return
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    try:
+        outcome = execute_run(RunOptions(local=True, probes=["gpu"], timeout_s=1, run_dir=tmp_path / "run",
+                                         render=False))
+    finally:
+        release.set()
+    [host] = outcome.results.hosts.values()
+    [hang] = [f for f in host.findings if f.check == "gpu.tool_hang"]
+    assert (hang.status, hang.source, hang.value) == (Status.FAIL, "nvml", 1.0)
+    assert hang.message.startswith("nvml hung: NVML calls (pynvml) did not answer within 1 s")
+    assert host.verdict is Status.FAIL
+
+
+def test_bounded_returns_values_raises_errors_and_gives_up_on_hangs():
+    assert bounded(lambda: 42, 5) == (True, 42)
+    release = threading.Event()
+    assert bounded(lambda: release.wait(60), 0.2) == (False, None)
+    release.set()
+    with pytest.raises(ZeroDivisionError):
+        bounded(lambda: 1 / 0, 5)
