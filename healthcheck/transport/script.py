@@ -39,7 +39,7 @@ TIMEOUT_RCS = (124, 137)  # GNU timeout: 124 after SIGTERM, 137 (128+9) after th
 
 _PRELUDE = r"""d=$(mktemp -d 2>/dev/null) || { d=/tmp/healthcheck.$$; mkdir -m 700 "$d" 2>/dev/null; } || {
   echo "healthcheck: cannot create a temporary directory on the node" >&2; exit 1; }
-trap 'rm -rf "$d"' EXIT; trap 'exit 129' HUP; trap 'exit 130' INT; trap 'exit 143' TERM
+trap 'rm -rf "$d"' EXIT; trap 'exit 129' HUP; trap 'exit 130' INT; trap 'exit 141' PIPE; trap 'exit 143' TERM
 hc_to=$(command -v timeout 2>/dev/null) || hc_to=
 hc_head=$(command -v head 2>/dev/null) || hc_head=head
 if [ -r "/proc/$$/fdinfo/0" ]; then hc_fdinfo=/proc/$$/fdinfo; else hc_fdinfo=; fi

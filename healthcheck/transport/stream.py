@@ -17,6 +17,8 @@ from healthcheck.defaults import DEFAULTS
 from healthcheck.model import CommandResult, HostCollection
 from healthcheck.transport.script import Command, FrameError, FrameReader
 
+EOF_GRACE_S = 2.0  # after the last section, how long the script may take to clean up and exit
+
 
 def utc_now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -34,7 +36,8 @@ def read_framed(host: str, commands: Sequence[Command], marker: str,
     Sections arrive in plan order as each command ends, so the stream is silent only while one
     command runs: silence longer than that command's timeout + ``kill_after_s`` + the margin
     means the node is stuck (frozen, or a process that SIGKILL cannot end) and the host is ended
-    there, keeping what arrived. Reading stops once every planned command has reported."""
+    there, keeping what arrived. Once every planned command has reported, the end of the stream
+    is awaited for ``EOF_GRACE_S`` at most (the script cleans up its temporary directory)."""
     started = clock() if started is None else started
     collected_at = utc_now_iso()
     reader = FrameReader(host=host, marker=marker, last_event_s=0.0)
@@ -42,14 +45,14 @@ def read_framed(host: str, commands: Sequence[Command], marker: str,
     error: str | None = None
     received = 0
     watch = _Watch(commands, clock(), kill_after_s, silence_margin_s)
-    while not watch.all_reported(results):
+    while True:
         now = clock()
         if now - started >= deadline_s:
             error = f"host deadline of {deadline_s:g}s exceeded"
             break
         if now - watch.last_byte_s >= watch.silence_limit_s(results):
-            error = watch.silence_error(results, now)
-            break
+            error = None if watch.all_reported(results) else watch.silence_error(results, now)
+            break  # complete but no EOF within the grace: nothing of ours is left to wait for
         chunk = read_chunk(max(0.01, min(1.0, deadline_s - (now - started),
                                          watch.silence_limit_s(results) - (now - watch.last_byte_s))))
         if chunk is None:
@@ -106,6 +109,8 @@ class _Watch:
         self.since_s = now_s
 
     def silence_limit_s(self, results: Mapping[str, CommandResult]) -> float:
+        if self.all_reported(results):
+            return EOF_GRACE_S  # the script only removes its temporary directory and exits
         cmd = self.running(results)
         return (cmd.timeout_s if cmd else 0.0) + self.kill_after_s + self.margin_s
 

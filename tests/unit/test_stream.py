@@ -66,10 +66,10 @@ def test_a_host_that_keeps_sending_is_not_silent():
     assert got.transport_error is None and sorted(got.results) == ["a", "b"]
 
 
-def test_reading_stops_once_every_command_reported_even_without_eof():
+def test_reading_stops_soon_after_every_command_reported_even_without_eof():
     source = Source([section("a"), section("b")])  # then silence forever: a held pipe
     got = collect(source, [Command("a", "a", 60), Command("b", "b", 60)])
-    assert got.transport_error is None and source.reads == 2
+    assert got.transport_error is None and source.now < 3.0  # the 2 s grace for the script to exit
     assert got.results["b"].timeout_s == 60
 
 
