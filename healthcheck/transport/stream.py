@@ -18,6 +18,12 @@ from healthcheck.model import CommandResult, HostCollection
 from healthcheck.transport.script import Command, FrameError, FrameReader
 
 EOF_GRACE_S = 2.0  # after the last section, how long the script may take to clean up and exit
+DEADLINE, SILENT = "host deadline", "host silent"  # how the two "the host is stuck" errors begin
+
+
+def stuck(error: str | None) -> bool:
+    """True for a host ended by its deadline or its silence limit (a command was still running)."""
+    return error is not None and error.startswith((DEADLINE, SILENT))
 
 
 def utc_now_iso() -> str:
@@ -48,7 +54,7 @@ def read_framed(host: str, commands: Sequence[Command], marker: str,
     while True:
         now = clock()
         if now - started >= deadline_s:
-            error = f"host deadline of {deadline_s:g}s exceeded"
+            error = f"{DEADLINE} of {deadline_s:g}s exceeded"
             break
         if now - watch.last_byte_s >= watch.silence_limit_s(results):
             error = None if watch.all_reported(results) else watch.silence_error(results, now)
@@ -76,12 +82,12 @@ def read_framed(host: str, commands: Sequence[Command], marker: str,
         tail = stderr_tail().decode("utf-8", errors="replace").strip()[-300:]
         error = ("remote script ended before all commands reported (connection closed "
                  f"{watch.while_running(results, clock())})" + (f": {tail}" if tail else ""))
-    elif missing and "deadline" in error:
+    elif missing and error.startswith(DEADLINE):
         error += f" ({watch.while_running(results, clock())})"
     timeouts = {c.id: c.timeout_s for c in commands}
     results = {cid: replace(r, timeout_s=timeouts.get(cid)) for cid, r in results.items()}
     for index, cmd in enumerate(missing):
-        in_flight = index == 0 and error is not None and ("deadline" in error or "silent" in error)
+        in_flight = index == 0 and stuck(error)
         results[cmd.id] = CommandResult(
             host=host, command_id=cmd.id, timed_out=in_flight, timeout_s=cmd.timeout_s,
             transport_error=error if index == 0 else f"not run: {error}")
@@ -121,7 +127,7 @@ class _Watch:
     def silence_error(self, results: Mapping[str, CommandResult], now_s: float) -> str:
         cmd = self.running(results)
         given = f"{cmd.timeout_s:g}s timeout + " if cmd else ""
-        return (f"host silent for {now_s - self.last_byte_s:.0f}s, longer than {cmd.id if cmd else 'the script'}'s "
+        return (f"{SILENT} for {now_s - self.last_byte_s:.0f}s, longer than {cmd.id if cmd else 'the script'}'s "
                 f"{given}{self.kill_after_s:g}s kill-after + {self.margin_s:g}s: ended it "
                 f"({self.while_running(results, now_s)}); the node froze or a process there ignores SIGKILL "
                 "(D state)")
