@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 
@@ -137,3 +138,26 @@ def test_reader_takes_notrun_lines_and_rejects_garbage_headers():
 def test_bad_tool_name_is_refused():
     with pytest.raises(ValueError, match="tool name"):
         build_script([Command("a", "true", 1, ("nv;rm",))], "@@HC-x", 10)
+
+
+@pytest.mark.parametrize("shell", ["dash", "bash"])
+@pytest.mark.parametrize("fdinfo", [True, False])
+def test_same_sections_from_dash_and_bash_with_and_without_proc_fdinfo(shell, fdinfo):
+    """/bin/sh is dash on Debian/Ubuntu and bash on RHEL; without /proc the sizes come from wc -c."""
+    if shutil.which(shell) is None:
+        pytest.skip(f"{shell} not installed")
+    commands = [Command("big", "head -c 5000 /dev/zero; printf 'e' >&2", 5), Command("none", "true", 5),
+                Command("hang", "sleep 30", 1, ("gpu-tool",)), Command("skip", "echo x", 5, ("gpu-tool",)),
+                Command("rc", "printf 'a\\000b'; exit 7", 5)]
+    marker = new_marker()
+    script = build_script(commands, marker, 1024, kill_after_s=1)
+    if not fdinfo:  # what a node without /proc does
+        script = script.replace("hc_fdinfo=/proc/$$/fdinfo;", "hc_fdinfo=;")
+    proc = subprocess.run([shell, "-c", script], capture_output=True, timeout=60)
+    results = {r.command_id: r for r in FrameReader("h", marker).feed(proc.stdout, 1.0)}
+    big = results["big"]
+    assert (len(big.stdout), big.stdout_truncated, big.stderr_truncated) == (1024, True, False)
+    assert b"File too large" in big.stderr and big.stderr.endswith(b"e")  # past the cap the tool sees EFBIG
+    assert (results["none"].stdout, results["none"].rc) == (b"", 0)
+    assert results["hang"].rc == 124 and results["skip"].not_run == "not run: gpu-tool hung for 1 s in hang"
+    assert (results["rc"].stdout, results["rc"].rc) == (b"a\x00b", 7)
