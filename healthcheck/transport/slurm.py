@@ -68,7 +68,8 @@ class SlurmTransport:
             try:
                 collection = read_framed(host.name, commands, marker, pipe_reader(proc), deadline_s,
                                          byte_limit=2 * self.cap * max(1, len(commands)) + (1 << 20),
-                                         stderr_tail=lambda: _tail(err), started=started)
+                                         stderr_tail=lambda: _tail(err), started=started,
+                                         startup_s=self.alloc_wait_s, kill_after_s=self.kill_after_s)
             finally:  # srun ends by itself once the script has; not when the deadline passed
                 ended = collection is not None and not stuck(collection.transport_error)
                 stop_group(proc, self.kill_after_s, linger_s=self.kill_after_s if ended else 0.0)

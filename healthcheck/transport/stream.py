@@ -18,6 +18,7 @@ from healthcheck.model import CommandResult, HostCollection
 from healthcheck.transport.script import Command, FrameError, FrameReader
 
 EOF_GRACE_S = 2.0  # after the last section, how long the script may take to clean up and exit
+SILENCE_PROBE_S = 0.5  # the shortest read wait: a stalled orchestrator still sees data that arrived
 DEADLINE, SILENT = "host deadline", "host silent"  # how the two "the host is stuck" errors begin
 
 
@@ -34,7 +35,7 @@ def read_framed(host: str, commands: Sequence[Command], marker: str,
                 read_chunk: Callable[[float], bytes | None], deadline_s: float,
                 byte_limit: int, stderr_tail: Callable[[], bytes] = lambda: b"",
                 started: float | None = None, kill_after_s: float = DEFAULTS.kill_after_s,
-                silence_margin_s: float = DEFAULTS.silence_margin_s,
+                silence_margin_s: float = DEFAULTS.silence_margin_s, startup_s: float = DEFAULTS.connect_timeout_s,
                 clock: Callable[[], float] = time.monotonic) -> HostCollection:
     """Collect every finished section; name what went wrong for the ones that did not finish.
 
@@ -42,26 +43,29 @@ def read_framed(host: str, commands: Sequence[Command], marker: str,
     Sections arrive in plan order as each command ends, so the stream is silent only while one
     command runs: silence longer than that command's timeout + ``kill_after_s`` + the margin
     means the node is stuck (frozen, or a process that SIGKILL cannot end) and the host is ended
-    there, keeping what arrived. Once every planned command has reported, the end of the stream
-    is awaited for ``EOF_GRACE_S`` at most (the script cleans up its temporary directory)."""
+    there, keeping what arrived. Before the first byte, ``startup_s`` more is allowed (the remote
+    session may still be starting: PAM, a home directory automount). Once every planned command
+    has reported, the end of the stream is awaited for ``EOF_GRACE_S`` at most (the script cleans
+    up its temporary directory)."""
     started = clock() if started is None else started
     collected_at = utc_now_iso()
     reader = FrameReader(host=host, marker=marker, last_event_s=0.0)
     results: dict[str, CommandResult] = {}
     error: str | None = None
     received = 0
-    watch = _Watch(commands, clock(), kill_after_s, silence_margin_s)
+    watch = _Watch(commands, clock(), kill_after_s, silence_margin_s, startup_s)
     while True:
         now = clock()
         if now - started >= deadline_s:
             error = f"{DEADLINE} of {deadline_s:g}s exceeded"
             break
-        if now - watch.last_byte_s >= watch.silence_limit_s(results):
-            error = None if watch.all_reported(results) else watch.silence_error(results, now)
-            break  # complete but no EOF within the grace: nothing of ours is left to wait for
-        chunk = read_chunk(max(0.01, min(1.0, deadline_s - (now - started),
-                                         watch.silence_limit_s(results) - (now - watch.last_byte_s))))
-        if chunk is None:
+        chunk = read_chunk(max(SILENCE_PROBE_S, min(1.0, deadline_s - (now - started),
+                                                    watch.silence_limit_s(results) - (now - watch.last_byte_s))))
+        if chunk is None:  # silence is a read that waited and got nothing, never a clock jump of our own
+            now = clock()
+            if now - watch.last_byte_s >= watch.silence_limit_s(results):
+                error = None if watch.all_reported(results) else watch.silence_error(results, now)
+                break  # complete but no EOF within the grace: nothing of ours is left to wait for
             continue
         if chunk == b"":
             break
@@ -98,10 +102,13 @@ def read_framed(host: str, commands: Sequence[Command], marker: str,
 class _Watch:
     """Which planned command is running (the first one not reported) and since when."""
 
-    def __init__(self, commands: Sequence[Command], now_s: float, kill_after_s: float, margin_s: float) -> None:
+    def __init__(self, commands: Sequence[Command], now_s: float, kill_after_s: float, margin_s: float,
+                 startup_s: float) -> None:
         self.commands = list(commands)
         self.kill_after_s = kill_after_s
         self.margin_s = margin_s
+        self.startup_s = startup_s
+        self.started_s = now_s
         self.last_byte_s = now_s
         self.since_s = now_s  # when the running command started: the end of the previous section
 
@@ -118,7 +125,8 @@ class _Watch:
         if self.all_reported(results):
             return EOF_GRACE_S  # the script only removes its temporary directory and exits
         cmd = self.running(results)
-        return (cmd.timeout_s if cmd else 0.0) + self.kill_after_s + self.margin_s
+        startup = self.startup_s if self.last_byte_s == self.started_s else 0.0  # nothing received yet
+        return (cmd.timeout_s if cmd else 0.0) + self.kill_after_s + self.margin_s + startup
 
     def while_running(self, results: Mapping[str, CommandResult], now_s: float) -> str:
         cmd = self.running(results)
@@ -127,8 +135,9 @@ class _Watch:
     def silence_error(self, results: Mapping[str, CommandResult], now_s: float) -> str:
         cmd = self.running(results)
         given = f"{cmd.timeout_s:g}s timeout + " if cmd else ""
+        startup = f" + {self.startup_s:g}s start-up" if self.last_byte_s == self.started_s else ""
         return (f"{SILENT} for {now_s - self.last_byte_s:.0f}s, longer than {cmd.id if cmd else 'the script'}'s "
-                f"{given}{self.kill_after_s:g}s kill-after + {self.margin_s:g}s: ended it "
+                f"{given}{self.kill_after_s:g}s kill-after + {self.margin_s:g}s{startup}: ended it "
                 f"({self.while_running(results, now_s)}); the node froze or a process there ignores SIGKILL "
                 "(D state)")
 

@@ -19,19 +19,29 @@ class Source:
     """``read_chunk`` over scripted chunks; ``None`` chunks (and the end of the script) are silence
     that lasts the wait asked for; reads are counted so a test can see reading stopped."""
 
-    def __init__(self, chunks: Iterable[bytes | None], eof: bool = False) -> None:
+    def __init__(self, chunks: Iterable[bytes | tuple[bytes, float] | None], eof: bool = False) -> None:
         self.chunks = list(chunks)
         self.eof = eof
         self.now = 0.0
+        self.stall = 0.0
+        self.clocks_since_read = 0
         self.reads = 0
 
     def clock(self) -> float:
+        self.clocks_since_read += 1
+        if self.clocks_since_read == 2:  # after taking the time of the bytes, before the next read
+            self.now += self.stall
+            self.stall = 0.0
         return self.now
 
     def read_chunk(self, wait_s: float) -> bytes | None:
         self.reads += 1
+        self.clocks_since_read = 0
         if self.chunks:
             chunk = self.chunks.pop(0)
+            if isinstance(chunk, tuple):  # (data, stall): after reading data our own process stalls
+                self.stall = chunk[1]
+                return chunk[0]
             if chunk is not None:
                 self.now += 0.01
                 return chunk
@@ -85,3 +95,16 @@ def test_host_deadline_still_bounds_a_host_that_trickles():
     chunks: list[bytes | None] = [section("a")] + [None] * 50
     got = collect(Source(chunks), [Command("a", "a", 60), Command("b", "b", 60)], deadline_s=30)
     assert got.results["b"].timed_out and "host deadline of 30s exceeded (while running b" in got.transport_error
+
+
+def test_a_host_that_never_starts_gets_the_start_up_allowance_too():
+    source = Source([None])
+    got = collect(source, [Command("hostname", "hostname", 20)])
+    assert "hostname's 20s timeout + 5s kill-after + 10s + 10s start-up" in got.transport_error
+    assert 45.0 <= source.now < 46.0
+
+
+def test_a_stall_of_the_orchestrator_itself_is_not_silence_of_the_host():
+    source = Source([(section("a"), 120.0), section("b")])  # b is in the socket when we wake up
+    got = collect(source, [Command("a", "a", 5), Command("b", "b", 5)])
+    assert got.transport_error is None and got.results["b"].stdout == b"ok\n"
