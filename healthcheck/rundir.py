@@ -12,6 +12,7 @@ A hand-made bundle needs only ``raw/<host>/<command_id>.out``; a missing ``.rc``
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 from collections.abc import Iterable
@@ -42,6 +43,24 @@ def new_run_dir(out: Path | None, run_dir: Path | None) -> Path:
         raise RunDirError(f"run directory {run_dir} exists and is not empty")
     (run_dir / "raw").mkdir(parents=True, exist_ok=True)
     return run_dir
+
+
+LATEST = "latest"
+
+
+def update_latest(run_dir: Path) -> Path | None:
+    """Point ``<parent>/latest`` at ``run_dir`` (a relative symlink, swapped atomically with a rename,
+    so a reader of ``runs/latest/metrics.prom`` never sees it missing). A real file or folder named
+    ``latest`` is left alone (returns None)."""
+    run_dir = Path(run_dir)
+    link = run_dir.parent / LATEST
+    if link.exists() and not link.is_symlink():
+        return None
+    tmp = run_dir.parent / f".{LATEST}.{os.getpid()}.{threading.get_ident()}"
+    tmp.unlink(missing_ok=True)
+    os.symlink(run_dir.name, tmp)
+    os.replace(tmp, link)
+    return link
 
 
 def _safe_component(name: str) -> str:
@@ -105,7 +124,10 @@ def read_host(folder: Path) -> HostCollection:
 
 
 def _seconds(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    """A finite number of seconds from _host.json, else None (a bundle is untrusted data)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
 
 
 def read_bundle(path: Path) -> dict[str, HostCollection]:
