@@ -16,6 +16,8 @@ class Defaults:
     command_timeout_s: float = 60.0      # per command, enforced on the node with `timeout`
     kill_after_s: float = 5.0            # `timeout -k`: SIGKILL this long after SIGTERM
     host_deadline_margin_s: float = 30.0  # host deadline = sum of command timeouts + this
+    silence_margin_s: float = 10.0       # a host silent for its running command's timeout + kill-after
+                                         # + this is stuck: ended, keeping what arrived
     output_cap_bytes: int = 4 * 1024 * 1024  # per command stream (stdout, stderr)
     kernel_log_window_h: float = 24.0    # Xid look-back window
     drain_max_fraction: float = 0.10     # circuit breaker: most of the fleet drained at once

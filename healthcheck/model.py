@@ -69,7 +69,8 @@ class CommandResult:
 
     ``transport_error`` (could not reach or run on the host), ``timed_out`` (the command ran past
     its timeout) and ``rc`` (the command's own exit code) are three different things: a result
-    with a transport error has no rc.
+    with a transport error has no rc. ``not_run`` says why the node did not start the command
+    (``not run: nvidia-smi hung for 20 s in nvidia-smi-q-x``); ``timeout_s`` is the time it was given.
     """
 
     host: str
@@ -82,6 +83,8 @@ class CommandResult:
     transport_error: str | None = None
     stdout_truncated: bool = False
     stderr_truncated: bool = False
+    not_run: str | None = None
+    timeout_s: float | None = None
 
     @property
     def text(self) -> str:

@@ -26,6 +26,7 @@ from healthcheck.defaults import DEFAULTS
 from healthcheck.hostvars import host_profile, plan_key
 from healthcheck.inventory import Inventory, expand_hostlist, load_inventory
 from healthcheck.model import Finding, Host, HostCollection, Status
+from healthcheck.nodetools import bounded, hang_finding
 from healthcheck.profiles import EMPTY_PROFILE, Profile, available_profiles, load_profile
 from healthcheck.progress import JobProgress, ProgressDisplay
 from healthcheck.rerun import RerunPlan, plan_rerun, rerun_changes, rerun_record
@@ -240,13 +241,19 @@ def _sweep(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host], pr
 
     def grade(host: Host, collection: HostCollection) -> HostResult:
         profile = host_profile(host, profiles.get(host.profile or "", EMPTY_PROFILE))
-        preparsed = local_nvml_observations(selected) if host.transport == "local" and mode != "replay" else {}
+        preparsed, hung = {}, []
+        if host.transport == "local" and mode != "replay":  # NVML is called in-process: bounded, a hang is FAIL
+            answered, nvml_obs = bounded(lambda: local_nvml_observations(selected), opts.timeout_s)
+            preparsed = nvml_obs or {}
+            hung = [] if answered else [hang_finding(host.name, ["nvml"], "NVML calls (pynvml)", opts.timeout_s,
+                                                     source="nvml", consequence="GPUs graded from nvidia-smi -q -x")]
         before = previous.get(host.name)
         if before and "assets" in before:  # a swapped GPU/HCA starts a fresh counter baseline
             before, _ = reset_swapped(before, current_assets(collection.results), host.name)
         findings, observations = grade_host(host, collection, selected, profile,
                                             mode if mode == "replay" else host.transport,
                                             before, options, preparsed)
+        findings[1:1] = hung
         log.append(findings)
         return HostResult(name=host.name, findings=findings, observations=observations,
                           profile=host.profile, group=host.group, address=host.address)
