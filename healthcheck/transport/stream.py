@@ -3,7 +3,7 @@
     collection = read_framed(host, commands, marker, read_chunk, deadline_s=120, byte_limit=...)
 
 ``read_chunk(wait_s)`` returns bytes, ``b""`` at end of stream, or ``None`` when nothing
-arrived within ``wait_s``.
+arrived within ``wait_s``; it raises ``ConnectionLost`` when it knows the stream is dead (keepalives).
 """
 
 from __future__ import annotations
@@ -14,6 +14,10 @@ from datetime import datetime, timezone
 
 from healthcheck.model import CommandResult, HostCollection
 from healthcheck.transport.script import Command, FrameError, FrameReader
+
+
+class ConnectionLost(Exception):
+    """Raised by a ``read_chunk`` that knows its stream is dead; the message says why."""
 
 
 def utc_now_iso() -> str:
@@ -39,7 +43,11 @@ def read_framed(host: str, commands: Sequence[Command], marker: str,
         if elapsed >= deadline_s:
             error = f"host deadline of {deadline_s:g}s exceeded"
             break
-        chunk = read_chunk(min(1.0, deadline_s - elapsed))
+        try:
+            chunk = read_chunk(min(1.0, deadline_s - elapsed))
+        except ConnectionLost as exc:
+            error = str(exc)
+            break
         if chunk is None:
             continue
         if chunk == b"":
