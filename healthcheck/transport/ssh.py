@@ -45,8 +45,9 @@ class JumpError(Exception):
 
     def __init__(self, spec: ConnectSpec, cause: BaseException, what: str = "") -> None:
         self.spec, self.cause = spec, cause
-        detail = what or describe_ssh_error(cause, spec)
-        super().__init__(f"via bastion {spec.name} ({spec.user}@{spec.hostname}:{spec.port}): {detail}")
+        where = f" ({spec.user}@{spec.hostname}:{spec.port})"
+        detail = f"{where}: {what}" if what else f": {describe_ssh_error(cause, spec)}"
+        super().__init__(f"via bastion {spec.name}{detail}")
 
 
 class AliveTransport(paramiko.Transport):

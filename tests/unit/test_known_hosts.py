@@ -24,7 +24,7 @@ def _key(tmp_path: Path, name: str) -> tuple[str, str]:
 
 
 def test_fingerprint_matches_ssh_keygen(tmp_path):
-    kind, b64 = _key(tmp_path, "k")
+    _kind, b64 = _key(tmp_path, "k")
     out = subprocess.run([SSH_KEYGEN, "-l", "-E", "sha256", "-f", str(tmp_path / "k.pub")],
                          capture_output=True, text=True, check=True).stdout
     assert fingerprint_sha256(base64.b64decode(b64)) == out.split()[1]
