@@ -27,6 +27,7 @@ from healthcheck.pipeline import RunOptions, execute_run, render_reports
 from healthcheck.profiles import ProfileError
 from healthcheck.results import RunResults, load_results
 from healthcheck.rundir import RunDirError
+from healthcheck.transport import SSH_CLIENTS
 
 EXTENSION_MODULES = ("healthcheck.cli_bench", "healthcheck.cli_drain", "healthcheck.cli_sweep")
 
@@ -100,6 +101,9 @@ def main() -> None:
               help="ssh_config file [default: ~/.ssh/config].")
 @click.option("--accept-new-host-keys", is_flag=True,
               help="Trust and record host keys never seen before (changed keys are still refused).")
+@click.option("--ssh-client", type=click.Choice(SSH_CLIENTS), default="paramiko", show_default=True,
+              envvar="HEALTHCHECK_SSH_CLIENT", help="paramiko, or the system OpenSSH ssh with ControlMaster "
+              "(Kerberos, FIDO keys, certificates, Match exec): docs/ssh.md.")
 @click.option("--profile", help="Profile for every host (overrides the inventory).")
 @click.option("--limit", help="Only these hosts (comma-separated names).")
 @click.option("--previous", type=click.Path(exists=True, file_okay=False, path_type=Path),
@@ -115,8 +119,9 @@ def run(inventory: Path | None, hostlist: str | None, replay: Path | None, local
         srun_args: tuple[str, ...], out: Path, run_dir: Path | None,
         forks: int, timeout_s: float, connect_timeout: float, deadline: float | None,
         probe_names: str | None, skip_probes: str | None, ssh_config: Path | None,
-        accept_new_host_keys: bool, profile: str | None, limit: str | None, previous: Path | None,
-        output_cap: int, xid_window: float, benchmarks: str | None, plan: str, strict: bool) -> None:
+        accept_new_host_keys: bool, ssh_client: str, profile: str | None, limit: str | None,
+        previous: Path | None, output_cap: int, xid_window: float, benchmarks: str | None, plan: str,
+        strict: bool) -> None:
     """Sweep the hosts of an inventory (or replay a bundle) and write a run directory."""
     if (local and (inventory or replay or hostlist)) or (inventory and hostlist) \
             or not (local or inventory or replay or hostlist):
@@ -126,7 +131,7 @@ def run(inventory: Path | None, hostlist: str | None, replay: Path | None, local
         inventory=inventory, hostlist=hostlist, replay=replay, local=local, out=out, run_dir=run_dir, forks=forks,
         timeout_s=timeout_s, connect_timeout_s=connect_timeout, deadline_s=deadline,
         output_cap_bytes=output_cap, probes=_csv(probe_names), skip_probes=_csv(skip_probes) or (),
-        ssh_config=ssh_config, accept_new_host_keys=accept_new_host_keys, transport=transport,
+        ssh_config=ssh_config, accept_new_host_keys=accept_new_host_keys, ssh_client=ssh_client, transport=transport,
         srun_args=srun_args, profile=profile, limit=_csv(limit), previous=previous, progress=sys.stderr.isatty(),
         benchmarks=_csv(benchmarks) or (), plan=plan,
         probe_options={"kernel_log_window_h": xid_window, "plan": plan})
