@@ -35,8 +35,10 @@ sys.path.insert(0, str(ROOT))
 SAMPLE = ROOT / "inventories" / "samples" / "h100-4node" / "raw" / "h100-node01"
 
 
-def _commands(payload: Path) -> list:
+def _commands(payload: Path, idle_s: float = 0) -> list:
     from healthcheck.transport.script import Command
+    if idle_s:
+        return [Command("idle", f"sleep {idle_s:g}", idle_s + 30)]
     return [Command(p.stem, f"cat {shlex.quote(str(p))}", 60.0) for p in sorted(payload.glob("*.out"))]
 
 
@@ -44,7 +46,10 @@ def worker(case: str, state: dict) -> None:
     """One timed case (runs in its own process)."""
     from healthcheck.model import Host
     from healthcheck.transport import open_transport
-    commands = _commands(Path(state["payload"]))
+    commands = _commands(Path(state["payload"]), state["idle_s"])
+    if state.get("poll_s"):
+        from healthcheck.transport.ssh import AliveTransport
+        AliveTransport._active_check_timeout = state["poll_s"]
     hosts = [Host(name=n) for n in state["hosts"]]
     out = Path(state["out"]) / case
     out.mkdir(parents=True, exist_ok=True)
@@ -75,7 +80,7 @@ def worker(case: str, state: dict) -> None:
 
 def check(case: str, state: dict) -> str:
     out = Path(state["out"]) / case
-    n, c = len(state["hosts"]), len(_commands(Path(state["payload"])))
+    n, c = len(state["hosts"]), len(_commands(Path(state["payload"]), state["idle_s"]))
     if case == "pdsh":
         ends = (out / "pdsh.out").read_bytes().count(b" END ")
         return "ok" if ends == n * c else f"pdsh: {ends} END lines, expected {n * c}"
@@ -109,6 +114,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cases", default="paramiko,openssh,pdsh")
     ap.add_argument("--known-hosts-lines", type=int, default=0)
+    ap.add_argument("--idle", type=float, default=0, help="run 'sleep IDLE' instead of the payload script")
+    ap.add_argument("--poll", type=float, default=0, help="paramiko socket poll interval, s (0: the default)")
     ap.add_argument("--worker")
     ap.add_argument("--state")
     args = ap.parse_args()
@@ -128,7 +135,8 @@ def main() -> None:
             order = cases[rnd % len(cases):] + cases[:rnd % len(cases)]
             for case in order:
                 state = {"hosts": [h.name for h in cluster.hosts], "ssh_config": str(cluster.ssh_config),
-                         "payload": str(payload), "out": str(base / f"out{rnd}"), "forks": args.forks}
+                         "payload": str(payload), "out": str(base / f"out{rnd}"), "forks": args.forks,
+                         "idle_s": args.idle, "poll_s": args.poll}
                 state_file = base / "state.json"
                 state_file.write_text(json.dumps(state))
                 wall, cpu = timed(case, state_file)
