@@ -10,6 +10,7 @@ gives the same verdicts. Raw outputs and findings are on disk as each host compl
 from __future__ import annotations
 
 import json
+import os
 import platform
 import shutil
 import sys
@@ -54,7 +55,7 @@ class RunOptions:
     skip_probes: Sequence[str] = ()
     ssh_config: Path | None = None
     accept_new_host_keys: bool = False
-    ssh_client: str = "paramiko"          # or "openssh": the system ssh with ControlMaster (docs/ssh.md)
+    ssh_client: str = field(default_factory=lambda: os.environ.get("HEALTHCHECK_SSH_CLIENT", "paramiko"))
     transport: str | None = None          # override every host's transport (ssh, local, slurm)
     srun_args: Sequence[str] = ()         # extra srun arguments for the slurm transport (--partition=...)
     profile: str | None = None            # override (or default for bundles without an inventory)
