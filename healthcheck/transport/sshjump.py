@@ -104,6 +104,9 @@ class JumpPool:
                 return entry.jump
             if entry.failure is not None and entry.failed_at >= asked:
                 raise entry.failure      # the attempt this host waited for failed: same reason
+            if entry.jump is not None:   # the connection died: close what is left, open a new one
+                entry.jump.closer.close()
+                entry.jump = None
             try:
                 closer, transport, spec = self._connect(args)
             except BaseException as exc:
