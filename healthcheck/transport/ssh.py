@@ -51,7 +51,12 @@ class JumpError(Exception):
 
 
 class AliveTransport(paramiko.Transport):
-    """A paramiko Transport that can send an OpenSSH keepalive wanting a reply, and notes replies."""
+    """A paramiko Transport that can send an OpenSSH keepalive wanting a reply, and notes replies.
+
+    Its thread wakes once a second when the socket is quiet, not ten times (paramiko's 0.1 s): 64
+    connections idle for 30 s cost 2.86 CPU-s at 0.1 s and 1.93 at 1 s (bench/ssh_sweep.py --idle)."""
+
+    _active_check_timeout = 1.0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
