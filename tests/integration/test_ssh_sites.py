@@ -202,3 +202,36 @@ def test_unknown_and_changed_keys_show_sha256_fingerprints(ssh_cluster_factory, 
     changed = _finding(results, "node02", "host.reachable")["message"]
     assert f"ssh-ed25519 {fp(a)}" in unknown and "not in known_hosts" in unknown
     assert f"known_hosts has ssh-ed25519 {fp(a)}, the host sent ssh-ed25519 {fp(b)}" in changed
+
+
+def test_hostkeyalias_and_global_known_hosts_file(ssh_cluster_factory, tmp_path):
+    cluster = ssh_cluster_factory(1)
+    node = cluster.hosts[0]
+    (tmp_path / "empty").write_text("")
+    global_file = tmp_path / "ssh_known_hosts"
+    global_file.write_text("node01-key " + " ".join(node.host_key_line.split()[1:]) + "\n")
+    config = tmp_path / "ssh_config"
+    config.write_text("\n".join([
+        "Host node01", f"  HostName {node.address}", f"  Port {node.port}", f"  User {cluster.user}",
+        f"  IdentityFile {cluster.client_key}", f"  UserKnownHostsFile {tmp_path}/empty",
+        f"  GlobalKnownHostsFile {global_file}", "  HostKeyAlias node01-key"]) + "\n")
+    rc, _results, out = _run(["--hosts", "node01", "-F", str(config)], tmp_path / "run")
+    assert rc == 0, out  # the key is only known under the alias, and only in the global file
+    assert (tmp_path / "empty").read_text() == ""
+
+
+def test_match_exec_is_refused_by_paramiko_and_honoured_by_openssh(ssh_cluster_factory, tmp_path):
+    if shutil.which("ssh") is None:
+        pytest.skip("OpenSSH client not installed")
+    cluster = ssh_cluster_factory(2)
+    a, b = cluster.hosts
+    config = tmp_path / "ssh_config"
+    config.write_text(f'Match originalhost node01 exec "test -d {tmp_path}"\n  Port {a.port}\n'
+                      + _block(cluster, a).replace(f"  Port {a.port}\n", "  Port 1\n") + _block(cluster, b))
+    rc, results, _ = _run(["--hosts", "node[01-02]", "-F", str(config)], tmp_path / "paramiko")
+    message = _finding(results, "node01", "host.reachable")["message"]
+    assert rc == 1 and f"{config}:1: 'Match exec' is only evaluated by OpenSSH" in message, message
+    assert results["hosts"]["node02"]["verdict"] == "PASS"
+    rc, results, out = _run(["--hosts", "node[01-02]", "-F", str(config), "--ssh-client", "openssh"],
+                            tmp_path / "openssh")
+    assert rc == 0, out  # OpenSSH ran the exec and took the Port from the Match block
