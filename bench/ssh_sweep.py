@@ -102,9 +102,10 @@ def pad_known_hosts(path: Path, lines: int) -> None:
         return
     have = path.read_text()
     blob = base64.b64encode(b"\x00\x00\x00\x0bssh-ed25519\x00\x00\x00\x20" + os.urandom(32)).decode()
-    filler = "".join(f"[10.{i // 65536 % 256}.{i // 256 % 256}.{i % 256}]:22 ssh-ed25519 {blob}\n"
-                     for i in range(max(0, lines - have.count("\n"))))
-    path.write_text(filler[: len(filler) // 2] + have + filler[len(filler) // 2:])
+    filler = [f"[10.{i // 65536 % 256}.{i // 256 % 256}.{i % 256}]:22 ssh-ed25519 {blob}\n"
+              for i in range(max(0, lines - have.count("\n")))]
+    half = len(filler) // 2  # the fleet's own lines in the middle of the file
+    path.write_text("".join(filler[:half]) + have + "".join(filler[half:]))
 
 
 def main() -> None:

@@ -139,10 +139,11 @@ def test_keepalives_end_a_host_whose_peer_went_silent(ssh_cluster_factory, tmp_p
     started = tmp_path / "uname-started"
     for h in cluster.hosts:
         shim = h.bindir / "uname"
-        shim.write_text(f"#!/bin/sh\ntouch {started}.{h.name}\nsleep 4\necho 6.1.0\n")
+        shim.write_text(f"#!/bin/sh\ntouch {started}.{h.name}\nsleep 6\necho 6.1.0\n")
         shim.chmod(0o755)
-    cluster.write_ssh_config(extra={h.name: ["  ServerAliveInterval 1", "  ServerAliveCountMax 2"]
-                                    for h in cluster.hosts})
+    # node02 stays silent for 6 s: were its keepalive replies not counted, 4 unanswered would end it at 5 s
+    cluster.write_ssh_config(extra={"node01": ["  ServerAliveInterval 1", "  ServerAliveCountMax 2"],
+                                    "node02": ["  ServerAliveInterval 1", "  ServerAliveCountMax 4"]})
     proc = subprocess.Popen([sys.executable, "-m", "healthcheck", "run", "--hosts", "node[01-02]", "-F",
                              str(cluster.ssh_config), "--run-dir", str(tmp_path / "run"), "--probes", "system",
                              "--profile", "h100-sxm5-8x", "--timeout", "120"],
@@ -167,7 +168,7 @@ def test_keepalives_end_a_host_whose_peer_went_silent(ssh_cluster_factory, tmp_p
     message = _finding(results, "node01", "host.reachable")["message"]
     assert "no answer to 2 keepalives 1s apart" in message, message
     assert _finding(results, "node01", "system.hostname")["status"] == "PASS"  # sections already received
-    assert results["hosts"]["node02"]["verdict"] == "PASS"  # silent 4 s, but answering keepalives
+    assert results["hosts"]["node02"]["verdict"] == "PASS"  # silent 6 s, but answering keepalives
 
 
 def test_script_goes_on_stdin_so_the_marker_is_not_in_argv(ssh_cluster_factory, tmp_path):
