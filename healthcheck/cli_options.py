@@ -8,7 +8,7 @@
 
 ``target_options`` adds ``-i/--inventory``, ``--hosts``, ``--transport``, ``--srun-arg``, ``--limit``,
 ``--probes``, ``--skip-probes``, ``--xid-window``, ``--accept-new-host-keys``, ``--connect-timeout``,
-``-F/--ssh-config``, ``-f/--forks``, ``--timeout`` and ``--profile`` and hands the command one
+``-F/--ssh-config``, ``--ssh-client``, ``-f/--forks``, ``--timeout`` and ``--profile`` and hands the command one
 ``TargetOptions`` value instead of fourteen parameters.
 
 Environment variables (``HEALTHCHECK_<COMMAND>_<OPTION>``, click's ``auto_envvar_prefix``) may set
@@ -27,6 +27,7 @@ from typing import Any
 import click
 
 from healthcheck.defaults import DEFAULTS
+from healthcheck.transport import SSH_CLIENTS
 
 PLANS = ("quick", "acceptance")
 PLAN_HELP = ("quick: the probes with DCGM diag level 1 (about a minute), nccl/HPL per node and one round of "
@@ -62,6 +63,7 @@ class TargetOptions:
     accept_new_host_keys: bool = False
     connect_timeout: float = DEFAULTS.connect_timeout_s
     ssh_config: Path | None = None
+    ssh_client: str = "paramiko"
     forks: int = DEFAULTS.forks
     timeout_s: float = DEFAULTS.command_timeout_s
     profile: str | None = None
@@ -77,7 +79,8 @@ class TargetOptions:
             limit=self.limit.split() if self.limit is not None else None,  # nodesets: commas are theirs
             probes=probes if probes is not None else csv_list(self.probe_names),
             skip_probes=csv_list(self.skip_probes) or (), accept_new_host_keys=self.accept_new_host_keys,
-            connect_timeout_s=self.connect_timeout, ssh_config=self.ssh_config, forks=self.forks,
+            connect_timeout_s=self.connect_timeout, ssh_config=self.ssh_config, ssh_client=self.ssh_client,
+            forks=self.forks,
             timeout_s=self.timeout_s, profile=self.profile,
             probe_options={"kernel_log_window_h": self.xid_window, **(probe_options or {})}, **more)
 
@@ -108,6 +111,9 @@ _TARGET: list[Callable[[Any], Any]] = [
                  help="Seconds to connect and authenticate (SSH) or to get the allocation (srun --immediate)."),
     click.option("-F", "--ssh-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
                  help="ssh_config file [default: ~/.ssh/config]."),
+    click.option("--ssh-client", type=click.Choice(SSH_CLIENTS), default="paramiko", show_default=True,
+                 envvar="HEALTHCHECK_SSH_CLIENT", help="paramiko, or the system OpenSSH ssh with ControlMaster "
+                 "(Kerberos, FIDO keys, certificates, Match exec): see docs/ssh.md."),
     click.option("-f", "--forks", type=click.IntRange(1, 4096), default=DEFAULTS.forks, show_default=True,
                  help="Hosts swept in parallel."),
     click.option("--timeout", "timeout_s", type=click.FloatRange(1), default=DEFAULTS.command_timeout_s,
@@ -117,8 +123,8 @@ _TARGET: list[Callable[[Any], Any]] = [
                  "`healthcheck profiles list` shows them."),
 ]
 TARGET_PARAMS = ("inventory", "hostlist", "transport", "srun_args", "limit", "probe_names", "skip_probes",
-                 "xid_window", "accept_new_host_keys", "connect_timeout", "ssh_config", "forks", "timeout_s",
-                 "profile")
+                 "xid_window", "accept_new_host_keys", "connect_timeout", "ssh_config", "ssh_client", "forks",
+                 "timeout_s", "profile")
 
 
 def target_options(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -13,6 +13,10 @@ from dataclasses import dataclass
 class Defaults:
     forks: int = 64                      # hosts in flight at once
     connect_timeout_s: float = 10.0      # TCP connect + SSH handshake + auth
+    server_alive_interval_s: float = 15.0  # keepalive after this much silence (ssh_config wins)
+    server_alive_count_max: int = 3      # unanswered keepalives before the connection counts as lost
+    jump_handshakes: int = 8             # target handshakes in flight through one jump host
+    handshake_attempts: int = 6          # tries of a handshake the sshd dropped (MaxStartups), with backoff
     command_timeout_s: float = 60.0      # per command, enforced on the node with `timeout`
     kill_after_s: float = 5.0            # `timeout -k`: SIGKILL this long after SIGTERM
     host_deadline_margin_s: float = 30.0  # host deadline = sum of command timeouts + this

@@ -59,6 +59,7 @@ class RunOptions:
     skip_probes: Sequence[str] = ()
     ssh_config: Path | None = None
     accept_new_host_keys: bool = False
+    ssh_client: str = "paramiko"          # or "openssh": the system ssh with ControlMaster (docs/ssh.md)
     transport: str | None = None          # override every host's transport (ssh, local, slurm)
     srun_args: Sequence[str] = ()         # extra srun arguments for the slurm transport (--partition=...)
     profile: str | None = None            # override (or default for bundles without an inventory)
@@ -308,7 +309,7 @@ def _transport(opts: RunOptions, mode: str, hosts: Sequence[Host]) -> Transport:
         return open_transport(kind, ssh_config_path=opts.ssh_config,
                               accept_new_host_keys=opts.accept_new_host_keys,
                               connect_timeout_s=opts.connect_timeout_s, cap=opts.output_cap_bytes,
-                              bundle=opts.replay, srun_args=opts.srun_args)
+                              bundle=opts.replay, srun_args=opts.srun_args, ssh_client=opts.ssh_client)
     if mode == "replay":
         return make("replay")
     return PerHostTransport({kind: make(kind) for kind in sorted({h.transport for h in hosts})})
