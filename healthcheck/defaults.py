@@ -28,6 +28,8 @@ class Defaults:
     bench_pair_rounds: int = 3           # pair rounds in the acceptance plan (partners per node)
     hpl_fleet_slow_fraction: float = 0.05  # HPL node slower than best by this -> WARN (DeepOps 1.05)
     history_keep_days: int = 30
+    grade_workers: int = 0               # replay grading processes; 0: one per CPU core
+    grade_pool_min_hosts: int = 64       # smaller replays grade in-process (forking costs more)
     regression_baseline_runs: int = 5
     regression_drop_fraction: float = 0.10
 

@@ -23,12 +23,22 @@ from typing import Any
 import healthcheck
 from healthcheck import probes as probe_registry
 from healthcheck.defaults import DEFAULTS
+from healthcheck.gradepool import Graded, GradeJob, grade_hosts, worker_count
 from healthcheck.inventory import Inventory, expand_hostlist, load_inventory
 from healthcheck.model import Finding, Host, HostCollection, Status
+from healthcheck.observation_store import ObservationStore, encode_observations, key_observations
 from healthcheck.profiles import EMPTY_PROFILE, Profile, available_profiles, load_profile
 from healthcheck.progress import ProgressDisplay
 from healthcheck.results import HostResult, RunResults, load_results, to_jsonable, write_results
-from healthcheck.rundir import FindingsLog, new_run_dir, read_bundle, write_collection, write_json
+from healthcheck.rundir import (
+    FindingsLog,
+    host_names,
+    new_run_dir,
+    raw_dir,
+    reference_raw,
+    write_collection,
+    write_json,
+)
 from healthcheck.runner import Runner, host_deadline, plan_commands
 from healthcheck.spec import Transport
 from healthcheck.stages import grade_host
@@ -61,6 +71,7 @@ class RunOptions:
     limit: Sequence[str] | None = None    # only these host names
     previous: Path | None = None          # earlier run dir: counters' growth is measured against it
     progress: bool = False
+    grade_workers: int | None = None      # replay grading processes (None: DEFAULTS, one per core)
     benchmarks: Sequence[str] = ()
     plan: str = "quick"
     probe_options: Mapping[str, Any] = field(default_factory=dict)
@@ -115,7 +126,7 @@ def _replay_hosts(bundle: Path) -> list[Host]:
     if manifest.is_file():
         listed = json.loads(manifest.read_text()).get("hosts", [])
         return [Host(**{**h, "vars": h.get("vars") or {}}) for h in listed]
-    return [Host(name=name) for name in read_bundle(bundle)]
+    return [Host(name=name) for name in host_names(bundle)]
 
 
 def _load_profiles(hosts: Sequence[Host], search: Sequence[Path]) -> dict[str, Profile]:
@@ -125,7 +136,7 @@ def _load_profiles(hosts: Sequence[Host], search: Sequence[Path]) -> dict[str, P
 def _previous_observations(previous: Path | None) -> dict[str, dict[str, Any]]:
     if previous is None or not (Path(previous) / "results.json").is_file():
         return {}
-    prior = load_results(Path(previous))
+    prior = load_results(Path(previous), observations=True)
     return {name: h.observations for name, h in prior.hosts.items()}
 
 
@@ -167,6 +178,7 @@ def execute_run(opts: RunOptions) -> RunOutcome:
     host_results, interrupted = _sweep(opts, mode, run_dir, hosts, profiles, selected, options, plans,
                                        transport, log)
     if opts.replay is not None:
+        reference_raw(run_dir, Path(opts.replay))
         _copy_job_outputs(Path(opts.replay), run_dir)
     stages = () if interrupted else (  # after Ctrl-C: no benchmark launch, no fleet verdict on a partial fleet
         ("benchmarks", lambda: _benchmarks(opts, mode, run_dir, hosts, profiles, transport, host_results)),
@@ -183,7 +195,8 @@ def execute_run(opts: RunOptions) -> RunOutcome:
     ordered.update({n: r for n, r in host_results.items() if n not in ordered})
     results = RunResults(run=run_info, hosts=ordered)
     write_results(run_dir, results)
-    return RunOutcome(run_dir=run_dir, results=results, report_error=_render(run_dir) if opts.render else None,
+    return RunOutcome(run_dir=run_dir, results=results,
+                      report_error=_render(run_dir, results) if opts.render else None,
                       interrupted=interrupted)
 
 
@@ -193,15 +206,19 @@ def _sweep(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host], pr
     """Collect and grade every host; each host's raw outputs and findings reach disk as it completes.
     Returns the results and whether the sweep was interrupted (Ctrl-C)."""
     previous = _previous_observations(opts.previous)
+    store = ObservationStore(run_dir)
+    if mode == "replay":
+        return _replay_sweep(opts, hosts, GradeJob(raw_dir(Path(opts.replay or ".")), frozenset(host_names(
+            Path(opts.replay or "."))), selected, profiles, options, previous), log, store)
 
     def grade(host: Host, collection: HostCollection) -> HostResult:
         profile = profiles.get(host.profile or "", EMPTY_PROFILE)
-        preparsed = local_nvml_observations(selected) if host.transport == "local" and mode != "replay" else {}
-        findings, observations = grade_host(host, collection, selected, profile,
-                                            mode if mode == "replay" else host.transport,
+        preparsed = local_nvml_observations(selected) if host.transport == "local" else {}
+        findings, observations = grade_host(host, collection, selected, profile, host.transport,
                                             previous.get(host.name), options, preparsed)
         log.append(findings)
-        return HostResult(name=host.name, findings=findings, observations=observations,
+        return HostResult(name=host.name, findings=findings, observations=key_observations(observations),
+                          observations_at=store.append(encode_observations(host.name, observations)),
                           profile=host.profile, group=host.group, address=host.address)
 
     def deadline_for(commands: Sequence[Command]) -> float:
@@ -212,14 +229,43 @@ def _sweep(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host], pr
                         deadline_for, listeners=[progress], on_collected=lambda c: write_collection(run_dir, c))
         results = runner.run(hosts, grade)
     if runner.interrupted:
-        for host in hosts:
-            if host.name not in results:
-                results[host.name] = HostResult(name=host.name, profile=host.profile, group=host.group, findings=[
-                    Finding(host=host.name, check="host.swept", status=Status.ERROR, expected="swept",
-                            message="not swept: the run was interrupted (Ctrl-C) before this host started",
-                            remedy="Rerun the sweep (--limit with the hosts left out)")])
-                log.append(results[host.name].findings)
+        _not_swept(hosts, results, log)
     return results, runner.interrupted
+
+
+def _not_swept(hosts: Sequence[Host], results: dict[str, HostResult], log: FindingsLog) -> None:
+    for host in hosts:
+        if host.name not in results:
+            results[host.name] = HostResult(name=host.name, profile=host.profile, group=host.group, findings=[
+                Finding(host=host.name, check="host.swept", status=Status.ERROR, expected="swept",
+                        message="not swept: the run was interrupted (Ctrl-C) before this host started",
+                        remedy="Rerun the sweep (--limit with the hosts left out)")])
+            log.append(results[host.name].findings)
+
+
+def _replay_sweep(opts: RunOptions, hosts: Sequence[Host], job: GradeJob, log: FindingsLog,
+                  store: ObservationStore) -> tuple[dict[str, HostResult], bool]:
+    """Grade a bundle in worker processes (``healthcheck.gradepool``); the raw outputs stay in the
+    bundle (``raw/_source.json`` points at them) and only results come back to this process."""
+    by_name = {h.name: h for h in hosts}
+    results: dict[str, HostResult] = {}
+
+    def done(graded: Graded) -> None:
+        host = by_name[graded.host]
+        log.append(graded.findings)
+        results[host.name] = HostResult(name=host.name, findings=graded.findings, observations=graded.key,
+                                        observations_at=store.append(graded.member), profile=host.profile,
+                                        group=host.group, address=host.address)
+        progress.on_host_start(host)
+        progress.on_host_done(host, results[host.name])
+
+    with ProgressDisplay(total=len(hosts), enabled=opts.progress) as progress:
+        try:
+            grade_hosts(job, hosts, worker_count(len(hosts), opts.grade_workers), done)
+        except KeyboardInterrupt:
+            _not_swept(hosts, results, log)
+            return results, True
+    return results, False
 
 
 def _guarded(stage: str, run_stage: Any, host_results: dict[str, HostResult]) -> list[Finding]:
@@ -237,10 +283,10 @@ def _guarded(stage: str, run_stage: Any, host_results: dict[str, HostResult]) ->
     return findings
 
 
-def _render(run_dir: Path) -> str | None:
+def _render(run_dir: Path, results: RunResults | None = None) -> str | None:
     """Render the reports; a failure is reported, not raised (``healthcheck report`` can retry)."""
     try:
-        render_reports(run_dir)
+        render_reports(run_dir, results)
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
         print(f"healthcheck: reports not rendered ({error}); results.json is complete", file=sys.stderr)
@@ -326,15 +372,18 @@ def _fleet(host_results: dict[str, HostResult], hosts: Sequence[Host],
 
 
 def _copy_job_outputs(bundle: Path, run_dir: Path) -> None:
-    """Replays keep the bundle's raw outputs beside the new results, so the new run is a bundle too."""
-    for host_dir in (bundle / "raw").glob("*") if (bundle / "raw").is_dir() else []:
-        target = run_dir / "raw" / host_dir.name
-        if host_dir.is_dir() and not target.exists():
-            shutil.copytree(host_dir, target)
+    """Replays copy the bundle's benchmark jobs (``raw/_jobs``, ``raw/_telemetry``: few files) beside the
+    new results; host outputs are referenced (``rundir.reference_raw``), so the new run is a bundle too."""
+    raw = raw_dir(bundle)
+    for job_dir in raw.glob("_*") if raw.is_dir() else []:
+        target = run_dir / "raw" / job_dir.name
+        if job_dir.is_dir() and not target.exists():
+            shutil.copytree(job_dir, target)
 
 
-def render_reports(run_dir: Path) -> list[Path]:
-    """Write report.html, junit.xml, metrics.prom, summary.md (the reports package)."""
+def render_reports(run_dir: Path, results: RunResults | None = None) -> list[Path]:
+    """Write report.html, junit.xml, metrics.prom, summary.md (the reports package); from ``results``
+    when the caller has them in memory, else from the run directory."""
     from healthcheck import reports
 
-    return reports.write_all(run_dir)
+    return reports.write_all(run_dir, results=results)

@@ -165,7 +165,7 @@ def host_detail(digest: RunDigest, host: HostResult) -> dict[str, Any]:
     return {"host": host, "bad": [(f, margin(f)) for f in findings if f.status in BAD],
             "skipped": [(f, margin(f)) for f in findings if f.status is Status.SKIP],
             "good": [(f, margin(f)) for f in findings if f.status is Status.PASS],
-            "panels": host_panels(host.observations), "raw": raw,
+            "panels": host_panels(digest.observations(host)), "raw": raw,
             "trends": trend_views((digest.document.get("trends") or {}).get(host.name))}
 
 
