@@ -386,4 +386,4 @@ def render_reports(run_dir: Path, results: RunResults | None = None) -> list[Pat
     when the caller has them in memory, else from the run directory."""
     from healthcheck import reports
 
-    return reports.write_all(run_dir, results=results)
+    return reports.write_all(run_dir) if results is None else reports.write_all(run_dir, results=results)
