@@ -111,12 +111,15 @@ def main() -> None:
 @click.option("--benchmarks", help="Comma-separated benchmarks to run after probes (nccl,hpl,imb,osu).")
 @click.option("--plan", type=click.Choice(["quick", "acceptance"]), default="quick", show_default=True)
 @click.option("--strict", is_flag=True, help="WARN counts as failure for the exit code.")
+@click.option("--metrics-detail", is_flag=True, help="metrics.prom: also every check and the per-GPU, "
+              "per-link and per-port series (~180 per host; the default is ~8).")
 def run(inventory: Path | None, hostlist: str | None, replay: Path | None, local: bool, transport: str | None,
         srun_args: tuple[str, ...], out: Path, run_dir: Path | None,
         forks: int, timeout_s: float, connect_timeout: float, deadline: float | None,
         probe_names: str | None, skip_probes: str | None, ssh_config: Path | None,
         accept_new_host_keys: bool, profile: str | None, limit: str | None, previous: Path | None,
-        output_cap: int, xid_window: float, benchmarks: str | None, plan: str, strict: bool) -> None:
+        output_cap: int, xid_window: float, benchmarks: str | None, plan: str, strict: bool,
+        metrics_detail: bool) -> None:
     """Sweep the hosts of an inventory (or replay a bundle) and write a run directory."""
     if (local and (inventory or replay or hostlist)) or (inventory and hostlist) \
             or not (local or inventory or replay or hostlist):
@@ -128,7 +131,7 @@ def run(inventory: Path | None, hostlist: str | None, replay: Path | None, local
         output_cap_bytes=output_cap, probes=_csv(probe_names), skip_probes=_csv(skip_probes) or (),
         ssh_config=ssh_config, accept_new_host_keys=accept_new_host_keys, transport=transport,
         srun_args=srun_args, profile=profile, limit=_csv(limit), previous=previous, progress=sys.stderr.isatty(),
-        benchmarks=_csv(benchmarks) or (), plan=plan,
+        benchmarks=_csv(benchmarks) or (), plan=plan, metrics_detail=metrics_detail,
         probe_options={"kernel_log_window_h": xid_window, "plan": plan})
     try:
         outcome = execute_run(opts)
@@ -144,10 +147,12 @@ def run(inventory: Path | None, hostlist: str | None, replay: Path | None, local
 
 @main.command()
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-def report(run_dir: Path) -> None:
-    """Re-render the reports of a run directory from its results.json."""
+@click.option("--metrics-detail", is_flag=True, help="metrics.prom: also every check and the per-GPU, "
+              "per-link and per-port series.")
+def report(run_dir: Path, metrics_detail: bool) -> None:
+    """Re-render the reports of a run directory from its results.json (old and new schema)."""
     try:
-        written = render_reports(run_dir)
+        written = render_reports(run_dir, metrics_detail=metrics_detail)
     except (FileNotFoundError, ValueError) as exc:
         click.echo(f"healthcheck: {exc}", err=True)
         sys.exit(ExitCode.USAGE)

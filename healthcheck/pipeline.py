@@ -76,6 +76,7 @@ class RunOptions:
     plan: str = "quick"
     probe_options: Mapping[str, Any] = field(default_factory=dict)
     render: bool = True                   # False: the caller renders the reports (``healthcheck sweep``)
+    metrics_detail: bool = False          # metrics.prom: every check and the per-GPU/link/port series
 
 
 @dataclass
@@ -196,7 +197,7 @@ def execute_run(opts: RunOptions) -> RunOutcome:
     results = RunResults(run=run_info, hosts=ordered)
     write_results(run_dir, results)
     return RunOutcome(run_dir=run_dir, results=results,
-                      report_error=_render(run_dir, results) if opts.render else None,
+                      report_error=_render(run_dir, results, opts.metrics_detail) if opts.render else None,
                       interrupted=interrupted)
 
 
@@ -283,10 +284,10 @@ def _guarded(stage: str, run_stage: Any, host_results: dict[str, HostResult]) ->
     return findings
 
 
-def _render(run_dir: Path, results: RunResults | None = None) -> str | None:
+def _render(run_dir: Path, results: RunResults | None = None, metrics_detail: bool = False) -> str | None:
     """Render the reports; a failure is reported, not raised (``healthcheck report`` can retry)."""
     try:
-        render_reports(run_dir, results)
+        render_reports(run_dir, results, metrics_detail)
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
         print(f"healthcheck: reports not rendered ({error}); results.json is complete", file=sys.stderr)
@@ -381,9 +382,11 @@ def _copy_job_outputs(bundle: Path, run_dir: Path) -> None:
             shutil.copytree(job_dir, target)
 
 
-def render_reports(run_dir: Path, results: RunResults | None = None) -> list[Path]:
+def render_reports(run_dir: Path, results: RunResults | None = None, metrics_detail: bool = False) -> list[Path]:
     """Write report.html, junit.xml, metrics.prom, summary.md (the reports package); from ``results``
     when the caller has them in memory, else from the run directory."""
     from healthcheck import reports
 
-    return reports.write_all(run_dir) if results is None else reports.write_all(run_dir, results=results)
+    if results is None and not metrics_detail:
+        return reports.write_all(run_dir)
+    return reports.write_all(run_dir, results=results, options={"metrics_detail": metrics_detail})

@@ -25,6 +25,7 @@ import dataclasses
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +164,11 @@ class RunResults:
         return cls(run=dict(obj.get("run") or {}),
                    hosts={n: HostResult.from_json(n, h) for n, h in (obj.get("hosts") or {}).items()},
                    extra=extra)
+
+
+def results_schema() -> dict[str, Any]:
+    """The JSON Schema of results.json (``healthcheck/results.schema.json``, shipped in the package)."""
+    return json.loads(resources.files("healthcheck").joinpath("results.schema.json").read_text(encoding="utf-8"))
 
 
 def load_results(run_dir: Path, observations: bool = False) -> RunResults:

@@ -23,7 +23,7 @@ from typing import Any
 from ClusterShell.NodeSet import NodeSet
 
 from healthcheck.model import Finding, Status
-from healthcheck.observation_store import read_observations
+from healthcheck.observation_store import iter_observations, read_observations
 from healthcheck.results import HostResult, RunResults, complete_results
 from healthcheck.rundir import RunDirError, raw_dir
 
@@ -101,6 +101,7 @@ class RunDigest:
     results: RunResults
     document: Mapping[str, Any] = field(default_factory=dict)  # results.json as loaded (extra keys)
     manifest: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)  # report options (``metrics_detail``)
     _memo: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def memo(self, key: str, compute: Callable[[], Any]) -> Any:
@@ -142,6 +143,20 @@ class RunDigest:
             return host.observations
         full = read_observations(self.run_dir, host.observations_at)
         return {**host.observations, **full} if full is not None else host.observations
+
+    def iter_observations(self) -> Iterable[tuple[HostResult, Mapping[str, Any]]]:
+        """Every host with its full observations, streamed from the observation store (one host in
+        memory at a time) when results.json keeps only the key ones."""
+        hosts = self.results.hosts
+        if not any(h.observations_at is not None for h in hosts.values()):
+            yield from ((h, h.observations) for h in hosts.values())
+            return
+        seen = set()
+        for name, obs in iter_observations(self.run_dir):
+            if name in hosts and name not in seen:
+                seen.add(name)
+                yield hosts[name], {**hosts[name].observations, **obs}
+        yield from ((h, h.observations) for name, h in hosts.items() if name not in seen)
 
     def hosts_by_verdict(self) -> dict[Status, list[str]]:
         out: dict[Status, list[str]] = {s: [] for s in Status}
