@@ -46,6 +46,7 @@ _BAD = (Status.WARN, Status.ERROR, Status.FAIL, Status.SKIP)  # kept inline in r
 
 
 _PLAIN = (str, int, float, bool, type(None))
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # dataclass -> field names (``dataclasses.fields`` per call is slow)
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -56,8 +57,11 @@ def to_jsonable(obj: Any) -> Any:
         return [to_jsonable(v) for v in obj]
     if isinstance(obj, Mapping):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    names = _FIELD_NAMES.get(type(obj))
+    if names is None and dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        names = _FIELD_NAMES[type(obj)] = tuple(f.name for f in dataclasses.fields(obj))
+    if names is not None:
+        return {name: to_jsonable(getattr(obj, name)) for name in names}
     if isinstance(obj, Status):
         return obj.value
     if isinstance(obj, bytes):
@@ -197,6 +201,17 @@ def complete_results(run_dir: Path, results: RunResults, observations: bool = Fa
             if name in results.hosts:  # the store has everything the probes saw; results.json adds benchmarks
                 host = results.hosts[name]
                 host.observations = {**host.observations, **obs}
+
+
+def expanded_document(run_dir: Path) -> dict[str, Any]:
+    """The run as one JSON document with every finding and observation inline (the version-1 shape,
+    ``"expanded": true``), for scripts that want a single object and can afford its size."""
+    results = load_results(run_dir, observations=True)
+    doc = results.to_json()
+    for name, host in doc["hosts"].items():
+        host["findings"] = [f.to_json() for f in results.hosts[name].findings]
+        host["observations"] = results.hosts[name].observations
+    return {**doc, "expanded": True}
 
 
 def write_results(run_dir: Path, results: RunResults) -> Path:
