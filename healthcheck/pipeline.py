@@ -26,7 +26,12 @@ from healthcheck.defaults import DEFAULTS
 from healthcheck.gradepool import Graded, GradeJob, grade_hosts, worker_count
 from healthcheck.inventory import Inventory, expand_hostlist, load_inventory
 from healthcheck.model import Finding, Host, HostCollection, Status
-from healthcheck.observation_store import ObservationStore, encode_observations, key_observations
+from healthcheck.observation_store import (
+    ObservationStore,
+    encode_observations,
+    key_observations,
+    read_observations,
+)
 from healthcheck.profiles import EMPTY_PROFILE, Profile, available_profiles, load_profile
 from healthcheck.progress import ProgressDisplay
 from healthcheck.results import HostResult, RunResults, load_results, to_jsonable, write_results
@@ -333,8 +338,13 @@ def _benchmarks(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host
         findings, observations = execute_benchmarks(run_dir, hosts, by_host, transport, run_options, failed)
     else:
         return []
+    store = ObservationStore(run_dir)
     for name, obs in observations.items():
-        host_results.setdefault(name, HostResult(name=name)).observations.update(to_jsonable(obs))
+        host, added = host_results.setdefault(name, HostResult(name=name)), to_jsonable(obs)
+        host.observations.update(added)
+        if host.observations_at is not None:  # the store has the probes' part: append the host again, merged
+            full = read_observations(run_dir, host.observations_at) or {}
+            host.observations_at = store.append(encode_observations(name, {**full, **added}))
     for f in findings:
         host_results.setdefault(f.host, HostResult(name=f.host)).findings.append(f)
     return findings

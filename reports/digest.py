@@ -23,7 +23,7 @@ from typing import Any
 from ClusterShell.NodeSet import NodeSet
 
 from healthcheck.model import Finding, Status
-from healthcheck.observation_store import iter_observations, read_observations
+from healthcheck.observation_store import read_observations
 from healthcheck.results import HostResult, RunResults, complete_results
 from healthcheck.rundir import RunDirError, raw_dir
 
@@ -145,18 +145,10 @@ class RunDigest:
         return {**host.observations, **full} if full is not None else host.observations
 
     def iter_observations(self) -> Iterable[tuple[HostResult, Mapping[str, Any]]]:
-        """Every host with its full observations, streamed from the observation store (one host in
-        memory at a time) when results.json keeps only the key ones."""
-        hosts = self.results.hosts
-        if not any(h.observations_at is not None for h in hosts.values()):
-            yield from ((h, h.observations) for h in hosts.values())
-            return
-        seen = set()
-        for name, obs in iter_observations(self.run_dir):
-            if name in hosts and name not in seen:
-                seen.add(name)
-                yield hosts[name], {**hosts[name].observations, **obs}
-        yield from ((h, h.observations) for name, h in hosts.items() if name not in seen)
+        """Every host with its full observations, one host in memory at a time (read from the
+        observation store at each host's ``observations_at`` when results.json keeps only the key ones)."""
+        for host in self.results.hosts.values():
+            yield host, self.observations(host)
 
     def hosts_by_verdict(self) -> dict[Status, list[str]]:
         out: dict[Status, list[str]] = {s: [] for s in Status}
