@@ -29,7 +29,7 @@ from healthcheck.defaults import DEFAULTS
 from healthcheck.model import Finding, Host, HostCollection, Status
 from healthcheck.observation_store import encode_observations, key_observations
 from healthcheck.profiles import EMPTY_PROFILE, Profile
-from healthcheck.rundir import read_host
+from healthcheck.rundir import encode_findings, read_host
 from healthcheck.spec import Probe
 from healthcheck.stages import grade_host
 
@@ -54,13 +54,14 @@ class Graded:
     findings: list[Finding]
     key: dict[str, Any]
     member: bytes  # the full observations, one gzip member of observations.jsonl.gz
+    lines: bytes   # the findings as findings.jsonl lines
 
 
 def _crashed(host: Host, what: str) -> Graded:
     finding = Finding(host=host.name, check="host.grade", status=Status.ERROR, expected="graded",
                       message=f"grading crashed: {what}",
                       remedy="A healthcheck bug: attach the run directory's raw outputs")
-    return Graded(host.name, [finding], {}, encode_observations(host.name, {}))
+    return Graded(host.name, [finding], {}, encode_observations(host.name, {}), encode_findings([finding]))
 
 
 def grade_one(job: GradeJob, host: Host) -> Graded:
@@ -75,7 +76,7 @@ def grade_one(job: GradeJob, host: Host) -> Graded:
         findings, observations = grade_host(host, collection, job.probes, profile, "replay",
                                             job.previous.get(host.name), job.options)
         return Graded(host.name, findings, key_observations(observations),
-                      encode_observations(host.name, observations))
+                      encode_observations(host.name, observations), encode_findings(findings))
     except Exception as exc:
         return _crashed(host, f"{type(exc).__name__}: {exc}")
 

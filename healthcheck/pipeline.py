@@ -258,7 +258,7 @@ def _replay_sweep(opts: RunOptions, hosts: Sequence[Host], job: GradeJob, log: F
 
     def done(graded: Graded) -> None:
         host = by_name[graded.host]
-        log.append(graded.findings)
+        log.append_lines(graded.lines)
         results[host.name] = HostResult(name=host.name, findings=graded.findings, observations=graded.key,
                                         observations_at=store.append(graded.member), profile=host.profile,
                                         group=host.group, address=host.address)

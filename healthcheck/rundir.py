@@ -145,6 +145,11 @@ def read_bundle(path: Path) -> dict[str, HostCollection]:
     return {name: read_host(raw / name) for name in host_names(path)}
 
 
+def encode_findings(findings: Iterable[Finding]) -> bytes:
+    """``findings.jsonl`` lines for ``findings`` (pure: grading workers call it in parallel)."""
+    return "".join(json.dumps(f.to_json(), sort_keys=True) + "\n" for f in findings).encode()
+
+
 class FindingsLog:
     """``findings.jsonl``: appended (and flushed to the kernel) as each host completes."""
 
@@ -153,7 +158,10 @@ class FindingsLog:
         self._lock = threading.Lock()
 
     def append(self, findings: Iterable[Finding]) -> None:
-        data = "".join(json.dumps(f.to_json(), sort_keys=True) + "\n" for f in findings).encode()
+        self.append_lines(encode_findings(findings))
+
+    def append_lines(self, data: bytes) -> None:
+        """Append lines already encoded by ``encode_findings`` (a grading worker process encodes them)."""
         with self._lock:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             try:
