@@ -213,9 +213,10 @@ def _sweep(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host], pr
     Returns the results and whether the sweep was interrupted (Ctrl-C)."""
     previous = _previous_observations(opts.previous)
     store = ObservationStore(run_dir)
-    if mode == "replay":
-        return _replay_sweep(opts, hosts, GradeJob(raw_dir(Path(opts.replay or ".")), frozenset(host_names(
-            Path(opts.replay or "."))), selected, profiles, options, previous), log, store)
+    if mode == "replay" and opts.replay is not None:
+        bundle = Path(opts.replay)
+        job = GradeJob(raw_dir(bundle), frozenset(host_names(bundle)), selected, profiles, options, previous)
+        return _replay_sweep(opts, hosts, job, log, store)
 
     def grade(host: Host, collection: HostCollection) -> HostResult:
         profile = profiles.get(host.profile or "", EMPTY_PROFILE)
