@@ -40,6 +40,7 @@ from healthcheck.observation_store import (
 )
 
 SCHEMA = "healthcheck.results/2"
+STATUS_VALUES = tuple(s.value for s in Status)  # iterating the Enum per host is slow at 10,000 hosts
 SCHEMAS = ("healthcheck.results/1", SCHEMA)  # readable; version 1 held every finding and observation inline
 FILES = {"findings": "findings.table.json.gz", "observations": STORE}
 _BAD = (Status.WARN, Status.ERROR, Status.FAIL, Status.SKIP)  # kept inline in results.json
@@ -97,7 +98,7 @@ class HostResult:
 
     def counts(self) -> dict[str, int]:
         """Findings per status (every status present, zero included)."""
-        out = {s.value: 0 for s in Status}
+        out = dict.fromkeys(STATUS_VALUES, 0)
         if self.stored is not None and isinstance(self.stored.get("counts"), Mapping):
             out.update({k: int(v) for k, v in self.stored["counts"].items() if k in out and isinstance(v, int)})
             return out
@@ -147,8 +148,8 @@ class RunResults:
             yield from host.findings
 
     def summary(self) -> dict[str, Any]:
-        by_verdict = {s.value: 0 for s in Status}
-        by_status = {s.value: 0 for s in Status}
+        by_verdict = dict.fromkeys(STATUS_VALUES, 0)
+        by_status = dict.fromkeys(STATUS_VALUES, 0)
         for host in self.hosts.values():
             by_verdict[host.verdict.value] += 1
             for status, n in host.counts().items():

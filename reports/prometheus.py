@@ -28,8 +28,8 @@ from healthcheck.reports import ReporterSpec, register
 from healthcheck.reports.bench_views import bench_views
 from healthcheck.reports.digest import RunDigest
 from healthcheck.reports.metrics import METRICS, Sample, number, observation_samples
-from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
 from healthcheck.model import Status
 
@@ -119,15 +119,38 @@ class _Collector:
         return self.metrics
 
 
+def _label_value(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def exposition(samples: Iterable[Sample]) -> bytes:
+    """Text format 0.0.4, byte for byte what ``generate_latest`` writes for ``families(samples)``, written
+    directly: prometheus_client's per-sample validation and escaping took most of the time at 10,000 hosts."""
+    by_name: dict[str, dict[tuple, float]] = defaultdict(dict)
+    for s in samples:
+        by_name[s.name][tuple(sorted(s.labels.items()))] = s.value
+    out: list[str] = []
+    for name in sorted(by_name):
+        kind, doc = METRICS[name]
+        rows = by_name[name]
+        keys = sorted({k for labels in rows for k, _ in labels})
+        help_text = doc.replace("\\", "\\\\").replace("\n", "\\n")
+        out.append(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n")
+        for labels in sorted(rows):
+            values = dict(labels)
+            text = ",".join(f'{k}="{_label_value(values.get(k, ""))}"' for k in keys)
+            out.append(f"{name}{{{text}}} {floatToGoString(rows[labels])}\n" if keys
+                       else f"{name} {floatToGoString(rows[labels])}\n")
+    return "".join(out).encode("utf-8")
+
+
 def render_prometheus(digest: RunDigest) -> bytes:
     detail = bool(digest.options.get("metrics_detail"))
     samples = list(run_samples(digest, detail)) + list(bench_samples(digest))
     if detail:
         for host, observations in digest.iter_observations():
             samples.extend(observation_samples(host.name, observations))
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(families(samples)))
-    return generate_latest(registry)
+    return exposition(samples)
 
 
 REPORTER = register(ReporterSpec(name="prometheus", filename="metrics.prom", render=render_prometheus))

@@ -135,3 +135,19 @@ def test_label_values_are_escaped() -> None:
     text = generate_latest(registry).decode()
     assert "\nfake_metric" not in text
     assert value(text, "healthcheck_hosts", verdict=odd) == 2.0
+
+
+def test_direct_writer_matches_prometheus_client_byte_for_byte(tmp_path: Path) -> None:
+    from healthcheck.reports.metrics import Sample
+    from healthcheck.reports.prometheus import _Collector, bench_samples, exposition, families, run_samples
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    digest = load_digest(make_run(tmp_path))
+    digest.options = {"metrics_detail": True}
+    samples = [*run_samples(digest, True), *bench_samples(digest),
+               Sample("healthcheck_hosts", {"verdict": 'x"}\n\\'}, 2.0),
+               Sample("healthcheck_run_duration_seconds", {}, float("inf"))]
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(families(samples)))
+    assert exposition(samples) == generate_latest(registry)
+    assert b'healthcheck_hosts{verdict="x\\"}\\n\\\\"} 2.0' in exposition(samples)
