@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import resource
 import shutil
 import subprocess
 import sys
@@ -107,6 +109,19 @@ def synthetic_results(count: int, seed: int = 7) -> dict[str, Any]:
             "summary": {}, "hosts": hosts}
 
 
+class Clock:
+    """Wall and CPU time since the last lap (CPU is what to compare on a shared machine)."""
+
+    def __init__(self) -> None:
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def lap(self) -> str:
+        wall, cpu = time.perf_counter(), time.process_time()
+        text = f"{wall - self.wall:6.2f} s / {cpu - self.cpu:6.2f} s CPU"
+        self.wall, self.cpu = wall, cpu
+        return text
+
+
 def open_in_chromium(report: Path, rounds: int = 3) -> str:
     """Wall time for headless Chromium to load the report, run its script and dump the DOM (the host
     table is built by JS), min/median of ``rounds``; includes Chromium's own start-up, measured alone."""
@@ -133,23 +148,22 @@ def main() -> None:
     args = parser.parse_args()
     run_dir = args.keep or Path(tempfile.mkdtemp(prefix="report10k-"))
     run_dir.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; times are wall / CPU of this process")
+    clock = Clock()
     document = synthetic_results(args.hosts)
     v1_size = len(json.dumps(document)) / 1e6
-    print(f"synthetic run  {v1_size:7.1f} MB as a version-1 results.json  {time.perf_counter() - t0:6.2f} s")
-    t0 = time.perf_counter()
+    print(f"synthetic run  {v1_size:7.1f} MB as a version-1 results.json  {clock.lap()}")
     write_results(run_dir, RunResults.from_json(document))
     del document
-    print(f"write_results  {'':10s}  {time.perf_counter() - t0:6.2f} s")
+    print(f"write_results  {'':10s}  {clock.lap()}")
     for name in ("results.json", "findings.table.json.gz", "observations.jsonl.gz"):
         print(f"  {name:24s} {(run_dir / name).stat().st_size / 1e6:7.1f} MB")
-    t0 = time.perf_counter()
     digest = reports.load_digest(run_dir)
-    print(f"load_digest    {'':10s}  {time.perf_counter() - t0:6.2f} s")
+    print(f"load_digest    {'':10s}  {clock.lap()}")
     for spec in reports.all_reporters():
-        t0 = time.perf_counter()
         path = spec.write_digest(digest)
-        print(f"{path.name:14s} {path.stat().st_size / 1e6:7.1f} MB  {time.perf_counter() - t0:6.2f} s")
+        print(f"{path.name:14s} {path.stat().st_size / 1e6:7.1f} MB  {clock.lap()}")
+    print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
     if args.browser:
         print(open_in_chromium(run_dir / "report.html"))
     print(f"run directory: {run_dir}")
