@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from healthcheck.assetdiff import current_assets, reset_swapped
 from healthcheck.defaults import DEFAULTS
+from healthcheck.hostvars import host_profile
 from healthcheck.model import Finding, Host, HostCollection, Status
 from healthcheck.observation_store import encode_observations, key_observations
 from healthcheck.profiles import EMPTY_PROFILE, Profile
@@ -64,6 +66,17 @@ def _crashed(host: Host, what: str) -> Graded:
     return Graded(host.name, [finding], {}, encode_observations(host.name, {}), encode_findings([finding]))
 
 
+def grade_collection(job: GradeJob, host: Host, collection: HostCollection, transport: str,
+                     preparsed: Mapping[str, Any] | None = None) -> tuple[list[Finding], dict[str, Any]]:
+    """One host's findings and observations, as every sweep grades them (live runs call it too): the
+    host's profile with its host vars, and counter baselines reset for swapped GPUs and HCAs."""
+    profile = host_profile(host, job.profiles.get(host.profile or "", EMPTY_PROFILE))
+    before = job.previous.get(host.name)
+    if before and "assets" in before:  # a swapped GPU/HCA starts a fresh counter baseline
+        before, _ = reset_swapped(before, current_assets(collection.results), host.name)
+    return grade_host(host, collection, job.probes, profile, transport, before, job.options, preparsed)
+
+
 def grade_one(job: GradeJob, host: Host) -> Graded:
     """Read and grade one host of the bundle; never raises."""
     try:
@@ -72,9 +85,7 @@ def grade_one(job: GradeJob, host: Host) -> Graded:
         else:
             collection = HostCollection(host=host.name, results={},
                                         transport_error=f"host {host.name} is not in bundle {job.raw.parent}")
-        profile = job.profiles.get(host.profile or "", EMPTY_PROFILE)
-        findings, observations = grade_host(host, collection, job.probes, profile, "replay",
-                                            job.previous.get(host.name), job.options)
+        findings, observations = grade_collection(job, host, collection, "replay")
         return Graded(host.name, findings, key_observations(observations),
                       encode_observations(host.name, observations), encode_findings(findings))
     except Exception as exc:

@@ -11,8 +11,8 @@ its ``[offset, length]`` (kept in results.json), and a run killed mid-write lose
 written. ``encode_observations`` is pure, so worker processes compress in parallel.
 
 results.json keeps only ``key_observations``: what fleet checks, the fleet view and the benchmark
-views read for every host (versions, system, benchmark job summaries, and each probe's top-level
-scalars such as the GPU count and driver version).
+views, the asset inventory and its diff read for every host (versions, system, benchmark job
+summaries, assets, and each probe's top-level scalars such as the GPU count and driver version).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 STORE = "observations.jsonl.gz"
-KEY_PROBES = ("system", "versions", "benchmarks")  # kept whole in results.json (small, read for every host)
+KEY_PROBES = ("system", "versions", "benchmarks", "assets")  # kept whole in results.json (read for every host)
 
 
 def key_observations(observations: Mapping[str, Any]) -> dict[str, Any]:

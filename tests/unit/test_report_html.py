@@ -155,6 +155,7 @@ def test_small_run_details_all_hosts_big_run_caps(tmp_path: Path, monkeypatch: p
 
 def test_big_run_counts_passing_findings_per_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import healthcheck.reports.html as report_html
+
     from healthcheck.model import Finding, Status
     from healthcheck.results import HostResult, RunResults, write_results
 
