@@ -7,6 +7,7 @@ import gzip
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -14,7 +15,7 @@ from jsonschema import Draft202012Validator
 
 from healthcheck.cli import main
 from healthcheck.findings_table import TABLE, TableError, findings_frame, read_table, write_table
-from healthcheck.model import Finding, Status
+from healthcheck.model import Finding, Host, Status
 from healthcheck.observation_store import STORE, read_observations
 from healthcheck.pipeline import RunOptions, execute_run
 from healthcheck.results import RunResults, load_results, results_schema
@@ -147,3 +148,43 @@ def test_grading_in_worker_processes_gives_the_same_findings(tmp_path: Path) -> 
     assert not (tmp_path / "two" / "raw" / "h100-node01").exists()  # referenced, not copied
     assert json.loads((tmp_path / "two" / "raw" / "_source.json").read_text()) == {
         "raw": str((SAMPLE / "raw").resolve())}
+
+
+def test_a_crash_in_a_grading_worker_is_that_hosts_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import healthcheck.gradepool as gradepool
+
+    real = gradepool.grade_host
+
+    def flaky(host: Host, *args: Any, **kwargs: Any) -> Any:
+        if host.name == "h100-node02":
+            raise RuntimeError("parser bug")
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(gradepool, "grade_host", flaky)  # inherited by the forked workers
+    out = execute_run(RunOptions(replay=SAMPLE, run_dir=tmp_path / "run", probes=PROBES, grade_workers=2))
+    [crash] = out.results.hosts["h100-node02"].findings
+    assert (crash.check, crash.status, crash.message) == ("host.grade", Status.ERROR,
+                                                          "grading crashed: RuntimeError: parser bug")
+    assert out.results.hosts["h100-node03"].verdict is Status.FAIL
+    assert load_results(tmp_path / "run").hosts["h100-node02"].verdict is Status.ERROR
+
+
+def test_a_killed_grading_worker_leaves_errors_not_a_crashed_run(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    import healthcheck.gradepool as gradepool
+
+    real = gradepool.grade_host
+
+    def dies(host: Host, *args: Any, **kwargs: Any) -> Any:
+        if host.name == "h100-node01":
+            os._exit(9)  # the OOM killer's view of a worker
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(gradepool, "grade_host", dies)
+    out = execute_run(RunOptions(replay=SAMPLE, run_dir=tmp_path / "run", probes=PROBES, grade_workers=2))
+    assert set(out.results.hosts) == {"h100-node01", "h100-node02", "h100-node03", "h100-node04"}
+    node01 = out.results.hosts["h100-node01"]
+    assert node01.verdict is Status.ERROR and "worker process died" in node01.findings[0].message
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["summary"]["verdict"] == "ERROR"
