@@ -102,9 +102,11 @@ def main(profiles_dirs: tuple[Path, ...]) -> None:
 @verbose_option
 @click.option("--rerun-checks", is_flag=True, help="With --rerun-failed: run only the probes (and benchmark "
               "jobs) that produced the FAIL/ERROR findings.")
+@click.option("--metrics-detail", is_flag=True, help="metrics.prom: also every check and the per-GPU, "
+              "per-link and per-port series (~180 per host; the default is ~8).")
 def run(target: TargetOptions, replay: Path | None, sample: bool, local: bool, out: Path, run_dir: Path | None,
         deadline: float | None, previous: Path | None, output_cap: int, benchmarks: str | None, plan: str,
-        strict: bool, rerun_of: Path | None, verbose: bool, rerun_checks: bool) -> None:
+        strict: bool, rerun_of: Path | None, verbose: bool, rerun_checks: bool, metrics_detail: bool) -> None:
     """Sweep the hosts of an inventory (or replay a bundle) and write a run directory."""
     if sample:
         if replay or local or target.hostlist:
@@ -118,7 +120,7 @@ def run(target: TargetOptions, replay: Path | None, sample: bool, local: bool, o
     opts = target.run_options(
         replay=replay, local=local, out=out, run_dir=run_dir, deadline_s=deadline, output_cap_bytes=output_cap,
         previous=previous, progress=sys.stderr.isatty(), benchmarks=_csv(benchmarks) or (), plan=plan,
-        probe_options={"plan": plan}, rerun_of=rerun_of, rerun_checks=rerun_checks)
+        probe_options={"plan": plan}, rerun_of=rerun_of, rerun_checks=rerun_checks, metrics_detail=metrics_detail)
     try:
         outcome = execute_run(opts)
     except NothingToRerunError as exc:
@@ -136,10 +138,12 @@ def run(target: TargetOptions, replay: Path | None, sample: bool, local: bool, o
 
 @main.command()
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-def report(run_dir: Path) -> None:
-    """Re-render the reports of a run directory from its results.json."""
+@click.option("--metrics-detail", is_flag=True, help="metrics.prom: also every check and the per-GPU, "
+              "per-link and per-port series.")
+def report(run_dir: Path, metrics_detail: bool) -> None:
+    """Re-render the reports of a run directory from its results.json (old and new schema)."""
     try:
-        written = render_reports(run_dir)
+        written = render_reports(run_dir, metrics_detail=metrics_detail)
     except (FileNotFoundError, ValueError) as exc:
         click.echo(f"healthcheck: {exc}", err=True)
         sys.exit(ExitCode.USAGE)

@@ -37,6 +37,8 @@ class Defaults:
     clock_event_load_pct: int = 50       # utilization at/above which a flag with unknown clocks counts as under load
     hpl_above_peak_ratio: float = 1.10   # HPL above this share of Rpeak: wrong expectation or misparse -> ERROR
     history_keep_days: int = 30
+    grade_workers: int = 0               # replay grading processes; 0: one per CPU core
+    grade_pool_min_hosts: int = 64       # smaller replays grade in-process (forking costs more)
     regression_baseline_runs: int = 5
     regression_drop_fraction: float = 0.10
 

@@ -79,6 +79,18 @@ def grade(exp: Expectation, measured: Any) -> Status:
     return Status.PASS
 
 
+def passes(exp: Expectation | None, measured: Any) -> bool:
+    """Whether ``finding_from_expectation`` would give PASS, without building the finding: evaluators
+    of hundreds of links or counters per host keep only what did not pass (a missing expectation or
+    an ungradable value is not a pass)."""
+    if exp is None:
+        return False
+    try:
+        return grade(exp, measured) is Status.PASS
+    except (GradingError, TypeError, ValueError):
+        return False
+
+
 def grade_bands(exp: Expectation, measured: float) -> Status:
     """Fraction-of-expected grading (busbw, GFLOPS): >= acceptable PASS, >= warn WARN, else FAIL."""
     bands = dict(exp.bands or {})

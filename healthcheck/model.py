@@ -121,9 +121,15 @@ class Finding:
         return self.check.split(".", 1)[0]
 
     def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["status"] = self.status.value
-        return out
+        # Every field is a JSON scalar: a plain dict, not ``asdict``'s recursive deep copy (5-10x slower).
+        return {"host": self.host, "check": self.check, "status": self.status.value, "message": self.message,
+                "component": self.component, "value": self.value, "expected": self.expected, "unit": self.unit,
+                "remedy": self.remedy, "source": self.source}
+
+    def to_row(self) -> tuple[JSONScalar, ...]:
+        """The fields in ``FINDING_FIELDS`` order, status as its text (the findings table's row)."""
+        return (self.host, self.check, self.status.value, self.message, self.component, self.value,
+                self.expected, self.unit, self.remedy, self.source)
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> Finding:
@@ -141,6 +147,10 @@ def is_evidence(finding: Finding) -> bool:
     SKIP (not applicable), ERROR (could not be evaluated) and the sweep's own bookkeeping
     (``host.reachable`` PASS says only that a session completed) are not evidence."""
     return finding.status in (Status.PASS, Status.WARN, Status.FAIL) and finding.category != BOOKKEEPING_CATEGORY
+
+
+FINDING_FIELDS = ("host", "check", "status", "message", "component", "value", "expected", "unit", "remedy",
+                  "source")
 
 
 def host_verdict(findings: Iterable[Finding]) -> Status:

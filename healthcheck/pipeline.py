@@ -21,21 +21,35 @@ from typing import Any
 
 import healthcheck
 from healthcheck import probes as probe_registry
-from healthcheck.assetdiff import current_assets, reset_swapped
 from healthcheck.defaults import DEFAULTS
+from healthcheck.gradepool import Graded, GradeJob, grade_collection, grade_hosts, worker_count
 from healthcheck.hostvars import host_profile, plan_key
 from healthcheck.inventory import Inventory, expand_hostlist, load_inventory
 from healthcheck.model import Finding, Host, HostCollection, Status
 from healthcheck.nodetools import bounded, hang_finding
+from healthcheck.observation_store import (
+    ObservationStore,
+    encode_observations,
+    key_observations,
+    read_observations,
+)
 from healthcheck.profiles import EMPTY_PROFILE, Profile, available_profiles, load_profile
 from healthcheck.progress import JobProgress, ProgressDisplay
 from healthcheck.rerun import RerunPlan, plan_rerun, rerun_changes, rerun_record
 from healthcheck.results import HostResult, RunResults, load_results, to_jsonable, write_results
-from healthcheck.rundir import FindingsLog, new_run_dir, read_bundle, update_latest, write_collection, write_json
+from healthcheck.rundir import (
+    FindingsLog,
+    host_names,
+    new_run_dir,
+    raw_dir,
+    reference_raw,
+    update_latest,
+    write_collection,
+    write_json,
+)
 from healthcheck.runner import Runner, host_deadline, plan_commands
 from healthcheck.selection import limit_hosts, limit_names, manifest_hosts
 from healthcheck.spec import Transport
-from healthcheck.stages import grade_host
 from healthcheck.transport import Command, PerHostTransport, open_transport
 from healthcheck.verdicts import nothing_checked
 
@@ -67,12 +81,14 @@ class RunOptions:
     limit: Sequence[str] | None = None    # only these host names
     previous: Path | None = None          # earlier run dir: counters' growth is measured against it
     progress: bool = False
+    grade_workers: int | None = None      # replay grading processes (None: DEFAULTS, one per core)
     benchmarks: Sequence[str] = ()
     plan: str = "quick"
     probe_options: Mapping[str, Any] = field(default_factory=dict)
     render: bool = True                   # False: the caller renders the reports (``healthcheck sweep``)
     rerun_of: Path | None = None          # earlier run dir: sweep only its FAIL/ERROR hosts (healthcheck.rerun)
     rerun_checks: bool = False            # with rerun_of: only the probes (and jobs) that produced those findings
+    metrics_detail: bool = False          # metrics.prom: every check and the per-GPU/link/port series
 
 
 @dataclass
@@ -123,7 +139,7 @@ def _replay_hosts(bundle: Path) -> list[Host]:
     manifest = Path(bundle) / "manifest.json"
     if manifest.is_file():
         return manifest_hosts(manifest)
-    return [Host(name=name) for name in read_bundle(bundle)]
+    return [Host(name=name) for name in host_names(bundle)]
 
 
 def _load_profiles(hosts: Sequence[Host], search: Sequence[Path]) -> dict[str, Profile]:
@@ -133,7 +149,7 @@ def _load_profiles(hosts: Sequence[Host], search: Sequence[Path]) -> dict[str, P
 def _previous_observations(previous: Path | None) -> dict[str, dict[str, Any]]:
     if previous is None or not (Path(previous) / "results.json").is_file():
         return {}
-    prior = load_results(Path(previous))
+    prior = load_results(Path(previous), observations=True)
     return {name: h.observations for name, h in prior.hosts.items()}
 
 
@@ -183,6 +199,7 @@ def execute_run(opts: RunOptions) -> RunOutcome:
     host_results, interrupted = _sweep(opts, mode, run_dir, hosts, profiles, selected, options, plans,
                                        transport, log)
     if opts.replay is not None:
+        reference_raw(run_dir, Path(opts.replay))
         _copy_job_outputs(Path(opts.replay), run_dir)
     stages = () if interrupted else (  # after Ctrl-C: no benchmark launch, no fleet verdict on a partial fleet
         ("benchmarks", lambda: _benchmarks(opts, mode, run_dir, hosts, profiles, transport, host_results)),
@@ -205,7 +222,8 @@ def execute_run(opts: RunOptions) -> RunOutcome:
     write_results(run_dir, results)
     if opts.run_dir is None:
         update_latest(run_dir)
-    return RunOutcome(run_dir=run_dir, results=results, report_error=_render(run_dir) if opts.render else None,
+    return RunOutcome(run_dir=run_dir, results=results,
+                      report_error=_render(run_dir, results, opts.metrics_detail) if opts.render else None,
                       interrupted=interrupted)
 
 
@@ -239,24 +257,25 @@ def _sweep(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host], pr
     """Collect and grade every host; each host's raw outputs and findings reach disk as it completes.
     Returns the results and whether the sweep was interrupted (Ctrl-C)."""
     previous = _previous_observations(opts.previous)
+    store = ObservationStore(run_dir)
+    if mode == "replay" and opts.replay is not None:
+        bundle = Path(opts.replay)
+        job = GradeJob(raw_dir(bundle), frozenset(host_names(bundle)), selected, profiles, options, previous)
+        return _replay_sweep(opts, hosts, job, log, store)
+    job = GradeJob(run_dir / "raw", frozenset(), selected, profiles, options, previous)
 
     def grade(host: Host, collection: HostCollection) -> HostResult:
-        profile = host_profile(host, profiles.get(host.profile or "", EMPTY_PROFILE))
         preparsed, hung = {}, []
-        if host.transport == "local" and mode != "replay":  # NVML is called in-process: bounded, a hang is FAIL
+        if host.transport == "local":  # NVML is called in-process: bounded, a hang is FAIL
             answered, nvml_obs = bounded(lambda: local_nvml_observations(selected), opts.timeout_s)
             preparsed = nvml_obs or {}
             hung = [] if answered else [hang_finding(host.name, ["nvml"], "NVML calls (pynvml)", opts.timeout_s,
                                                      source="nvml", consequence="GPUs graded from nvidia-smi -q -x")]
-        before = previous.get(host.name)
-        if before and "assets" in before:  # a swapped GPU/HCA starts a fresh counter baseline
-            before, _ = reset_swapped(before, current_assets(collection.results), host.name)
-        findings, observations = grade_host(host, collection, selected, profile,
-                                            mode if mode == "replay" else host.transport,
-                                            before, options, preparsed)
+        findings, observations = grade_collection(job, host, collection, host.transport, preparsed)
         findings[1:1] = hung
         log.append(findings)
-        return HostResult(name=host.name, findings=findings, observations=observations,
+        return HostResult(name=host.name, findings=findings, observations=key_observations(observations),
+                          observations_at=store.append(encode_observations(host.name, observations)),
                           profile=host.profile, group=host.group, address=host.address)
 
     def deadline_for(commands: Sequence[Command]) -> float:
@@ -267,14 +286,43 @@ def _sweep(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host], pr
                         deadline_for, listeners=[progress], on_collected=lambda c: write_collection(run_dir, c))
         results = runner.run(hosts, grade)
     if runner.interrupted:
-        for host in hosts:
-            if host.name not in results:
-                results[host.name] = HostResult(name=host.name, profile=host.profile, group=host.group, findings=[
-                    Finding(host=host.name, check="host.swept", status=Status.ERROR, expected="swept",
-                            message="not swept: the run was interrupted (Ctrl-C) before this host started",
-                            remedy="Rerun the sweep (--limit with the hosts left out)")])
-                log.append(results[host.name].findings)
+        _not_swept(hosts, results, log)
     return results, runner.interrupted
+
+
+def _not_swept(hosts: Sequence[Host], results: dict[str, HostResult], log: FindingsLog) -> None:
+    for host in hosts:
+        if host.name not in results:
+            results[host.name] = HostResult(name=host.name, profile=host.profile, group=host.group, findings=[
+                Finding(host=host.name, check="host.swept", status=Status.ERROR, expected="swept",
+                        message="not swept: the run was interrupted (Ctrl-C) before this host started",
+                        remedy="Rerun the sweep (--limit with the hosts left out)")])
+            log.append(results[host.name].findings)
+
+
+def _replay_sweep(opts: RunOptions, hosts: Sequence[Host], job: GradeJob, log: FindingsLog,
+                  store: ObservationStore) -> tuple[dict[str, HostResult], bool]:
+    """Grade a bundle in worker processes (``healthcheck.gradepool``); the raw outputs stay in the
+    bundle (``raw/_source.json`` points at them) and only results come back to this process."""
+    by_name = {h.name: h for h in hosts}
+    results: dict[str, HostResult] = {}
+
+    def done(graded: Graded) -> None:
+        host = by_name[graded.host]
+        log.append_lines(graded.lines)
+        results[host.name] = HostResult(name=host.name, findings=graded.findings, observations=graded.key,
+                                        observations_at=store.append(graded.member), profile=host.profile,
+                                        group=host.group, address=host.address)
+        progress.on_host_start(host)
+        progress.on_host_done(host, results[host.name])
+
+    with ProgressDisplay(total=len(hosts), enabled=opts.progress) as progress:
+        try:
+            grade_hosts(job, hosts, worker_count(len(hosts), opts.grade_workers), done)
+        except KeyboardInterrupt:
+            _not_swept(hosts, results, log)
+            return results, True
+    return results, False
 
 
 def _guarded(stage: str, run_stage: Any, host_results: dict[str, HostResult]) -> list[Finding]:
@@ -292,10 +340,10 @@ def _guarded(stage: str, run_stage: Any, host_results: dict[str, HostResult]) ->
     return findings
 
 
-def _render(run_dir: Path) -> str | None:
+def _render(run_dir: Path, results: RunResults | None = None, metrics_detail: bool = False) -> str | None:
     """Render the reports; a failure is reported, not raised (``healthcheck report`` can retry)."""
     try:
-        render_reports(run_dir)
+        render_reports(run_dir, results, metrics_detail)
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
         print(f"healthcheck: reports not rendered ({error}); results.json is complete", file=sys.stderr)
@@ -343,8 +391,13 @@ def _benchmarks(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host
                                                         listener=progress)
     else:
         return []
+    store = ObservationStore(run_dir)
     for name, obs in observations.items():
-        host_results.setdefault(name, HostResult(name=name)).observations.update(to_jsonable(obs))
+        host, added = host_results.setdefault(name, HostResult(name=name)), to_jsonable(obs)
+        host.observations.update(added)
+        if host.observations_at is not None:  # the store has the probes' part: append the host again, merged
+            full = read_observations(run_dir, host.observations_at) or {}
+            host.observations_at = store.append(encode_observations(name, {**full, **added}))
     for f in findings:
         host_results.setdefault(f.host, HostResult(name=f.host)).findings.append(f)
     return findings
@@ -383,15 +436,20 @@ def _fleet(host_results: dict[str, HostResult], hosts: Sequence[Host],
 
 
 def _copy_job_outputs(bundle: Path, run_dir: Path) -> None:
-    """Replays keep the bundle's raw outputs beside the new results, so the new run is a bundle too."""
-    for host_dir in (bundle / "raw").glob("*") if (bundle / "raw").is_dir() else []:
-        target = run_dir / "raw" / host_dir.name
-        if host_dir.is_dir() and not target.exists():
-            shutil.copytree(host_dir, target)
+    """Replays copy the bundle's benchmark jobs (``raw/_jobs``, ``raw/_telemetry``: few files) beside the
+    new results; host outputs are referenced (``rundir.reference_raw``), so the new run is a bundle too."""
+    raw = raw_dir(bundle)
+    for job_dir in raw.glob("_*") if raw.is_dir() else []:
+        target = run_dir / "raw" / job_dir.name
+        if job_dir.is_dir() and not target.exists():
+            shutil.copytree(job_dir, target)
 
 
-def render_reports(run_dir: Path) -> list[Path]:
-    """Write report.html, junit.xml, metrics.prom, summary.md (the reports package)."""
+def render_reports(run_dir: Path, results: RunResults | None = None, metrics_detail: bool = False) -> list[Path]:
+    """Write report.html, junit.xml, metrics.prom, summary.md (the reports package); from ``results``
+    when the caller has them in memory, else from the run directory."""
     from healthcheck import reports
 
-    return reports.write_all(run_dir)
+    if results is None and not metrics_detail:
+        return reports.write_all(run_dir)
+    return reports.write_all(run_dir, results=results, options={"metrics_detail": metrics_detail})

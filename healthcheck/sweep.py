@@ -48,7 +48,7 @@ from healthcheck.regression import (
     host_states,
     regression_findings,
 )
-from healthcheck.results import RunResults, load_results
+from healthcheck.results import RunResults, load_results, write_results
 
 TREND_RUNS = 14
 
@@ -113,8 +113,7 @@ def annotate_and_record(run_dir: Path, history_dir: Path, *,
                         now: datetime | None = None) -> SweepRecord:
     """Grade ``run_dir`` against the history in ``history_dir``, record it, prune, rewrite results.json."""
     run_dir = Path(run_dir)
-    document = json.loads((run_dir / "results.json").read_text())
-    results = load_results(run_dir)
+    results = load_results(run_dir, observations=True)  # counters' growth reads every GPU and port
     for host in results.hosts.values():
         host.findings = [f for f in host.findings if not f.check.startswith("history.")]
     run_id = str(results.run.get("id") or run_dir.name)
@@ -143,16 +142,10 @@ def annotate_and_record(run_dir: Path, history_dir: Path, *,
         trends = index.trends(trend_runs, upto_seq=seq)
         pruned = index.prune(keep_days, now or datetime.now(timezone.utc), keep_seq=seq,
                              runs_root=Path(history_dir) / RUNS_DIR)
-    _write_document(run_dir, {**document, **results.to_json(), "changes": changes, "trends": trends})
+    results.extra.update({"changes": changes, "trends": trends})
+    write_results(run_dir, results)
     _append_findings(run_dir, added)
     return SweepRecord(run_id=run_id, seq=seq, changes=changes, trends=trends, findings=added, pruned=pruned)
-
-
-def _write_document(run_dir: Path, document: dict[str, Any]) -> None:
-    path = run_dir / "results.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(document, indent=1) + "\n")
-    tmp.replace(path)
 
 
 def _append_findings(run_dir: Path, findings: list[Finding]) -> None:

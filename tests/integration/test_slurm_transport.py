@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from healthcheck.results import expanded_document
 from tests.slurmd import SlurmdCluster, missing_tools
 
 pytestmark = [pytest.mark.slurm, pytest.mark.skipif(bool(missing_tools()),
@@ -52,7 +53,7 @@ def _run(slurm: SlurmdCluster, tmp_path: Path, hosts: dict, *extra: str) -> tupl
                           capture_output=True, text=True, timeout=180, env=env)
     results_file = run_dir / "results.json"
     assert results_file.is_file(), proc.stdout[-2000:] + proc.stderr[-2000:]
-    return proc.returncode, json.loads(results_file.read_text()), proc.stdout + proc.stderr
+    return proc.returncode, expanded_document(run_dir), proc.stdout + proc.stderr
 
 
 def _finding(results: dict, host: str, check: str) -> dict:
