@@ -99,7 +99,8 @@ def run_node(opts: NodeOptions) -> NodeOutcome:
     timeout_s = opts.timeout_s if opts.budget_s is None else min(opts.timeout_s, max(1.0, opts.budget_s))
     deadline_s = None if opts.budget_s is None else 2 * opts.budget_s + DEFAULTS.kill_after_s
     run_opts = RunOptions(inventory=opts.inventory, hostlist=None if opts.inventory else host,
-                          limit=[host] if opts.inventory else None, local=True, run_dir=staging, forks=1, timeout_s=timeout_s, deadline_s=deadline_s,
+                          limit=[host] if opts.inventory else None, local=True, run_dir=staging, forks=1,
+                          timeout_s=timeout_s, deadline_s=deadline_s,
                           probes=names, profile=opts.profile, render=False,
                           probe_options={"kernel_log_window_h": DEFAULTS.kernel_log_window_h, "plan": "quick",
                                          **opts.probe_options})
