@@ -84,6 +84,11 @@ def main() -> None:
               "checks through srun, the allocation waiting at most --connect-timeout.")
 @click.option("--srun-arg", "srun_args", multiple=True, metavar="ARG",
               help="Extra srun argument for --transport slurm, repeatable (--srun-arg=--partition=gpu).")
+@click.option("--slurm-mode", type=click.Choice(["step", "per-host"]), default="step", show_default=True,
+              help="slurm transport: one job step for all hosts (needs --slurm-spool shared with the nodes), "
+              "or one srun per host (output over srun's pipe).")
+@click.option("--slurm-spool", type=click.Path(file_okay=False, path_type=Path),
+              help="Step mode: directory on a filesystem shared with the nodes [default: RUN_DIR/slurm-step].")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
               help="Parent folder; the run goes to OUT/<UTC timestamp>/.")
 @click.option("--run-dir", type=click.Path(path_type=Path), help="Exact run directory (absent or empty).")
@@ -112,7 +117,7 @@ def main() -> None:
 @click.option("--plan", type=click.Choice(["quick", "acceptance"]), default="quick", show_default=True)
 @click.option("--strict", is_flag=True, help="WARN counts as failure for the exit code.")
 def run(inventory: Path | None, hostlist: str | None, replay: Path | None, local: bool, transport: str | None,
-        srun_args: tuple[str, ...], out: Path, run_dir: Path | None,
+        srun_args: tuple[str, ...], slurm_mode: str, slurm_spool: Path | None, out: Path, run_dir: Path | None,
         forks: int, timeout_s: float, connect_timeout: float, deadline: float | None,
         probe_names: str | None, skip_probes: str | None, ssh_config: Path | None,
         accept_new_host_keys: bool, profile: str | None, limit: str | None, previous: Path | None,
@@ -127,7 +132,8 @@ def run(inventory: Path | None, hostlist: str | None, replay: Path | None, local
         timeout_s=timeout_s, connect_timeout_s=connect_timeout, deadline_s=deadline,
         output_cap_bytes=output_cap, probes=_csv(probe_names), skip_probes=_csv(skip_probes) or (),
         ssh_config=ssh_config, accept_new_host_keys=accept_new_host_keys, transport=transport,
-        srun_args=srun_args, profile=profile, limit=_csv(limit), previous=previous, progress=sys.stderr.isatty(),
+        srun_args=srun_args, slurm_mode=slurm_mode, slurm_spool=slurm_spool,
+        profile=profile, limit=_csv(limit), previous=previous, progress=sys.stderr.isatty(),
         benchmarks=_csv(benchmarks) or (), plan=plan,
         probe_options={"kernel_log_window_h": xid_window, "plan": plan})
     try:
