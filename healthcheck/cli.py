@@ -28,7 +28,8 @@ from healthcheck.profiles import ProfileError
 from healthcheck.results import RunResults, load_results
 from healthcheck.rundir import RunDirError
 
-EXTENSION_MODULES = ("healthcheck.cli_bench", "healthcheck.cli_drain", "healthcheck.cli_sweep", "healthcheck.cli_node")
+EXTENSION_MODULES = ("healthcheck.cli_bench", "healthcheck.cli_drain", "healthcheck.cli_sweep", "healthcheck.cli_node",
+                     "healthcheck.cli_merge")
 
 
 class ExitCode(enum.IntEnum):
