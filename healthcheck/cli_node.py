@@ -21,22 +21,22 @@ EXIT_HEALTHY, EXIT_UNHEALTHY, EXIT_USAGE = 0, 1, 2
 
 
 @click.command("node")
-@click.option("--out", "spool", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               default=Path("/var/spool/healthcheck"), show_default=True,
               help="Spool directory (local or shared); the bundle goes to OUT/<host>/, replacing the previous one.")
 @click.option("--host", help="Name of this node [default: $SLURMD_NODENAME, else the short host name].")
 @click.option("-i", "--inventory", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Inventory: this host's entry gives its profile and vars.")
 @click.option("--profile", help="Hardware profile (overrides the inventory).")
-@click.option("--probes", "probe_names", help="Comma-separated probes (default: all, or what fits --budget).")
+@click.option("--probes", help="Comma-separated probes (default: all, or what fits --budget).")
 @click.option("--skip-probes", help="Comma-separated probes to leave out.")
-@click.option("--budget", "budget_s", type=click.FloatRange(1), help="Seconds: only job-safe probes whose "
+@click.option("--budget", type=click.FloatRange(1), help="Seconds: only job-safe probes whose "
               "declared cost fits (docs/node.md); each command's timeout is capped at it.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(1), default=DEFAULTS.command_timeout_s,
+@click.option("--timeout", type=click.FloatRange(1), default=DEFAULTS.command_timeout_s,
               show_default=True, help="Per-command timeout, seconds.")
 @click.option("--xid-window", type=click.FloatRange(0), default=DEFAULTS.kernel_log_window_h, show_default=True,
               help="Kernel log look-back for Xid errors, hours.")
-@click.option("--prom", "prom_file", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--prom", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the metrics to this node_exporter textfile-collector file (atomically).")
 @click.option("--slurm-self", is_flag=True, help="Drain this node in Slurm on FAIL; resume it on a clean run "
               "if the reason is ours (never touches someone else's reason).")
@@ -45,18 +45,22 @@ EXIT_HEALTHY, EXIT_UNHEALTHY, EXIT_USAGE = 0, 1, 2
 @click.option("--max-drain-fraction", type=click.FloatRange(0, 1), default=DEFAULTS.drain_max_fraction,
               show_default=True, help="With --slurm-self: refuse a new drain when healthcheck already holds "
               "this share of the cluster's nodes.")
-def node(spool: Path, host: str | None, inventory: Path | None, profile: str | None, probe_names: str | None,
-         skip_probes: str | None, budget_s: float | None, timeout_s: float, xid_window: float,
-         prom_file: Path | None, slurm_self: bool, slurm_node: str | None, drain_on_error: bool,
+def node(out: Path, host: str | None, inventory: Path | None, profile: str | None, probes: str | None,
+         skip_probes: str | None, budget: float | None, timeout: float, xid_window: float,
+         prom: Path | None, slurm_self: bool, slurm_node: str | None, drain_on_error: bool,
          max_drain_fraction: float) -> None:
-    """Check this node only and write its bundle; NHC-compatible exit code."""
+    """Check this node only and write its bundle; NHC-compatible exit code.
+
+    Every option can come from the environment: HEALTHCHECK_NODE_OUT, HEALTHCHECK_NODE_BUDGET,
+    HEALTHCHECK_NODE_PROFILE, HEALTHCHECK_NODE_PROM, HEALTHCHECK_NODE_SLURM_SELF=1, ...
+    """
     from healthcheck.cli import SETUP_ERRORS, _csv
     from healthcheck.node import NodeOptions, finding_line, node_name, run_node
     from healthcheck.probes import RegistryError
 
-    opts = NodeOptions(spool=spool, host=host, inventory=inventory, profile=profile, probes=_csv(probe_names),
-                       skip_probes=_csv(skip_probes) or (), budget_s=budget_s, timeout_s=timeout_s,
-                       probe_options={"kernel_log_window_h": xid_window}, prom_file=prom_file)
+    opts = NodeOptions(spool=out, host=host, inventory=inventory, profile=profile, probes=_csv(probes),
+                       skip_probes=_csv(skip_probes) or (), budget_s=budget, timeout_s=timeout,
+                       probe_options={"kernel_log_window_h": xid_window}, prom_file=prom)
     try:
         outcome = run_node(opts)
     except (*SETUP_ERRORS, RegistryError, OSError) as exc:
@@ -82,4 +86,41 @@ def node(spool: Path, host: str | None, inventory: Path | None, profile: str | N
     sys.exit(outcome.exit_code)
 
 
-COMMANDS = [node]
+DEPLOY_PACKAGE = "healthcheck.inventories"
+DEPLOY_FOLDER = "deploy"
+
+
+def deploy_files() -> dict[str, str]:
+    """Example deployments shipped as package data: file name -> text."""
+    from importlib.resources import files
+
+    folder = files(DEPLOY_PACKAGE).joinpath(DEPLOY_FOLDER)
+    return {p.name: p.read_text() for p in sorted(folder.iterdir(), key=lambda p: p.name)
+            if p.is_file() and not p.name.startswith((".", "_"))}
+
+
+@click.group("deploy")
+def deploy() -> None:
+    """Example deployments of `healthcheck node`: systemd timer, Slurm HealthCheckProgram, Kubernetes."""
+
+
+@deploy.command("list")
+def deploy_list() -> None:
+    """List the shipped deployment files with their first comment line."""
+    for name, text in deploy_files().items():
+        first = next((line[2:].strip() for line in text.splitlines() if line.startswith("# ")), "")
+        click.echo(f"{name:<28} {first}")
+
+
+@deploy.command("show")
+@click.argument("name")
+def deploy_show(name: str) -> None:
+    """Print one deployment file (redirect it where it belongs)."""
+    found = deploy_files()
+    if name not in found:
+        click.echo(f"healthcheck: no deployment file {name!r} (known: {', '.join(found)})", err=True)
+        sys.exit(EXIT_USAGE)
+    click.echo(found[name], nl=False)
+
+
+COMMANDS = [node, deploy]

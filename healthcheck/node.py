@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import platform
 import shutil
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from healthcheck.results import RunResults
 from healthcheck.rundir import RunDirError, _safe_component
 
 NOT_HEALTHY = (Status.FAIL, Status.ERROR)
+STALE_AFTER_S = 900.0
 
 
 @dataclass
@@ -94,6 +96,7 @@ def run_node(opts: NodeOptions) -> NodeOutcome:
         raise ValueError("no probe left to run: " + "; ".join(f"{n}: {why}" for n, why in left_out.items()))
     spool = Path(opts.spool)
     spool.mkdir(parents=True, exist_ok=True)
+    remove_stale(spool, host)
     staging = spool / f".{host}.tmp-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     timeout_s = opts.timeout_s if opts.budget_s is None else min(opts.timeout_s, max(1.0, opts.budget_s))
@@ -114,6 +117,19 @@ def run_node(opts: NodeOptions) -> NodeOutcome:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return NodeOutcome(host=host, bundle=bundle, results=outcome.results, left_out=left_out)
+
+
+def remove_stale(spool: Path, host: str, max_age_s: float = STALE_AFTER_S) -> list[Path]:
+    """Remove this host's staging folders left by runs that were killed (slurmd kills a
+    HealthCheckProgram after 60 s); younger ones may belong to a run in flight (an Epilog beside it)."""
+    removed = []
+    now = time.time()
+    for entry in spool.glob(f".{host}.*"):
+        if entry.name.startswith((f".{host}.tmp-", f".{host}.old-")) and not entry.is_symlink() \
+                and now - entry.lstat().st_mtime > max_age_s:
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
 
 
 def _swap_in(staging: Path, final: Path) -> Path:

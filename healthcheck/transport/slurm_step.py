@@ -89,7 +89,7 @@ class SlurmStepTransport:
         self.records: list[dict[str, object]] = []
 
     # -- submission ------------------------------------------------------------------------------
-    def _split(self, commands: Sequence[Command]) -> dict[str, HostCollection]:
+    def _split(self) -> dict[str, HostCollection]:
         """One sinfo for the whole cluster; host name -> failure for every node left out."""
         sinfo = os.path.join(os.path.dirname(shutil.which(self.srun) or ""), "sinfo")
         argv = [sinfo if os.path.exists(sinfo) else "sinfo", "-h", "-N", "-o", "%N|%T|%E"]
@@ -101,7 +101,7 @@ class SlurmStepTransport:
             states, why = None, str(exc)
         left: dict[str, HostCollection] = {}
         for host in self.hosts:
-            node = slurm_node(host)
+            node, commands = slurm_node(host), self.commands_for(host)
             if states is None:
                 left[host.name] = host_failure(host.name, commands, f"cannot list Slurm nodes (sinfo {why}); "
                                                "nothing submitted")
@@ -113,7 +113,7 @@ class SlurmStepTransport:
 
     def _launch(self, key: tuple[Command, ...], deadline_s: float) -> _Step:
         if self._left_out is None:
-            self._left_out = self._split(key)
+            self._left_out = self._split()
         commands_of = {h.name: tuple(self.commands_for(h)) for h in self.hosts if h.name not in self._left_out}
         nodes = sorted({slurm_node(h) for h in self.hosts if commands_of.get(h.name) == key})
         step = _Step(nodes=nodes, pending=set(nodes), started=time.monotonic())

@@ -23,8 +23,8 @@ from tests.slurmd import SlurmdCluster, missing_tools
 pytestmark = [pytest.mark.slurm, pytest.mark.skipif(bool(missing_tools()),
                                                     reason=f"slurmd cluster needs: {missing_tools()}")]
 
-INTERVAL_S = 5
-WAIT_S = 90.0
+INTERVAL_S = 10
+WAIT_S = 240.0  # generous: slurmd kills a health check running past 60 s on a loaded machine
 
 
 def _write_exec(path: Path, text: str) -> Path:
@@ -33,8 +33,9 @@ def _write_exec(path: Path, text: str) -> Path:
     return path
 
 
-def _wrapper(base: Path, conf_path: Path, extra: str = "") -> Path:
-    """The site's wrapper: PATH with the shim, our checkout on PYTHONPATH, SLURM_CONF for scontrol."""
+def _wrapper(base: Path, conf_path: Path) -> Path:
+    """The shipped wrapper (inventories/deploy/slurm-healthcheck.sh), reading its site defaults from
+    ``base/defaults`` instead of /etc/default/healthcheck: PATH with the shims, our checkout, SLURM_CONF."""
     shims = base / "bin"
     shims.mkdir(exist_ok=True)
     xml = FIXTURES / "nvidia-smi-xml"
@@ -43,15 +44,18 @@ def _wrapper(base: Path, conf_path: Path, extra: str = "") -> Path:
         f'if [ -e {shlex.quote(str(base))}/fault-"$SLURMD_NODENAME" ]; then '
         f"exec cat {shlex.quote(str(xml / 'h100-8x-faulty.xml'))}; fi\n"
         f"exec cat {shlex.quote(str(xml / 'h100-8x-healthy.xml'))}\n"))
-    argv = [sys.executable, "-m", "healthcheck", "node", "--out", str(base / "spool"), "--probes", "gpu",
-            "--profile", "h100-sxm5-8x", "--slurm-self", "--timeout", "20"]
-    return _write_exec(base / "healthcheck-node.sh", (
-        "#!/bin/sh\n"
-        f"export PATH={shlex.quote(str(shims))}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
-        f"export PYTHONPATH={shlex.quote(str(ROOT))} SLURM_CONF={shlex.quote(str(conf_path))}\n"
-        f'log={shlex.quote(str(base))}/log-"$SLURMD_NODENAME"\n'
-        f'{shlex.join(argv)} {extra} >>"$log" 2>&1\n'
-        'echo "rc=$?" >>"$log"\nexit 0\n'))
+    _write_exec(shims / "healthcheck", (  # this checkout's healthcheck; counts its finished runs per node
+        f'#!/bin/sh\n{shlex.quote(sys.executable)} -m healthcheck "$@"\nrc=$?\n'
+        f'echo "run rc=$rc" >>{shlex.quote(str(base))}/runs-"$SLURMD_NODENAME"\nexit $rc\n'))
+    (base / "defaults").write_text("\n".join([
+        f"PATH={shlex.quote(str(shims))}:$PATH", f"PYTHONPATH={shlex.quote(str(ROOT))}",
+        f"SLURM_CONF={shlex.quote(str(conf_path))}", f"HEALTHCHECK_NODE_OUT={shlex.quote(str(base / 'spool'))}",
+        "HEALTHCHECK_NODE_PROBES=gpu", "HEALTHCHECK_NODE_PROFILE=h100-sxm5-8x", "HEALTHCHECK_NODE_TIMEOUT=20",
+        f'HEALTHCHECK_NODE_LOG={shlex.quote(str(base))}/log-"$SLURMD_NODENAME"', ""]))
+    shipped = (ROOT / "inventories" / "deploy" / "slurm-healthcheck.sh").read_text()
+    assert shipped.count("/etc/default/healthcheck") == 2
+    return _write_exec(base / "slurm-healthcheck.sh", shipped.replace("/etc/default/healthcheck",
+                                                                      str(base / "defaults")))
 
 
 class HealthCheckCluster(SlurmdCluster):
@@ -93,8 +97,9 @@ def _wait(predicate, what: str, timeout_s: float = WAIT_S) -> None:  # type: ign
 
 
 def _runs(base: Path, node: str) -> int:
-    log = base / f"log-{node}"
-    return log.read_text().count("rc=") if log.is_file() else 0
+    """Runs on ``node`` that finished (slurmd kills a HealthCheckProgram after 60 s on a loaded machine)."""
+    runs = base / f"runs-{node}"
+    return runs.read_text().count("run rc=") if runs.is_file() else 0
 
 
 @pytest.fixture(scope="module")

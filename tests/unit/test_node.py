@@ -94,3 +94,14 @@ def test_cli_prints_non_pass_lines_and_first_failure_on_stderr(tmp_path: Path, s
            "1 uncorrectable remaps; bank histogram max 2559, high 1, partial 0, low 0, none 0)" in lines
     assert not any(line.startswith("PASS") for line in lines)
     assert proc.stderr.startswith("healthcheck: Health check failed: FAIL  gpu.pcie.width gpu5: ")
+
+
+def test_staging_left_by_a_killed_run_is_removed_later(tmp_path: Path, shim: Path) -> None:
+    spool = tmp_path / "spool"
+    old, fresh, other = spool / ".gpu007.tmp-4242", spool / ".gpu007.tmp-4343", spool / ".gpu008.tmp-1"
+    for folder in (old, fresh, other):
+        (folder / "raw").mkdir(parents=True)
+    os.utime(old, (1, 1))
+    os.utime(other, (1, 1))
+    run_node(NodeOptions(spool=spool, host="gpu007", probes=["gpu"], profile="h100-sxm5-8x"))
+    assert sorted(p.name for p in spool.iterdir()) == [".gpu007.tmp-4343", ".gpu008.tmp-1", "gpu007"]
