@@ -6,9 +6,9 @@ Builds a spool as ``healthcheck node --budget 10`` leaves it on a shared directo
 with ``manifest.json``, ``results.json`` (the probes run) and ``raw/<host>/`` holding the outputs of
 the system, gpu, topology, nvlink, fabric and xid probes, taken round-robin from the shipped sample's
 four hosts (h100-node03 faulty: one host in four FAILs; hostname.out says the host's own name). Files
-are hard links to the sample (cheap to build; merge copies them). Then runs ``healthcheck merge SPOOL --run-dir RUN -i INVENTORY`` with an
-inventory that also names 1% of hosts that have no bundle ("no result from node"), under
-``/usr/bin/time -v`` for the peak RSS. Nothing here is asserted.
+are hard links to the sample (cheap to build; merge copies them). Then runs ``healthcheck merge SPOOL
+--run-dir RUN -i INVENTORY`` with an inventory that also names 1% of hosts that have no bundle ("no
+result from node"), under ``/usr/bin/time -v`` for the peak RSS. Nothing here is asserted.
 """
 
 from __future__ import annotations
