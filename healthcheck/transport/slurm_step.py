@@ -48,7 +48,7 @@ printf '%s\n' "${SLURM_JOB_ID:-}" >"$f.job"
 sh -c "$2" >"$f.stream" 2>"$f.err"
 rc=$?; [ -e "$f.stream" ] && echo $rc >"$f.end"
 """
-POLL_S = 0.1
+POLL_S = (0.05, 1.0)  # idle poll interval of a node's stream: starts short, doubles up to the maximum
 RUNNING_OK = ("idle",)
 
 
@@ -234,6 +234,7 @@ class _SpoolFile:
         self.step = step
         self.handle: IO[bytes] | None = None
         self.seen = False
+        self.idle_s = POLL_S[0]
 
     def read_chunk(self, wait_s: float) -> bytes | None:
         if self.handle is None:
@@ -246,10 +247,13 @@ class _SpoolFile:
         if self.handle is not None:
             data = self.handle.read(65536)
             if data:
+                self.idle_s = POLL_S[0]
                 return data
         if ended:
             return b""
-        time.sleep(min(wait_s, POLL_S))
+        # a thousand hosts polling every 50 ms would cost the orchestrator a core: back off while idle
+        time.sleep(min(wait_s, self.idle_s))
+        self.idle_s = min(POLL_S[1], self.idle_s * 2)
         return None
 
     def err_tail(self) -> bytes:
