@@ -105,3 +105,14 @@ def test_staging_left_by_a_killed_run_is_removed_later(tmp_path: Path, shim: Pat
     os.utime(other, (1, 1))
     run_node(NodeOptions(spool=spool, host="gpu007", probes=["gpu"], profile="h100-sxm5-8x"))
     assert sorted(p.name for p in spool.iterdir()) == [".gpu007.tmp-4343", ".gpu008.tmp-1", "gpu007"]
+
+
+def test_inventory_entry_gives_the_profile_and_an_absent_host_is_a_setup_error(tmp_path: Path, shim: Path) -> None:
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("hosts:\n  gpu007: {profile: h100-sxm5-8x}\n  gpu008: {}\n")
+    shim.write_text("faulty")
+    out = run_node(NodeOptions(spool=tmp_path / "spool", host="gpu007", inventory=inv, probes=["gpu"]))
+    assert out.results.hosts["gpu007"].profile == "h100-sxm5-8x" and out.exit_code == 1
+    with pytest.raises(ValueError, match="host gpu009 is not in inventory"):
+        run_node(NodeOptions(spool=tmp_path / "spool", host="gpu009", inventory=inv, probes=["gpu"]))
+    assert sorted(p.name for p in (tmp_path / "spool").iterdir()) == ["gpu007"]
