@@ -174,22 +174,29 @@ class SlurmStepTransport:
         finally:
             source.close()
         if collection.transport_error is not None and not source.seen:
-            srun_err = _tail(step.stderr).decode("utf-8", errors="replace") if step.stderr else ""
-            if "deadline" in collection.transport_error:
-                reason = (f"{node} sent nothing within the step deadline of {deadline_s:g}s (no {base}.stream: "
-                          "is the spool directory shared with the nodes? --slurm-spool)")
-            else:
-                reason = describe_srun_failure(srun_err, step.proc.returncode if step.proc else None, node, None)
-            return host_failure(name, commands, reason, collection.duration_s)
+            return host_failure(name, commands, self._nothing_from(node, step, collection, deadline_s),
+                                collection.duration_s)
         return collection
+
+    def _nothing_from(self, node: str, step: _Step, collection: HostCollection, deadline_s: float) -> str:
+        """Why no output file ever appeared for ``node``."""
+        unshared = (f"no {self.spool / node}.stream here: is the spool directory on a filesystem shared with "
+                    "the nodes? (--slurm-spool)")
+        if "deadline" in (collection.transport_error or ""):
+            return f"{node} sent nothing within the step deadline of {deadline_s:g}s; {unshared}"
+        rc = step.proc.returncode if step.proc else None
+        if rc == 0:
+            return f"the job step ran on {node} and ended, but {unshared}"
+        with self._lock:
+            said = _tail(step.stderr).decode("utf-8", errors="replace")
+        return describe_srun_failure(said, rc, node, None)
 
     def _done(self, step: _Step, node: str) -> None:
         with self._lock:
             step.pending.discard(node)
             finished = not step.pending
-        for suffix in (".stream", ".end", ".err", ".job"):
-            if suffix != ".job":
-                (self.spool / f"{node}{suffix}").unlink(missing_ok=True)
+        for suffix in (".stream", ".end", ".err"):  # .job stays until the step's record is written
+            (self.spool / f"{node}{suffix}").unlink(missing_ok=True)
         if finished:
             self._finish(step)
 
