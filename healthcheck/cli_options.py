@@ -124,8 +124,8 @@ _TARGET: list[Callable[[Any], Any]] = [
                  "`healthcheck profiles list` shows them."),
 ]
 TARGET_PARAMS = ("inventory", "hostlist", "transport", "srun_args", "slurm_mode", "slurm_spool", "limit",
-                 "probe_names", "skip_probes", "xid_window", "accept_new_host_keys", "connect_timeout", "ssh_config", "forks", "timeout_s",
-                 "profile")
+                 "probe_names", "skip_probes", "xid_window", "accept_new_host_keys", "connect_timeout", "ssh_config",
+                 "forks", "timeout_s", "profile")
 
 
 def target_options(command: Callable[..., Any]) -> Callable[..., Any]:
