@@ -19,7 +19,7 @@ def test_every_builtin_probe_declares_cost_and_job_safety() -> None:
     (3, ["system", "gpu"]),
     (10, ["system", "gpu", "topology", "nvlink", "fabric", "xid"]),
     (30, ["system", "gpu", "topology", "nvlink", "fabric", "xid", "infiniband", "dcgm_fields", "ras",
-          "resources", "versions"]),
+          "resources", "versions", "assets"]),
 ])
 def test_budget_picks_job_safe_probes_in_registry_order(budget: float, chosen: list[str]) -> None:
     picked, left_out = select_within_budget(probes.select(), load_costs(), budget)
