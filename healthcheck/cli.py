@@ -39,7 +39,7 @@ from healthcheck.rundir import RunDirError
 from healthcheck.verdicts import run_exit_status
 
 EXTENSION_MODULES = ("healthcheck.cli_bench", "healthcheck.cli_drain", "healthcheck.cli_sweep",
-                     "healthcheck.cli_assets")
+                     "healthcheck.cli_assets", "healthcheck.cli_node", "healthcheck.cli_merge")
 
 
 class ExitCode(enum.IntEnum):

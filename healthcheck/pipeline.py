@@ -13,7 +13,7 @@ import platform
 import shutil
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -76,6 +76,8 @@ class RunOptions:
     ssh_client: str = "paramiko"          # or "openssh": the system ssh with ControlMaster (docs/ssh.md)
     transport: str | None = None          # override every host's transport (ssh, local, slurm)
     srun_args: Sequence[str] = ()         # extra srun arguments for the slurm transport (--partition=...)
+    slurm_mode: str = "step"              # slurm: "step" (one srun for all hosts) or "per-host" (one srun each)
+    slurm_spool: Path | None = None       # step mode: directory shared with the nodes [default: RUN/slurm-step]
     profile: str | None = None            # override (or default for bundles without an inventory)
     profile_dirs: Sequence[Path] = ()
     limit: Sequence[str] | None = None    # only these host names
@@ -192,12 +194,15 @@ def execute_run(opts: RunOptions) -> RunOutcome:
     if rerun is not None and not hosts:
         raise NothingToRerunError(f"--rerun-failed {rerun.of_dir}: none of its failing hosts "
                                   f"({', '.join(rerun.hosts)}) is in the selected inventory or --limit")
-    transport = _transport(opts, mode, hosts)
     run_dir = new_run_dir(opts.out, opts.run_dir)
+    transport = _transport(opts, mode, hosts, run_dir, lambda h: plans.get(plan_key(h), plans[""]))
     write_json(run_dir / "manifest.json", _manifest(opts, hosts, profiles, plans, mode, started))
     log = FindingsLog(run_dir)
-    host_results, interrupted = _sweep(opts, mode, run_dir, hosts, profiles, selected, options, plans,
-                                       transport, log)
+    try:
+        host_results, interrupted = _sweep(opts, mode, run_dir, hosts, profiles, selected, options, plans,
+                                           transport, log)
+    finally:
+        getattr(transport, "close", lambda: None)()
     if opts.replay is not None:
         reference_raw(run_dir, Path(opts.replay))
         _copy_job_outputs(Path(opts.replay), run_dir)
@@ -351,9 +356,17 @@ def _render(run_dir: Path, results: RunResults | None = None, metrics_detail: bo
     return None
 
 
-def _transport(opts: RunOptions, mode: str, hosts: Sequence[Host]) -> Transport:
-    """Replay for replays; otherwise each host's own transport (ssh unless it says local)."""
+def _transport(opts: RunOptions, mode: str, hosts: Sequence[Host], run_dir: Path,
+               commands_for: Callable[[Host], Sequence[Command]]) -> Transport:
+    """Replay for replays; otherwise each host's own transport (ssh unless it says local). Slurm hosts
+    share one job step (``slurm_mode="step"``) or get one srun each (``"per-host"``)."""
     def make(kind: str) -> Transport:
+        if kind == "slurm" and opts.slurm_mode == "step":
+            from healthcheck.transport.slurm_step import SlurmStepTransport
+
+            return SlurmStepTransport([h for h in hosts if h.transport == "slurm"], commands_for,
+                                      Path(opts.slurm_spool or run_dir / "slurm-step"), srun_args=opts.srun_args,
+                                      alloc_wait_s=opts.connect_timeout_s, cap=opts.output_cap_bytes)
         return open_transport(kind, ssh_config_path=opts.ssh_config,
                               accept_new_host_keys=opts.accept_new_host_keys,
                               connect_timeout_s=opts.connect_timeout_s, cap=opts.output_cap_bytes,
