@@ -26,6 +26,7 @@ _FLEET: dict[str, FleetCheck] = {}
 BUILTIN = (
     "healthcheck.probes.system",
     "healthcheck.probes.gpu",
+    "healthcheck.probes.pci",
     "healthcheck.probes.topology",
     "healthcheck.probes.nvlink",
     "healthcheck.probes.fabric",
