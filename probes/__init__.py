@@ -35,6 +35,7 @@ BUILTIN = (
     "healthcheck.probes.dcgm",
     "healthcheck.probes.dcgm_fields",
     "healthcheck.probes.ras",
+    "healthcheck.probes.rates",
     "healthcheck.probes.resources",
     "healthcheck.probes.versions",
     "healthcheck.probes.fleet",
