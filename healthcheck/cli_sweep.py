@@ -34,7 +34,7 @@ def print_changes(record: SweepRecord) -> None:
             checks = ", ".join(item["checks"][:4])
             click.echo(f"  {label:<9} {item['host']:<16} {item['verdict']:<5} {checks}")
     for f in record.findings:
-        click.echo(f"  {'WARN':<9} {f.host:<16} {f.check:<28} {f.message}")
+        click.echo(f"  {f.status.value:<9} {f.host:<16} {f.check:<28} {f.message}")
     if record.pruned:
         click.echo(f"retention: forgot {len(record.pruned)} run(s) older than the keep window")
 
