@@ -112,6 +112,7 @@ class Finding:
     unit: str | None = None
     remedy: str | None = None
     source: str | None = None
+    observe: bool = False   # an observe-only check (profile ``observe``): reported, never in a verdict or drain
 
     @property
     def category(self) -> str:
@@ -120,6 +121,8 @@ class Finding:
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["status"] = self.status.value
+        if not self.observe:
+            del out["observe"]   # written only when set: results.json stays as it was for ordinary findings
         return out
 
     @classmethod
@@ -130,9 +133,10 @@ class Finding:
 
 
 def host_verdict(findings: Iterable[Finding]) -> Status:
-    """A host's verdict is its worst finding, SKIPs aside (a SKIP is "not applicable", not a
-    grade): SKIP only when every finding is a SKIP, ERROR when there is no finding at all."""
-    statuses = [f.status for f in findings]
+    """A host's verdict is its worst finding, SKIPs and observe-only findings aside (a SKIP is "not
+    applicable", not a grade; an observe-only check is reported but never decides): SKIP only when
+    every such finding is a SKIP, ERROR when there is no finding at all."""
+    statuses = [f.status for f in findings if not f.observe]
     if not statuses:
         return Status.ERROR
     graded = [s for s in statuses if s is not Status.SKIP]

@@ -23,6 +23,7 @@ from typing import Any
 import healthcheck
 from healthcheck import probes as probe_registry
 from healthcheck.defaults import DEFAULTS
+from healthcheck.grading import apply_observe
 from healthcheck.inventory import Inventory, expand_hostlist, load_inventory
 from healthcheck.model import Finding, Host, HostCollection, Status
 from healthcheck.profiles import EMPTY_PROFILE, Profile, available_profiles, load_profile
@@ -172,7 +173,9 @@ def execute_run(opts: RunOptions) -> RunOutcome:
         ("benchmarks", lambda: _benchmarks(opts, mode, run_dir, hosts, profiles, transport, host_results)),
         ("fleet", lambda: _fleet(host_results, hosts, profiles)))
     for stage, run_stage in stages:
-        log.append(_guarded(stage, run_stage, host_results))
+        log.append(_observe(_guarded(stage, run_stage, host_results), hosts, profiles))
+    for host in host_results.values():  # benchmark and fleet findings too: observe-only marks in one place
+        host.findings = _observe(host.findings, hosts, profiles)
     run_info = {"id": run_dir.name, "started": started.isoformat(timespec="seconds"),
                 "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "duration_s": round(time.monotonic() - clock, 3), "mode": mode,
@@ -235,6 +238,12 @@ def _guarded(stage: str, run_stage: Any, host_results: dict[str, HostResult]) ->
         for f in findings:
             host_results[f.host].findings.append(f)
     return findings
+
+
+def _observe(findings: list[Finding], hosts: Sequence[Host], profiles: Mapping[str, Profile]) -> list[Finding]:
+    """Each finding marked observe-only when its host's profile says so (``grading.apply_observe``)."""
+    profile_of = {h.name: profiles.get(h.profile or "", EMPTY_PROFILE) for h in hosts}
+    return [g for f in findings for g in apply_observe([f], profile_of.get(f.host, EMPTY_PROFILE))]
 
 
 def _render(run_dir: Path) -> str | None:

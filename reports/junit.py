@@ -47,12 +47,12 @@ def finding_detail(f: Finding) -> str:
 def _testcase(parent: ET.Element, host: str, f: Finding) -> None:
     case = ET.SubElement(parent, "testcase", classname=xml_text(f"{host}.{f.category}"),
                          name=xml_text(f"{f.check} [{f.component}]"), time="0")
-    if f.status in _ELEMENT:
+    if f.status in _ELEMENT and not f.observe:
         node = ET.SubElement(case, _ELEMENT[f.status], message=xml_text(f.message), type=f.status.value)
         node.text = xml_text(finding_detail(f))
     elif f.status is Status.SKIP:
         ET.SubElement(case, "skipped", message=xml_text(f.message))
-    elif f.status is Status.WARN:
+    elif f.status is Status.WARN or f.observe:
         ET.SubElement(case, "system-out").text = xml_text(finding_detail(f))
 
 
@@ -70,8 +70,8 @@ def render_junit(digest: RunDigest) -> bytes:
     for name in sorted(digest.results.hosts):
         findings = _findings(digest.results.hosts[name])
         counts = {"tests": len(findings),
-                  "failures": sum(f.status is Status.FAIL for f in findings),
-                  "errors": sum(f.status is Status.ERROR for f in findings),
+                  "failures": sum(f.status is Status.FAIL and not f.observe for f in findings),
+                  "errors": sum(f.status is Status.ERROR and not f.observe for f in findings),
                   "skipped": sum(f.status is Status.SKIP for f in findings)}
         suite = ET.SubElement(root, "testsuite", name=xml_text(name), timestamp=xml_text(timestamp),
                               hostname=xml_text(name), time="0", **{k: str(v) for k, v in counts.items()})
