@@ -111,12 +111,19 @@ def main() -> None:
 @click.option("--benchmarks", help="Comma-separated benchmarks to run after probes (nccl,hpl,imb,osu).")
 @click.option("--plan", type=click.Choice(["quick", "acceptance"]), default="quick", show_default=True)
 @click.option("--strict", is_flag=True, help="WARN counts as failure for the exit code.")
+@click.option("--collect-evidence", is_flag=True, help="Run nvidia-bug-report.sh on hosts that FAIL gpu/nvlink/xid "
+              "checks, before benchmarks; kept in the run directory under evidence/<host>/.")
+@click.option("--evidence-timeout", type=click.FloatRange(1), default=DEFAULTS.evidence_timeout_s, show_default=True,
+              help="Time nvidia-bug-report.sh is given per host, seconds.")
+@click.option("--evidence-max-bytes", type=click.IntRange(1024), default=DEFAULTS.evidence_max_bytes,
+              show_default=True, help="Largest report kept per host (larger ones are kept truncated).")
 def run(inventory: Path | None, hostlist: str | None, replay: Path | None, local: bool, transport: str | None,
         srun_args: tuple[str, ...], out: Path, run_dir: Path | None,
         forks: int, timeout_s: float, connect_timeout: float, deadline: float | None,
         probe_names: str | None, skip_probes: str | None, ssh_config: Path | None,
         accept_new_host_keys: bool, profile: str | None, limit: str | None, previous: Path | None,
-        output_cap: int, xid_window: float, benchmarks: str | None, plan: str, strict: bool) -> None:
+        output_cap: int, xid_window: float, benchmarks: str | None, plan: str, strict: bool,
+        collect_evidence: bool, evidence_timeout: float, evidence_max_bytes: int) -> None:
     """Sweep the hosts of an inventory (or replay a bundle) and write a run directory."""
     if (local and (inventory or replay or hostlist)) or (inventory and hostlist) \
             or not (local or inventory or replay or hostlist):
@@ -129,7 +136,8 @@ def run(inventory: Path | None, hostlist: str | None, replay: Path | None, local
         ssh_config=ssh_config, accept_new_host_keys=accept_new_host_keys, transport=transport,
         srun_args=srun_args, profile=profile, limit=_csv(limit), previous=previous, progress=sys.stderr.isatty(),
         benchmarks=_csv(benchmarks) or (), plan=plan,
-        probe_options={"kernel_log_window_h": xid_window, "plan": plan})
+        probe_options={"kernel_log_window_h": xid_window, "plan": plan}, collect_evidence=collect_evidence,
+        evidence_timeout_s=evidence_timeout, evidence_max_bytes=evidence_max_bytes)
     try:
         outcome = execute_run(opts)
     except (*SETUP_ERRORS, probe_registry.RegistryError, bench_registry.RegistryError) as exc:

@@ -15,7 +15,7 @@ import shutil
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -66,6 +66,9 @@ class RunOptions:
     plan: str = "quick"
     probe_options: Mapping[str, Any] = field(default_factory=dict)
     render: bool = True                   # False: the caller renders the reports (``healthcheck sweep``)
+    collect_evidence: bool = False        # nvidia-bug-report.sh on hosts failing gpu/nvlink/xid (healthcheck.evidence)
+    evidence_timeout_s: float = DEFAULTS.evidence_timeout_s
+    evidence_max_bytes: int = DEFAULTS.evidence_max_bytes
 
 
 @dataclass
@@ -169,7 +172,9 @@ def execute_run(opts: RunOptions) -> RunOutcome:
                                        transport, log)
     if opts.replay is not None:
         _copy_job_outputs(Path(opts.replay), run_dir)
+    evidence: list[dict[str, Any]] = []
     stages = () if interrupted else (  # after Ctrl-C: no benchmark launch, no fleet verdict on a partial fleet
+        ("evidence", lambda: _evidence(opts, mode, run_dir, hosts, host_results, evidence)),
         ("benchmarks", lambda: _benchmarks(opts, mode, run_dir, hosts, profiles, transport, host_results)),
         ("fleet", lambda: _fleet(host_results, hosts, profiles)))
     for stage, run_stage in stages:
@@ -184,7 +189,7 @@ def execute_run(opts: RunOptions) -> RunOutcome:
                 "profiles": sorted(profiles), "interrupted": interrupted}
     ordered = {h.name: host_results[h.name] for h in hosts if h.name in host_results}
     ordered.update({n: r for n, r in host_results.items() if n not in ordered})
-    results = RunResults(run=run_info, hosts=ordered)
+    results = RunResults(run=run_info, hosts=ordered, extra={"evidence": evidence} if opts.collect_evidence else {})
     write_results(run_dir, results)
     return RunOutcome(run_dir=run_dir, results=results, report_error=_render(run_dir) if opts.render else None,
                       interrupted=interrupted)
@@ -223,6 +228,24 @@ def _sweep(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host], pr
                             remedy="Rerun the sweep (--limit with the hosts left out)")])
                 log.append(results[host.name].findings)
     return results, runner.interrupted
+
+
+def _evidence(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host],
+              host_results: dict[str, HostResult], entries: list[dict[str, Any]]) -> list[Finding]:
+    """``--collect-evidence``: nvidia-bug-report.sh on hosts failing GPU/NVLink/Xid checks, before benchmarks."""
+    if not opts.collect_evidence or mode == "replay":
+        return []
+    from healthcheck.evidence import collect_evidence, evidence_wanted
+
+    wanted = evidence_wanted(host_results)
+    if not wanted:
+        return []
+    transport = _transport(replace(opts, output_cap_bytes=opts.evidence_max_bytes), mode, hosts)
+    findings, collected = collect_evidence(run_dir, hosts, wanted, transport, timeout_s=opts.evidence_timeout_s)
+    entries.extend(collected)
+    for f in findings:
+        host_results[f.host].findings.append(f)
+    return findings
 
 
 def _guarded(stage: str, run_stage: Any, host_results: dict[str, HostResult]) -> list[Finding]:
