@@ -73,19 +73,41 @@ def parse_rates(outputs: Mapping[str, CommandResult]) -> CounterSnapshot:
     clock = outputs.get(CLOCK_ID)
     epoch, boot = parse_counter_clock(clock.text) if clock is not None else (None, None)
     counters: dict[str, dict[str, dict[str, int]]] = {}
-    ib = outputs.get("ib-sysfs")
-    if ib is not None and "# ib-sysfs end" in ib.text:
-        counters["ib"] = {p.name: dict(p.counters) for d in parse_ib_sysfs(ib.text) for p in d.ports if p.counters}
-    nvl = outputs.get(ERRORS_ID)
-    if nvl is not None and nvl.rc == 0:
-        counters["nvlink"] = {f"gpu{c.gpu} link {c.link}": {k: v for k in ("replay", "recovery", "crc")
-                                                            if isinstance(v := getattr(c, k), int)}
-                              for c in parse_nvidia_smi_nvlink_e(nvl.text)}
-    aer = outputs.get("pcie-aer")
-    if aer is not None and "# pcie-aer end" in aer.text:
-        counters["aer"] = {bdf: {"correctable": c.correctable, "nonfatal": c.nonfatal, "fatal": c.fatal}
-                           for bdf, c in parse_aer_sysfs(aer.text).items()}
+    for family, read in _READERS.items():
+        result = outputs.get(SOURCES[family])
+        if result is None:
+            continue
+        try:
+            values = read(result)
+        except ParseError:
+            continue  # the owning probe (infiniband, nvlink, ras) reports its unreadable output itself
+        if values is not None:
+            counters[family] = values
     return CounterSnapshot(epoch_s=epoch, boot_id=boot, counters=counters)
+
+
+def _ib(result: CommandResult) -> dict[str, dict[str, int]] | None:
+    if "# ib-sysfs end" not in result.text:
+        return None
+    return {p.name: dict(p.counters) for d in parse_ib_sysfs(result.text) for p in d.ports if p.counters}
+
+
+def _nvlink(result: CommandResult) -> dict[str, dict[str, int]] | None:
+    if result.rc != 0:
+        return None
+    return {f"gpu{c.gpu} link {c.link}": {k: v for k in ("replay", "recovery", "crc")
+                                         if isinstance(v := getattr(c, k), int)}
+            for c in parse_nvidia_smi_nvlink_e(result.text)}
+
+
+def _aer(result: CommandResult) -> dict[str, dict[str, int]] | None:
+    if "# pcie-aer end" not in result.text:
+        return None
+    return {bdf: {"correctable": c.correctable, "nonfatal": c.nonfatal, "fatal": c.fatal}
+            for bdf, c in parse_aer_sysfs(result.text).items()}
+
+
+_READERS = {"ib": _ib, "nvlink": _nvlink, "aer": _aer}
 
 
 @dataclass(frozen=True)

@@ -89,3 +89,11 @@ def test_reboot_first_run_and_short_interval_are_baselines():
     assert "baseline" in grade(snapshot(T0, *AFTER), None)[0].message
     short = grade(snapshot(T0 + 10, *AFTER), snapshot(T0, *BEFORE))
     assert [f.check for f in short] == ["rate.baseline"] and "too short" in short[0].message
+
+
+def test_unreadable_source_is_left_to_its_probe_not_an_error_here():
+    outputs = {"counter-clock": clock(T0), "nvidia-smi-nvlink-e": "garbage before any GPU header\n",
+               "pcie-aer": own("system/pcie-aer-previous-run.txt")}
+    snap = parse_rates({cid: CommandResult(host="gpu001", command_id=cid, stdout=t.encode(), rc=0)
+                        for cid, t in outputs.items()})
+    assert set(snap.counters) == {"aer"} and snap.counters["aer"]["0000:1b:00.0"]["correctable"] == 100
