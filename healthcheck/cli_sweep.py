@@ -66,16 +66,23 @@ def print_changes(record: SweepRecord) -> None:
 @click.option("--fail-on", type=click.Choice(["any", "new"]), default="any", show_default=True,
               help="Exit 1 on any failing host, or only on hosts that newly fail.")
 @click.option("--strict", is_flag=True, help="WARN (regressions included) counts as failure.")
+@click.option("--collect-evidence", is_flag=True, help="nvidia-bug-report.sh on hosts failing gpu/nvlink/xid checks.")
+@click.option("--offender-failures", type=click.IntRange(1), default=DEFAULTS.offender_failures, show_default=True,
+              help="Repeat offender: the same part failing the same check on this many ...")
+@click.option("--offender-window", type=click.IntRange(1), default=DEFAULTS.offender_window, show_default=True,
+              help="... of its host's last this many runs (this one included).")
 def sweep(inventory: Path | None, replay: Path | None, history_dir: Path, ssh_config: Path | None,
           profile: str | None, probe_names: str | None, benchmarks: str | None, plan: str, forks: int,
           timeout_s: float,
-          keep_days: float, baseline_runs: int, drop_fraction: float, fail_on: str, strict: bool) -> None:
+          keep_days: float, baseline_runs: int, drop_fraction: float, fail_on: str, strict: bool,
+          collect_evidence: bool, offender_failures: int, offender_window: int) -> None:
     """Nightly sweep: run, compare with the history, record, prune, report.
 
     Holds HISTORY/sweep.lock for the whole sweep; writes the run to HISTORY/runs/<stamp>/, adds
     history.regression.baseline (vs the median of the node's last --baseline-runs passing runs),
-    history.regression.fleet and history.counter.growth WARNs, and "what changed since the last
-    run". Exit codes for alerting: 0 every host passes (WARN allowed unless --strict), 1 a host
+    history.regression.fleet and history.counter.growth WARNs, "what changed since the last
+    run", and offender.repeat FAILs (the same part failing on --offender-failures of its last
+    --offender-window runs). Exit codes for alerting: 0 every host passes (WARN allowed unless --strict), 1 a host
     FAILs or ERRORs (--fail-on new: only a newly failing host), 2 usage or setup error, 3 another
     sweep holds the lock (not started).
     """
@@ -86,10 +93,12 @@ def sweep(inventory: Path | None, replay: Path | None, history_dir: Path, ssh_co
         raise click.UsageError("give exactly one of -i/--inventory or --replay")
     opts = RunOptions(inventory=inventory, replay=replay, forks=forks, timeout_s=timeout_s,
                       probes=_csv(probe_names), ssh_config=ssh_config, profile=profile,
-                      benchmarks=_csv(benchmarks) or (), plan=plan, progress=sys.stderr.isatty())
+                      benchmarks=_csv(benchmarks) or (), plan=plan, progress=sys.stderr.isatty(),
+                      collect_evidence=collect_evidence)
     try:
         results, run_dir, record = run_sweep(opts, history_dir, baseline_runs=baseline_runs,
-                                             drop_fraction=drop_fraction, keep_days=keep_days)
+                                             drop_fraction=drop_fraction, keep_days=keep_days,
+                                             offender_failures=offender_failures, offender_window=offender_window)
     except SweepLockedError as exc:
         click.echo(f"healthcheck sweep: {exc}; not starting", err=True)
         sys.exit(EXIT_LOCKED)

@@ -31,3 +31,15 @@ def test_same_gpu_failing_four_of_five_nights_is_an_rma_candidate(tmp_path):
     assert "offender.repeat" in out.output
     html = (history / "runs" / doc["run"]["id"] / "report.html").read_text()
     assert 'id="offenders"' in html and "RMA candidate" in html
+    summary = (history / "runs" / doc["run"]["id"] / "summary.md").read_text()
+    assert "### Repeat offenders" in summary and "failing on 4 of the last 5 runs" in summary
+
+
+@pytest.mark.corpus
+def test_thresholds_from_the_command_line(tmp_path):
+    history = tmp_path / "history"
+    sweep(history, bundle(tmp_path / "n0", BAD), "--offender-failures", "2", "--offender-window", "2")
+    assert latest_results(history)["offenders"] == []
+    sweep(history, bundle(tmp_path / "n1", BAD), "--offender-failures", "2", "--offender-window", "2")
+    assert [(o["host"], o["failures"], o["runs"]) for o in latest_results(history)["offenders"]] == \
+        [("node02", 2, 2)]
