@@ -68,8 +68,14 @@ def print_summary(results: RunResults, run_dir: Path) -> None:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "HEALTHCHECK"})
 @click.version_option(healthcheck.__version__, prog_name="healthcheck")
-def main() -> None:
+@click.option("--profiles-dir", "profiles_dirs", multiple=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder of site hardware profiles, searched before the built-in ones by every command; "
+              "repeatable (env HEALTHCHECK_PROFILES_DIR, folders separated by ':').")
+def main(profiles_dirs: tuple[Path, ...]) -> None:
     """GPU-cluster health checks and acceptance tests."""
+    from healthcheck.profiles import set_site_dirs
+
+    set_site_dirs(profiles_dirs)
 
 
 @main.command()
@@ -78,6 +84,8 @@ def main() -> None:
               "(gpu[001-016]); addresses and users come from ssh_config.")
 @click.option("--replay", type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Re-grade the raw outputs of a run directory or capture bundle (no SSH).")
+@click.option("--sample", is_flag=True, help="Replay the built-in sample capture (4 H100 nodes, one faulty): "
+              "the whole job on a fresh install, nothing to connect to.")
 @click.option("--local", is_flag=True, help="Check this machine only (no SSH).")
 @click.option("--transport", type=click.Choice(["ssh", "local", "slurm"]),
               help="Transport for every host (overrides the inventory's transport vars); slurm runs the "
@@ -117,14 +125,20 @@ def main() -> None:
               help="Time nvidia-bug-report.sh is given per host, seconds.")
 @click.option("--evidence-max-bytes", type=click.IntRange(1024), default=DEFAULTS.evidence_max_bytes,
               show_default=True, help="Largest report kept per host (larger ones are kept truncated).")
-def run(inventory: Path | None, hostlist: str | None, replay: Path | None, local: bool, transport: str | None,
-        srun_args: tuple[str, ...], out: Path, run_dir: Path | None,
+def run(inventory: Path | None, hostlist: str | None, replay: Path | None, sample: bool, local: bool,
+        transport: str | None, srun_args: tuple[str, ...], out: Path, run_dir: Path | None,
         forks: int, timeout_s: float, connect_timeout: float, deadline: float | None,
         probe_names: str | None, skip_probes: str | None, ssh_config: Path | None,
         accept_new_host_keys: bool, profile: str | None, limit: str | None, previous: Path | None,
         output_cap: int, xid_window: float, benchmarks: str | None, plan: str, strict: bool,
         collect_evidence: bool, evidence_timeout: float, evidence_max_bytes: int) -> None:
     """Sweep the hosts of an inventory (or replay a bundle) and write a run directory."""
+    if sample:
+        if replay or local or hostlist:
+            raise click.UsageError("--sample replays the built-in sample; give it without --replay, --local, --hosts")
+        from healthcheck.inventories import SAMPLE_BUNDLE
+
+        replay = SAMPLE_BUNDLE
     if (local and (inventory or replay or hostlist)) or (inventory and hostlist) \
             or not (local or inventory or replay or hostlist):
         raise click.UsageError("give -i/--inventory or --hosts NODESET, --replay DIR (optionally with -i "
@@ -231,6 +245,25 @@ def profiles_show(name: str, dirs: tuple[Path, ...]) -> None:
         click.echo(f"known issue: {issue.check}: {issue.reason} (expires {issue.expires or 'never'})")
     if prof.settings:
         click.echo("\nsettings:\n" + yaml.safe_dump(dict(prof.settings), sort_keys=True))
+
+
+@profiles.command("validate")
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def profiles_validate(files: tuple[Path, ...]) -> None:
+    """Check profile files: unknown keys (with did-you-mean), wrong types, thresholds without a source.
+
+    Prints every problem as FILE: PROBLEM and exits 2 if there is any, else 0."""
+    from healthcheck.profiles import validate_profile_file
+
+    bad = 0
+    for path in files:
+        problems = validate_profile_file(path)
+        bad += bool(problems)
+        for problem in problems:
+            click.echo(f"{path}: {problem}", err=True)
+        if not problems:
+            click.echo(f"{path}: ok")
+    sys.exit(ExitCode.USAGE if bad else ExitCode.OK)
 
 
 @main.command("probes")

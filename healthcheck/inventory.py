@@ -40,6 +40,42 @@ KNOWN_VARS = ("address", "user", "port", "profile", "transport", "slurm_node", "
 TRANSPORTS = ("ssh", "local", "slurm")
 
 
+def _str(v: Any) -> bool:
+    return isinstance(v, str) and v.strip() != ""
+
+
+def _str_list(v: Any) -> bool:
+    return isinstance(v, list) and all(_str(x) for x in v)
+
+
+def _port(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 < v < 65536
+
+
+def _xid_list(v: Any) -> bool:  # a list, one number or "13,43" (probes.xid reads all three)
+    return isinstance(v, int | str | list) and not isinstance(v, bool)
+
+
+# Each host var's accepted shape: (test, what the error says was expected). ``mounts: /tmp`` (a string
+# where a list is meant) is an error here, not a silently different check on the node.
+VAR_TYPES: dict[str, tuple[Any, str]] = {
+    "address": (_str, "a host name or IP address"),
+    "user": (_str, "a user name"),
+    "port": (_port, "a TCP port 1-65535"),
+    "profile": (_str, "a profile name"),
+    "transport": (lambda v: v in TRANSPORTS, f"one of {', '.join(TRANSPORTS)}"),
+    "slurm_node": (_str, "a Slurm node name"),
+    "k8s_node": (_str, "a Kubernetes node name"),
+    "rail": (lambda v: _str(v) or (isinstance(v, int) and not isinstance(v, bool)), "a rail name or number"),
+    "benchmarks": (lambda v: isinstance(v, Mapping), "a mapping of benchmark settings (nccl: {...})"),
+    "xid_ignore": (_xid_list, "a list of Xid numbers"),
+    "mounts": (_str_list, "a list of mount points ([/scratch, /home])"),
+    "services": (_str_list, "a list of systemd unit names"),
+    "labels": (lambda v: isinstance(v, Mapping) and all(_str(k) for k in v), "a mapping of label: value"),
+    "extra": (lambda v: isinstance(v, Mapping), "a mapping"),
+}
+
+
 class InventoryError(ValueError):
     """A malformed inventory; the message names the file and the offending entry."""
 
@@ -92,10 +128,10 @@ def _check_vars(raw: Any, where: str) -> dict[str, Any]:
             hint = difflib.get_close_matches(str(key), KNOWN_VARS, n=1)
             more = f" (did you mean {hint[0]!r}?)" if hint else f" (known: {', '.join(KNOWN_VARS)})"
             raise InventoryError(f"{where}: unknown var {key!r}{more}")
-    if "port" in raw and not (isinstance(raw["port"], int) and 0 < raw["port"] < 65536):
-        raise InventoryError(f"{where}: port {raw['port']!r} is not a TCP port")
-    if "transport" in raw and raw["transport"] not in TRANSPORTS:
-        raise InventoryError(f"{where}: transport {raw['transport']!r} is not one of {TRANSPORTS}")
+    for key, value in raw.items():
+        accepts, expected = VAR_TYPES[key]
+        if value is not None and not accepts(value):  # null: explicitly unset (profile: ~ on a login node)
+            raise InventoryError(f"{where}: {key} {value!r} is not {expected}")
     return dict(raw)
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from healthcheck.inventory import InventoryError, load_inventory, parse_inventory
 
@@ -66,3 +67,20 @@ def test_example_inventories_load():
     for path in sorted(root.glob("*.yaml")):
         inv = load_inventory(path, known_profiles=available_profiles())
         assert inv.hosts, path
+
+
+@pytest.mark.parametrize(("var", "value", "message"), [
+    ("mounts", "/tmp", "mounts '/tmp' is not a list of mount points ([/scratch, /home])"),
+    ("services", [1], "services [1] is not a list of systemd unit names"),
+    ("port", True, "port True is not a TCP port 1-65535"),
+    ("port", 70000, "port 70000 is not a TCP port 1-65535"),
+    ("labels", ["a"], "labels ['a'] is not a mapping of label: value"),
+    ("transport", "rsh", "transport 'rsh' is not one of ssh, local, slurm"),
+    ("address", 10, "address 10 is not a host name or IP address"),
+])
+def test_host_vars_are_type_checked(tmp_path: Path, var: str, value: object, message: str) -> None:
+    path = tmp_path / "inv.yaml"
+    path.write_text(yaml.safe_dump({"hosts": {"gpu001": {var: value}}}))
+    with pytest.raises(InventoryError) as exc:
+        load_inventory(path)
+    assert str(exc.value) == f"{path}: hosts.gpu001: {message}"
