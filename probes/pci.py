@@ -110,6 +110,13 @@ def _gpu_findings(ctx: EvalContext, bus: PciInventory, driver: DriverView | None
         return [Finding(host=host, check="pci.gpu.count", status=Status.SKIP, value=0, source=source,
                         message=f"no NVIDIA GPU on the PCI bus, and profile {profile.name} expects none")]
     listed = ", ".join(f"{g.address} ({g.ids})" for g in gpus) or "none"
+    unseen = sorted(set(driver.addresses) - {g.address for g in gpus}) if driver is not None else []
+    if unseen:  # the bus listing contradicts the driver: it is incomplete, not proof of a missing GPU
+        return [Finding(host=host, check="pci.gpu.count", status=Status.ERROR, value=len(gpus), source=source,
+                        expected="every GPU nvidia-smi lists on the PCI bus listing",
+                        message=f"nvidia-smi lists GPUs the PCI listing lacks ({', '.join(unseen)}): the {source} "
+                                "listing is incomplete (container or restricted /sys?), the bus was not compared",
+                        remedy="Run the sweep where the host's /sys/bus/pci is visible (not inside a container)")]
     f = finding_from_expectation(host, "pci.gpu.count", count_exp, len(gpus), source=source,
                                  remedy=_REMEDY_GPU_GONE, profile=profile)
     seen = f" (nvidia-smi lists {driver.count})" if driver is not None and driver.count is not None else ""

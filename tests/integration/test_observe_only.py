@@ -3,6 +3,7 @@ no exit code, no drain, and appears in the report's observe-only section."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from healthcheck.cli import ExitCode, exit_code
@@ -26,7 +27,11 @@ def bundle(root: Path) -> Path:
     host.mkdir(parents=True)
     (host / "pci-sysfs.out").write_text(
         fixture_text("pci/sysfs-h100-gpu-db-gone-cb-unbound-mlx5_7-no-rdma.txt").split("\n", 1)[1])
-    (host / "nvidia-smi-q-x.out").write_text(fixture_text("nvidia-smi-xml/h100-8x-healthy.xml"))
+    # our healthy XML fixture without GPU 0000:db:00.0, which the PCI fixture lacks too (lost from the bus)
+    xml = re.sub(r'\s*<gpu id="00000000:DB:00.0">.*?</gpu>', "", fixture_text("nvidia-smi-xml/h100-8x-healthy.xml"),
+                 count=1, flags=re.S)
+    (host / "nvidia-smi-q-x.out").write_text(xml.replace("<attached_gpus>8</attached_gpus>",
+                                                         "<attached_gpus>7</attached_gpus>"))
     return root
 
 

@@ -116,3 +116,12 @@ def test_lspci_bundle_grades_count_and_skips_rdma_mapping():
 def test_command_reads_only_nvidia_and_mellanox_and_ends_with_marker():
     line = COMMANDS["pci-sysfs"]
     assert "0x10de|0x15b3" in line and line.endswith("echo '# pci-sysfs end'")
+
+
+def test_bus_listing_that_lacks_gpus_the_driver_lists_is_an_error_not_a_missing_gpu():
+    incomplete = "\n".join(line for line in own("sysfs-h100-8x-healthy.txt").splitlines()
+                           if "/0000:db:00.0/" not in line) + "\n"
+    _, findings = run({"pci-sysfs": incomplete, "nvidia-smi-q-x": HEALTHY_XML})
+    assert [(f.check, f.status) for f in findings if f.check.startswith("pci.gpu")] == \
+        [("pci.gpu.count", Status.ERROR)]
+    assert "0000:db:00.0" in findings[0].message and "incomplete" in findings[0].message
