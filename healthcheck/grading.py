@@ -131,6 +131,14 @@ def finding_from_expectation(host: str, check: str, exp: Expectation | None, mea
                    remedy=remedy if status is not Status.PASS else None, source=source)
 
 
+def with_note(f: Finding, note: str) -> Finding:
+    """``f`` with ``note`` inserted before its ``(source: ...)`` citation (or appended when it has none)."""
+    if not note:
+        return f
+    head, sep, tail = f.message.partition(" (source:")
+    return Finding(**{**f.__dict__, "message": head + note + sep + tail})
+
+
 def short_source(source: str, limit: int = 100) -> str:
     """The first clause of an expectation's source, for messages (the profile keeps the full text)."""
     first = source.split(";")[0].strip()

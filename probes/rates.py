@@ -29,7 +29,7 @@ from healthcheck.probes.nvlink import ERRORS_ID, parse_nvidia_smi_nvlink_e
 from healthcheck.probes.ras import COMMANDS as RAS_COMMANDS
 from healthcheck.probes.ras_parse import parse_aer_sysfs
 
-from healthcheck.grading import finding_from_expectation
+from healthcheck.grading import finding_from_expectation, with_note
 from healthcheck.model import CommandResult, Finding, Status
 from healthcheck.spec import EvalContext, ParseError, ProbeSpec
 
@@ -195,9 +195,7 @@ def _grade(host: str, rate: Rate, ctx: EvalContext) -> Finding:
         return f
     bits = COUNTER_BITS.get(rate.counter) if rate.family == "ib" else None
     note = " (the counter is saturated: the true rate is higher)" if bits and rate.delta >= (1 << bits) - 1 else ""
-    head, sep, tail = f.message.partition(" (source:")
-    detail = f"{rate.delta} in {rate.hours:.2f} h{note}"
-    return Finding(**{**f.__dict__, "message": f"{head} [{detail}]{sep}{tail}"})
+    return with_note(f, f" [{rate.delta} in {rate.hours:.2f} h{note}]")
 
 
 PROBE = register(ProbeSpec(
