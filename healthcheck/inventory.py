@@ -35,8 +35,8 @@ from healthcheck.model import Host
 
 TOP_KEYS = ("defaults", "groups", "hosts", "controller")
 GROUP_KEYS = ("hosts", "vars")
-KNOWN_VARS = ("address", "user", "port", "profile", "transport", "slurm_node", "k8s_node", "rail", "benchmarks",
-              "xid_ignore", "mounts", "services", "labels", "extra")
+KNOWN_VARS = ("address", "user", "port", "profile", "transport", "slurm_node", "k8s_node", "benchmarks",
+              "xid_ignore", "mounts", "services", "extra")
 TRANSPORTS = ("ssh", "local", "slurm")
 
 
@@ -66,12 +66,10 @@ VAR_TYPES: dict[str, tuple[Any, str]] = {
     "transport": (lambda v: v in TRANSPORTS, f"one of {', '.join(TRANSPORTS)}"),
     "slurm_node": (_str, "a Slurm node name"),
     "k8s_node": (_str, "a Kubernetes node name"),
-    "rail": (lambda v: _str(v) or (isinstance(v, int) and not isinstance(v, bool)), "a rail name or number"),
     "benchmarks": (lambda v: isinstance(v, Mapping), "a mapping of benchmark settings (nccl: {...})"),
     "xid_ignore": (_xid_list, "a list of Xid numbers"),
     "mounts": (_str_list, "a list of mount points ([/scratch, /home])"),
     "services": (_str_list, "a list of systemd unit names"),
-    "labels": (lambda v: isinstance(v, Mapping) and all(_str(k) for k in v), "a mapping of label: value"),
     "extra": (lambda v: isinstance(v, Mapping), "a mapping"),
 }
 
@@ -181,21 +179,36 @@ def parse_inventory(raw: Any, path: str, known_profiles: Sequence[str] | None = 
     if not placed:
         raise InventoryError(f"{path}: defines no hosts")
     hosts = tuple(_make_host(n, g, v) for n, (g, v) in placed.items())
+    return _check_profiles(Inventory(path=path, hosts=hosts, controller=raw.get("controller"), groups=groups),
+                           known_profiles)
+
+
+def _check_profiles(inv: Inventory, known_profiles: Sequence[str] | None) -> Inventory:
     if known_profiles is not None:
-        for h in hosts:
+        for h in inv.hosts:
             if h.profile is not None and h.profile not in known_profiles:
                 hint = difflib.get_close_matches(h.profile, known_profiles, n=1)
-                raise InventoryError(f"{path}: host {h.name!r} has unknown profile {h.profile!r}"
+                raise InventoryError(f"{inv.path}: host {h.name!r} has unknown profile {h.profile!r}"
                                      + (f" (did you mean {hint[0]!r}?)" if hint else ""))
-    return Inventory(path=path, hosts=hosts, controller=raw.get("controller"), groups=groups)
+    return inv
 
 
 def load_inventory(path: Path, known_profiles: Sequence[str] | None = None) -> Inventory:
+    """Our YAML, or an Ansible inventory (``--list`` JSON, INI/YAML files: ``inventory_ansible``)."""
+    from healthcheck.inventory_ansible import is_ours, load_ansible_inventory
+
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text())
     except FileNotFoundError as exc:
         raise InventoryError(f"inventory {path} does not exist") from exc
     except yaml.YAMLError as exc:
-        raise InventoryError(f"{path}: not valid YAML: {exc}") from exc
+        if path.suffix in (".yaml", ".yml", ".json"):
+            raise InventoryError(f"{path}: not valid YAML: {exc}") from exc
+        raw = None  # an INI file: Ansible's format
+    if not is_ours(raw):
+        return _check_profiles(load_ansible_inventory(path, raw), known_profiles)
     return parse_inventory(raw, str(path), known_profiles)
+
+
+check_host_vars = _check_vars  # host vars from other inventory sources are checked the same way

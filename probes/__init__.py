@@ -38,6 +38,7 @@ BUILTIN = (
     "healthcheck.probes.rates",
     "healthcheck.probes.resources",
     "healthcheck.probes.versions",
+    "healthcheck.probes.assets",
     "healthcheck.probes.fleet",
 )
 

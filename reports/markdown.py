@@ -53,6 +53,7 @@ def render_markdown(digest: RunDigest) -> bytes:
         names = by_verdict[status]
         if names:
             lines.append(f"| {status.value} | {len(names)} | {md_code(fold(names), 2000)} |")
+    lines += rerun_lines(digest.document.get("rerun"))
     groups = digest.groups
     if groups:
         lines += ["", "### Findings (grouped across hosts)", ""]
@@ -70,6 +71,18 @@ def render_markdown(digest: RunDigest) -> bytes:
                   f"failing on {md_text(o.get('failures', '?'))} of the last {md_text(o.get('runs', '?'))} runs"
                   for o in offenders[:MAX_GROUPS]]
     return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def rerun_lines(rerun: object) -> list[str]:
+    """``run --rerun-failed``: one line per host, "was FAIL, now PASS"."""
+    if not isinstance(rerun, dict) or not isinstance(rerun.get("hosts"), dict):
+        return []
+    lines = ["", f"### Rerun of {md_code(rerun.get('of', '?'))}", ""]
+    for name, states in sorted(rerun["hosts"].items()):
+        states = states if isinstance(states, dict) else {}
+        now = states.get("now") or "not swept"
+        lines.append(f"- {md_code(name)}: was {md_text(states.get('was'))}, now {md_text(now)}")
+    return lines
 
 
 def profiles(digest: RunDigest) -> list[str]:

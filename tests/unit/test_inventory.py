@@ -74,7 +74,7 @@ def test_example_inventories_load():
     ("services", [1], "services [1] is not a list of systemd unit names"),
     ("port", True, "port True is not a TCP port 1-65535"),
     ("port", 70000, "port 70000 is not a TCP port 1-65535"),
-    ("labels", ["a"], "labels ['a'] is not a mapping of label: value"),
+    ("xid_ignore", True, "xid_ignore True is not a list of Xid numbers"),
     ("transport", "rsh", "transport 'rsh' is not one of ssh, local, slurm"),
     ("address", 10, "address 10 is not a host name or IP address"),
 ])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -56,3 +57,18 @@ def test_findings_log_appends_and_tolerates_a_cut_line(tmp_path):
     assert [(f.host, f.status.value) for f in log.read()] == [("a", "FAIL")]
     lines = log.path.read_text().splitlines()
     assert json.loads(lines[0])["value"] == 7
+
+
+def test_latest_symlink_is_relative_replaced_atomically_and_never_clobbers_a_folder(tmp_path):
+    from healthcheck.rundir import update_latest
+
+    first, second = new_run_dir(tmp_path, tmp_path / "20261122T031500Z"), new_run_dir(tmp_path, tmp_path / "b")
+    assert update_latest(first) == tmp_path / "latest"
+    assert os.readlink(tmp_path / "latest") == "20261122T031500Z"
+    update_latest(second)
+    assert os.readlink(tmp_path / "latest") == "b"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["20261122T031500Z", "b", "latest"]  # no temp link left
+    other = tmp_path / "elsewhere"
+    (other / "latest").mkdir(parents=True)
+    assert update_latest(new_run_dir(other, other / "r1")) is None
+    assert (other / "latest").is_dir() and not (other / "latest").is_symlink()
