@@ -41,6 +41,10 @@ class Defaults:
     grade_pool_min_hosts: int = 64       # smaller replays grade in-process (forking costs more)
     regression_baseline_runs: int = 5
     regression_drop_fraction: float = 0.10
+    evidence_timeout_s: float = 300.0    # nvidia-bug-report.sh on a failing host (--collect-evidence)
+    evidence_max_bytes: int = 64 * 1024 * 1024  # the report kept per host; larger ones are truncated
+    offender_failures: int = 3           # repeat offender: failing on this many ...
+    offender_window: int = 5             # ... of the host's last this many runs (this one included)
 
 
 DEFAULTS = Defaults()

@@ -115,6 +115,7 @@ class Finding:
     unit: str | None = None
     remedy: str | None = None
     source: str | None = None
+    observe: bool = False   # an observe-only check (profile ``observe``): reported, never in a verdict or drain
 
     @property
     def category(self) -> str:
@@ -124,7 +125,8 @@ class Finding:
         # Every field is a JSON scalar: a plain dict, not ``asdict``'s recursive deep copy (5-10x slower).
         return {"host": self.host, "check": self.check, "status": self.status.value, "message": self.message,
                 "component": self.component, "value": self.value, "expected": self.expected, "unit": self.unit,
-                "remedy": self.remedy, "source": self.source}
+                "remedy": self.remedy, "source": self.source,
+                **({"observe": True} if self.observe else {})}  # written only when set
 
     def to_row(self) -> tuple[JSONScalar, ...]:
         """The fields in ``FINDING_FIELDS`` order, status as its text (the findings table's row)."""
@@ -146,7 +148,8 @@ def is_evidence(finding: Finding) -> bool:
 
     SKIP (not applicable), ERROR (could not be evaluated) and the sweep's own bookkeeping
     (``host.reachable`` PASS says only that a session completed) are not evidence."""
-    return finding.status in (Status.PASS, Status.WARN, Status.FAIL) and finding.category != BOOKKEEPING_CATEGORY
+    return (finding.status in (Status.PASS, Status.WARN, Status.FAIL) and finding.category != BOOKKEEPING_CATEGORY
+            and not finding.observe)  # an observe-only check never decides a verdict
 
 
 FINDING_FIELDS = ("host", "check", "status", "message", "component", "value", "expected", "unit", "remedy",
@@ -154,12 +157,13 @@ FINDING_FIELDS = ("host", "check", "status", "message", "component", "value", "e
 
 
 def host_verdict(findings: Iterable[Finding]) -> Status:
-    """A host's verdict is its worst finding, SKIPs aside (a SKIP is "not applicable", not a grade).
+    """A host's verdict is its worst finding, SKIPs and observe-only findings aside (a SKIP is "not
+    applicable", not a grade; an observe-only check is reported but never decides).
 
     Nothing checked is never PASS: PASS or WARN needs at least one finding that is evidence
     (``is_evidence``); without one the verdict is ERROR. SKIP only when every finding is a SKIP
     (a node left alone because it runs a job), ERROR when there is no finding at all."""
-    found = list(findings)
+    found = [f for f in findings if not f.observe]
     if not found:
         return Status.ERROR
     graded = [f.status for f in found if f.status is not Status.SKIP]

@@ -23,6 +23,7 @@ import healthcheck
 from healthcheck import probes as probe_registry
 from healthcheck.defaults import DEFAULTS
 from healthcheck.gradepool import Graded, GradeJob, grade_collection, grade_hosts, worker_count
+from healthcheck.grading import apply_observe
 from healthcheck.hostvars import host_profile, plan_key
 from healthcheck.inventory import Inventory, expand_hostlist, load_inventory
 from healthcheck.model import Finding, Host, HostCollection, Status
@@ -88,6 +89,9 @@ class RunOptions:
     plan: str = "quick"
     probe_options: Mapping[str, Any] = field(default_factory=dict)
     render: bool = True                   # False: the caller renders the reports (``healthcheck sweep``)
+    collect_evidence: bool = False        # nvidia-bug-report.sh on hosts failing gpu/nvlink/xid (healthcheck.evidence)
+    evidence_timeout_s: float = DEFAULTS.evidence_timeout_s
+    evidence_max_bytes: int = DEFAULTS.evidence_max_bytes
     rerun_of: Path | None = None          # earlier run dir: sweep only its FAIL/ERROR hosts (healthcheck.rerun)
     rerun_checks: bool = False            # with rerun_of: only the probes (and jobs) that produced those findings
     metrics_detail: bool = False          # metrics.prom: every check and the per-GPU/link/port series
@@ -206,11 +210,15 @@ def execute_run(opts: RunOptions) -> RunOutcome:
     if opts.replay is not None:
         reference_raw(run_dir, Path(opts.replay))
         _copy_job_outputs(Path(opts.replay), run_dir)
+    evidence: list[dict[str, Any]] = []
     stages = () if interrupted else (  # after Ctrl-C: no benchmark launch, no fleet verdict on a partial fleet
+        ("evidence", lambda: _evidence(opts, mode, run_dir, hosts, host_results, evidence)),
         ("benchmarks", lambda: _benchmarks(opts, mode, run_dir, hosts, profiles, transport, host_results)),
         ("fleet", lambda: _fleet(host_results, hosts, profiles)))
     for stage, run_stage in stages:
-        log.append(_guarded(stage, run_stage, host_results))
+        log.append(_observe(_guarded(stage, run_stage, host_results), hosts, profiles))
+    for host in host_results.values():  # benchmark and fleet findings too: observe-only marks in one place
+        host.findings = _observe(host.findings, hosts, profiles)
     log.append(nothing_checked(host_results))  # the one place the "nothing checked is never PASS" rule is applied
     run_info = {"id": run_dir.name, "started": started.isoformat(timespec="seconds"),
                 "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -220,7 +228,7 @@ def execute_run(opts: RunOptions) -> RunOutcome:
                 "profiles": sorted(profiles), "interrupted": interrupted}
     ordered = {h.name: host_results[h.name] for h in hosts if h.name in host_results}
     ordered.update({n: r for n, r in host_results.items() if n not in ordered})
-    results = RunResults(run=run_info, hosts=ordered)
+    results = RunResults(run=run_info, hosts=ordered, extra={"evidence": evidence} if opts.collect_evidence else {})
     if rerun is not None:
         run_info["rerun_of"] = rerun.of_id
         results.extra.update(rerun=rerun_record(rerun, results), changes=rerun_changes(rerun, results))
@@ -330,6 +338,26 @@ def _replay_sweep(opts: RunOptions, hosts: Sequence[Host], job: GradeJob, log: F
     return results, False
 
 
+def _evidence(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host],
+              host_results: dict[str, HostResult], entries: list[dict[str, Any]]) -> list[Finding]:
+    """``--collect-evidence``: nvidia-bug-report.sh on hosts failing GPU/NVLink/Xid checks, before benchmarks."""
+    if not opts.collect_evidence or mode == "replay":
+        return []
+    from healthcheck.evidence import collect_evidence, evidence_wanted
+
+    wanted = evidence_wanted(host_results)
+    if not wanted:
+        return []
+    # its own commands per host: one srun per host under slurm (a job step is planned for the probes only)
+    transport = _transport(replace(opts, output_cap_bytes=opts.evidence_max_bytes, slurm_mode="per-host"), mode,
+                           hosts, run_dir, lambda h: ())
+    findings, collected = collect_evidence(run_dir, hosts, wanted, transport, timeout_s=opts.evidence_timeout_s)
+    entries.extend(collected)
+    for f in findings:
+        host_results[f.host].findings.append(f)
+    return findings
+
+
 def _guarded(stage: str, run_stage: Any, host_results: dict[str, HostResult]) -> list[Finding]:
     """Run a post-sweep stage; if it crashes, every host gets an ERROR saying so and the run still
     writes results.json (the per-host findings are already on disk)."""
@@ -343,6 +371,12 @@ def _guarded(stage: str, run_stage: Any, host_results: dict[str, HostResult]) ->
         for f in findings:
             host_results[f.host].findings.append(f)
     return findings
+
+
+def _observe(findings: list[Finding], hosts: Sequence[Host], profiles: Mapping[str, Profile]) -> list[Finding]:
+    """Each finding marked observe-only when its host's profile says so (``grading.apply_observe``)."""
+    profile_of = {h.name: host_profile(h, profiles.get(h.profile or "", EMPTY_PROFILE)) for h in hosts}
+    return [g for f in findings for g in apply_observe([f], profile_of.get(f.host, EMPTY_PROFILE))]
 
 
 def _render(run_dir: Path, results: RunResults | None = None, metrics_detail: bool = False) -> str | None:
