@@ -8,6 +8,27 @@ inactive and gpu6 link 2 degraded, InfiniBand ports at 2X/HDR/Down with symbol e
 h100-node04 on another kernel than the rest (a fleet-consistency WARN). Every output is one of the
 project's own fixtures in tests/fixtures/ (each says on its first line which real layout it
 follows); nothing from ../shared/corpus is copied. The README's first command replays this bundle.
+
+The benchmark part (issue 20) is written by the real code, so its layout cannot drift: the jobs are
+planned by ``healthcheck.benchmarks.run.plan_benchmark`` (acceptance plan, profile h100-sxm5-8x),
+each output is wrapped in the real ``JobOutcome`` and written by ``benchmarks.run.store_outcome``
+(``raw/_jobs/<job_id>.out|.err|.rc`` + ``manifest.json``), and the telemetry of the single-node jobs
+by ``benchmarks.telemetry.store_series`` (``raw/_telemetry/<job_id>/<host>.*``). As an acceptance
+run with ``skip_failed_hosts: false`` would, node03 is benchmarked too, and its story is coherent:
+its degraded NVLink gives a low single-node all_reduce busbw, its three pairs are slow (and the
+attribution blames node03, not its partners, who pass with each other), the 4-node job falls below
+the 4-node expectation, IMB PingPong with node03 is slow, its HPL is lower and its gpu6 throttles
+under load (dmon). The retests of node03 against a known-good partner are planned by the real
+``benchmarks.run._retest_jobs`` from the real grading of the first pass. The outputs follow these real
+layouts (each fixture's first line says more):
+
+- nccl-tests all_reduce_perf: corpus nccl-tests/all_reduce-h100-2node-16gpu-oci-bm-gpu-h100-8-roce-16hca-
+  465GBs-1G-16G.txt (node, pair, cluster) and all_reduce-h100-8gpu-single-node-nvls-476GBs-g8.txt (node03);
+- HPL-NVIDIA 1.0.0: corpus hpl/hpl-nvidia-1.0.0-1node-2gpu-80gb-pcie4-passed.txt (node and cluster; the
+  healthy node fixture's ``INFO: host=`` lines are renamed to the job's node);
+- IMB-MPI1 PingPong, Uniband, Biband (the profile's list): corpus imb/imb-2019u6-pingpong-2proc-ib-openmpi3-
+  ucx-1us.txt, imb-2019u5-uniband-2proc-ib-openmpi4-ucx-12GBs.txt, imb-2019u6-biband-ib-openmpi3-ucx-...txt;
+- dcgmi dmon (our sampler's output, its ``healthcheck-sampler:`` line first): dcgmi/DeviceMonitor.cpp.
 """
 
 from __future__ import annotations
@@ -17,12 +38,32 @@ import shutil
 import sys
 from pathlib import Path
 
+from healthcheck.benchmarks import BenchContext
+from healthcheck.benchmarks.grade import JobOutcome, grade_job
+from healthcheck.benchmarks.launch import (
+    LauncherSettings,
+    hostfile_text,
+    launch_script,
+    launcher_argv,
+    merge_launcher_settings,
+)
+from healthcheck.benchmarks.plan import Job
+from healthcheck.benchmarks.run import _retest_jobs, plan_benchmark, store_outcome
+from healthcheck.benchmarks.telemetry import sampling_plan, store_series
+
+from healthcheck import benchmarks
+from healthcheck.model import CommandResult, Host
+from healthcheck.profiles import Profile, load_profile
+
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures"
 OUT = Path(__file__).resolve().parent / "h100-4node"
 COLLECTED_AT = "2026-11-21T04:00:00+00:00"
 HOSTS = ("h100-node01", "h100-node02", "h100-node03", "h100-node04")
 FAULTY = "h100-node03"
+PROFILE = "h100-sxm5-8x"
+BENCH_OPTIONS = {"plan": "acceptance", "skip_failed_hosts": False}
+HEALTHY_HOST_IN_FIXTURE = "h100-node01"  # the healthy single-node HPL fixture names this host; renamed per node
 
 OS_RELEASE = ('PRETTY_NAME="Ubuntu 22.04.4 LTS"\nNAME="Ubuntu"\nVERSION_ID="22.04"\n'
               'VERSION="22.04.4 LTS (Jammy Jellyfish)"\nID=ubuntu\nID_LIKE=debian\n')
@@ -87,6 +128,80 @@ def outputs(host: str) -> dict[str, bytes]:
     }
 
 
+def job_output(job: Job) -> str:
+    """The raw stdout of one planned job: a fixture chosen by benchmark, shape and whether node03 is in it."""
+    bad = FAULTY in job.hosts
+    if job.benchmark == "nccl":
+        names = {("node", False): "all_reduce-h100-1node-8gpu-healthy-476GBs-8G-16G.txt",
+                ("node", True): "all_reduce-h100-8gpu-degraded-210GBs.txt",
+                ("pair", False): "all_reduce-h100-2node-16gpu-healthy-388GBs-8G-16G.txt",
+                ("pair", True): "all_reduce-h100-2node-16gpu-degraded-141GBs-8G-16G.txt",
+                ("retest", True): "all_reduce-h100-2node-16gpu-degraded-141GBs-8G-16G.txt",
+                ("cluster", True): "all_reduce-h100-4node-32gpu-degraded-139GBs-8G-16G.txt"}
+        name = names[("retest" if job.retest_of else job.shape, bad)]
+        return fixture(f"nccl-tests/{name}").decode()
+    if job.benchmark == "hpl":
+        if job.shape == "cluster":
+            return fixture("hpl/hpl-nvidia-h100-4node-32gpu-1.55PF-passed.txt").decode()
+        if bad:
+            return fixture("hpl/hpl-nvidia-h100-1node-8gpu-gpu6-slowdown-372TF-passed.txt").decode()
+        return fixture("hpl/hpl-nvidia-h100-1node-8gpu-456TF-passed.txt").decode().replace(
+            f"host={HEALTHY_HOST_IN_FIXTURE} ", f"host={job.hosts[0]} ")
+    if job.benchmark == "imb":
+        name = ("imb-pingpong-uniband-biband-degraded-link-4.8us.txt" if bad
+                else "imb-pingpong-uniband-biband-ndr-healthy-1.1us-47.6GBs.txt")
+        return fixture(f"imb/{name}").decode()
+    raise ValueError(f"the sample has no output for {job.benchmark}")
+
+
+def telemetry_output(host: str, count: int, interval_ms: int) -> bytes:
+    """What our sampler prints during an HPL node job: its mark line, then dcgmi dmon (gpu6 throttles on node03)."""
+    name = "h100-8gpu-hpl-load-gpu6-hw-slowdown.txt" if host == FAULTY else "h100-8gpu-hpl-load-healthy.txt"
+    mark = f"healthcheck-sampler: dcgmi interval_ms={interval_ms} count={count}\n".encode()
+    return mark + fixture(f"dcgmi-dmon/{name}") + b"healthcheck-sampler: stopped\n"
+
+
+def job_script(job: Job, profile: Profile) -> str:
+    """The launcher script the real run would have sent for ``job`` (benchmarks.launch, profile settings)."""
+    settings = LauncherSettings.from_mapping(merge_launcher_settings(profile.setting("benchmarks.launcher", {}) or {},
+                                                                     {}))
+    program = benchmarks.get(job.benchmark).program(job, profile, BENCH_OPTIONS)
+    argv = launcher_argv(program, nodes=list(job.hosts), ranks_per_host=job.ranks_per_host, timeout_s=job.timeout_s,
+                         settings=settings)
+    return launch_script(argv, program, hostfile_text(list(job.hosts), job.ranks_per_host), settings)
+
+
+def write_benchmarks(out: Path) -> None:
+    """``raw/_jobs`` and ``raw/_telemetry`` as ``healthcheck bench --plan acceptance`` writes them (real code)."""
+    profile = load_profile(PROFILE)
+    hosts = [Host(h, profile=PROFILE) for h in HOSTS]
+    by_name = {h.name: h for h in hosts}
+    manifest: list[dict] = []
+    for name in ("nccl", "hpl", "imb"):
+        spec = benchmarks.get(name)
+        first = [write_job(out, job, profile, manifest) for job in plan_benchmark(spec, hosts, profile, BENCH_OPTIONS)]
+        # the retests of the pair suspects against known-good partners, as benchmarks.run._run_group plans them
+        graded = [(o, grade_job(o, spec, BenchContext(profile, by_name, BENCH_OPTIONS))[0]) for o in first]
+        for job in _retest_jobs(graded, profile, BENCH_OPTIONS):
+            write_job(out, job, profile, manifest)
+
+
+def write_job(out: Path, job: Job, profile: Profile, manifest: list[dict]) -> JobOutcome:
+    """One job's outcome (and the telemetry of an HPL node job) stored by the real store functions."""
+    if job.benchmark == "hpl" and job.shape == "node":
+        ids, count, interval = sampling_plan(job, profile, BENCH_OPTIONS)
+        for host in job.hosts:
+            meta = {"job": job.to_json(), "host": host, "field_ids": list(ids), "count": count,
+                    "interval_ms": interval, "job_window_s": [0.41, 40.52]}
+            result = CommandResult(host, job.job_id, stdout=telemetry_output(host, count, interval), rc=0,
+                                   duration_s=40.9)
+            store_series(out, job.job_id, host, result, meta)
+    outcome = JobOutcome(job=job, launcher=job.hosts[0], command=job_script(job, profile), rc=0, timed_out=False,
+                         transport_error=None, duration_s=42.0, stdout=job_output(job), stderr="")
+    store_outcome(out, outcome, manifest)
+    return outcome
+
+
 def main(out: Path = OUT) -> None:
     if out.exists():
         shutil.rmtree(out)
@@ -102,6 +217,7 @@ def main(out: Path = OUT) -> None:
                 "hosts": [{"name": h, "profile": "h100-sxm5-8x", "group": "rack-a", "address": None, "user": None,
                            "port": None, "transport": "ssh", "vars": {}} for h in HOSTS]}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    write_benchmarks(out)
     print(f"wrote {out}")
 
 

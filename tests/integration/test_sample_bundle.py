@@ -17,18 +17,20 @@ def test_readme_first_command_replays_the_sample(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "healthcheck", "run", "--replay", str(SAMPLE), "--out",
                            str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stderr
-    assert proc.stdout.startswith("verdict FAIL: 4 hosts  PASS 2  WARN 1  FAIL 1")
+    assert proc.stdout.startswith("verdict FAIL: 4 hosts  WARN 3  FAIL 1")
     [run_dir] = [p for p in tmp_path.iterdir() if not p.is_symlink()]
     assert (tmp_path / "latest").resolve() == run_dir  # runs/latest: the newest run
     results = json.loads((run_dir / "results.json").read_text())
     verdicts = {h: r["verdict"] for h, r in results["hosts"].items()}
-    assert verdicts == {"h100-node01": "PASS", "h100-node02": "PASS", "h100-node03": "FAIL", "h100-node04": "WARN"}
+    # the healthy nodes WARN only for the 4-node job that included node03 (inconclusive for them)
+    assert verdicts == {"h100-node01": "WARN", "h100-node02": "WARN", "h100-node03": "FAIL", "h100-node04": "WARN"}
     failing = {(f["check"], f["component"]) for f in results["hosts"]["h100-node03"]["findings"]
                if f["status"] == "FAIL"}
     assert {("gpu.row_remap.pending", "gpu2"), ("gpu.pcie.width", "gpu5"), ("gpu.clock_events", "gpu6"),
             ("nvlink.link.active", "gpu3 link 5"), ("ib.port.state", "mlx5_10/1")} <= failing
-    [kernel] = [f for f in results["hosts"]["h100-node04"]["findings"] if f["status"] == "WARN"]
-    assert kernel["check"] == "fleet.version.kernel" and "5.15.0-1053-nvidia" in kernel["message"]
+    [kernel] = [f for f in results["hosts"]["h100-node04"]["findings"] if f["check"] == "fleet.version.kernel"]
+    assert kernel["status"] == "WARN" and "5.15.0-1053-nvidia" in kernel["message"]
+    assert_benchmark_story(run_dir)
     for name in ("report.html", "junit.xml", "metrics.prom", "summary.md", "findings.jsonl", "manifest.json"):
         assert (run_dir / name).is_file(), name
 
@@ -46,3 +48,50 @@ def test_sample_is_in_sync_with_its_fixtures(tmp_path):
 
     walk(diff)
     assert mismatched == [], "run: python inventories/samples/build_sample.py"
+
+
+def _findings(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "findings.jsonl").read_text().splitlines() if line.strip()]
+
+
+def assert_benchmark_story(run_dir: Path) -> None:
+    """The sample's benchmark jobs tell node03's story: low NVLink busbw, slow pairs blamed on it, a throttling GPU."""
+    found = {(f["host"], f["check"], f["component"], f["source"]): f for f in _findings(run_dir)}
+
+    def one(host: str, check: str, component: str, source: str) -> dict:
+        return found[(host, check, component, source)]
+
+    for host in ("h100-node01", "h100-node02", "h100-node04"):  # healthy: excellent band, HPL > 80% of Rpeak
+        node = one(host, "nccl.all_reduce.node.busbw", "node", f"nccl-all_reduce_perf-node-{host}")
+        assert (node["status"], node["value"]) == ("PASS", 476.03) and "excellent" in node["message"]
+        hpl = one(host, "hpl.node.gflops", "node", f"hpl-hpl-node-{host}")
+        assert (hpl["status"], hpl["value"]) == ("PASS", 456200.0) and "85% of Rpeak" in hpl["message"]
+        cluster = one(host, "nccl.all_reduce.cluster.busbw", "cluster (4 nodes)",
+                      "nccl-all_reduce_perf-cluster-4nodes-h100-node01")
+        assert cluster["status"] == "WARN" and "inconclusive for" in cluster["message"]
+    bad = "h100-node03"
+    node = one(bad, "nccl.all_reduce.node.busbw", "node", "nccl-all_reduce_perf-node-h100-node03")
+    assert (node["status"], node["value"]) == ("FAIL", 210.25) and "44% of expected 480 GB/s" in node["message"]
+    cluster = one(bad, "nccl.all_reduce.cluster.busbw", "cluster (4 nodes)",
+                  "nccl-all_reduce_perf-cluster-4nodes-h100-node01")
+    assert (cluster["status"], cluster["value"]) == ("FAIL", 138.92) and "of expected 380 GB/s" in cluster["message"]
+    # the pairs: slow with every partner, FAIL on node03 and PASS (attributed to node03) on its partners
+    for a, b in (("h100-node01", "h100-node03"), ("h100-node02", "h100-node03"), ("h100-node03", "h100-node04")):
+        source = f"nccl-all_reduce_perf-pair-{a}-{b}"
+        assert (one(bad, "nccl.all_reduce.pair.busbw", f"pair {a}-{b}", source)["value"]) == 141.18
+        assert one(bad, "nccl.all_reduce.pair.busbw", f"pair {a}-{b}", source)["status"] == "FAIL"
+        partner = one(a if b == bad else b, "nccl.all_reduce.pair.busbw", f"pair {a}-{b}", source)
+        assert partner["status"] == "PASS" and "attributed to h100-node03" in partner["message"]
+    blame = one(bad, "nccl.all_reduce.pairs.node", "node", "attribution")
+    assert blame["status"] == "FAIL" and "the retest with known-good h100-node01 failed too" in blame["message"]
+    assert one("h100-node01", "nccl.all_reduce.pairs.node", "node", "attribution")["status"] == "PASS"
+    healthy_pair = one("h100-node01", "nccl.all_reduce.pair.busbw", "pair h100-node01-h100-node02",
+                       "nccl-all_reduce_perf-pair-h100-node01-h100-node02")
+    assert (healthy_pair["status"], healthy_pair["value"]) == ("PASS", 388.77)
+    imb = one(bad, "imb.pingpong.latency", "pair h100-node01-h100-node03", "imb-IMB-MPI1-pair-h100-node01-h100-node03")
+    assert (imb["status"], imb["value"]) == ("FAIL", 4.8)
+    assert one(bad, "imb.pairs.node", "node", "attribution")["status"] == "FAIL"
+    hpl = one(bad, "hpl.node.gflops", "node", "hpl-hpl-node-h100-node03")
+    assert hpl["value"] == 371800.0 and "69% of Rpeak" in hpl["message"]
+    slow = [f for f in found.values() if f["check"] == "telemetry.clock_event.hw_slowdown" and f["status"] == "FAIL"]
+    assert [(f["host"], f["component"], f["value"]) for f in slow] == [(bad, "gpu6", 10.0)]
