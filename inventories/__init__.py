@@ -9,5 +9,5 @@ from importlib.resources import files
 from pathlib import Path
 
 DATA = Path(str(files(__name__)))
-SAMPLE_BUNDLE = DATA / "samples" / "h100-4node"
+SAMPLE_BUNDLE = DATA / "samples" / "h100-4node-acceptance"  # probes + benchmark jobs (issue 20)
 EXAMPLE_INVENTORY = DATA / "example.yaml"

@@ -1,6 +1,10 @@
-"""Rebuild the bundled sample capture ``inventories/samples/h100-4node/`` from the project's fixtures.
+"""Rebuild the bundled sample captures ``inventories/samples/h100-4node{,-acceptance}/`` from the project's fixtures.
 
     python inventories/samples/build_sample.py
+
+``h100-4node`` holds the probe outputs only (the tests' replay bundle); ``h100-4node-acceptance``
+(``healthcheck.inventories.SAMPLE_BUNDLE``, replayed by ``healthcheck run --sample``) holds the same
+probe outputs plus the benchmark jobs of an acceptance run.
 
 Four 8x H100 nodes as a sweep would capture them: h100-node01, 02 and 04 healthy, h100-node03
 faulty (row remap pending on gpu2, PCIe x8 on gpu5, HW slowdown on gpu6, NVLink gpu3 link 5
@@ -58,6 +62,7 @@ from healthcheck.profiles import Profile, load_profile
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures"
 OUT = Path(__file__).resolve().parent / "h100-4node"
+OUT_ACCEPTANCE = Path(__file__).resolve().parent / "h100-4node-acceptance"
 COLLECTED_AT = "2026-11-21T04:00:00+00:00"
 HOSTS = ("h100-node01", "h100-node02", "h100-node03", "h100-node04")
 FAULTY = "h100-node03"
@@ -202,7 +207,8 @@ def write_job(out: Path, job: Job, profile: Profile, manifest: list[dict]) -> Jo
     return outcome
 
 
-def main(out: Path = OUT) -> None:
+def main(out: Path = OUT, with_benchmarks: bool = False) -> None:
+    """Write one bundle: the probe outputs of the four hosts, and with ``with_benchmarks`` the benchmark jobs."""
     if out.exists():
         shutil.rmtree(out)
     for host in HOSTS:
@@ -217,9 +223,16 @@ def main(out: Path = OUT) -> None:
                 "hosts": [{"name": h, "profile": "h100-sxm5-8x", "group": "rack-a", "address": None, "user": None,
                            "port": None, "transport": "ssh", "vars": {}} for h in HOSTS]}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
-    write_benchmarks(out)
+    if with_benchmarks:
+        write_benchmarks(out)
     print(f"wrote {out}")
 
 
+def build_all(folder: Path | None = None) -> None:
+    """Both bundles, into ``folder`` (default: beside this script)."""
+    main(folder / OUT.name if folder else OUT)
+    main(folder / OUT_ACCEPTANCE.name if folder else OUT_ACCEPTANCE, with_benchmarks=True)
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else OUT)
+    build_all(Path(sys.argv[1]) if len(sys.argv) > 1 else None)

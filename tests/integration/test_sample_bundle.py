@@ -10,12 +10,13 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SAMPLE = ROOT / "inventories" / "samples" / "h100-4node"
+SAMPLE = ROOT / "inventories" / "samples" / "h100-4node-acceptance"  # what `healthcheck run --sample` replays
+PROBES_ONLY = ROOT / "inventories" / "samples" / "h100-4node"
 
 
 def test_readme_first_command_replays_the_sample(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "healthcheck", "run", "--replay", str(SAMPLE), "--out",
-                           str(tmp_path)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "healthcheck", "run", "--sample", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stderr
     assert proc.stdout.startswith("verdict FAIL: 4 hosts  WARN 3  FAIL 1")
     [run_dir] = [p for p in tmp_path.iterdir() if not p.is_symlink()]
@@ -37,8 +38,7 @@ def test_readme_first_command_replays_the_sample(tmp_path):
 
 def test_sample_is_in_sync_with_its_fixtures(tmp_path):
     module = runpy.run_path(str(ROOT / "inventories" / "samples" / "build_sample.py"))
-    module["main"](tmp_path / "h100-4node")
-    diff = filecmp.dircmp(SAMPLE, tmp_path / "h100-4node")
+    module["build_all"](tmp_path)
     mismatched = []
 
     def walk(d: filecmp.dircmp) -> None:
@@ -46,7 +46,9 @@ def test_sample_is_in_sync_with_its_fixtures(tmp_path):
         for sub in d.subdirs.values():
             walk(sub)
 
-    walk(diff)
+    for bundle in (SAMPLE, PROBES_ONLY):
+        walk(filecmp.dircmp(bundle, tmp_path / bundle.name))
+    assert not (PROBES_ONLY / "raw" / "_jobs").exists()  # the probe-only bundle the other tests replay
     assert mismatched == [], "run: python inventories/samples/build_sample.py"
 
 
