@@ -259,4 +259,5 @@ PROBE = register(ProbeSpec(
     parse_fn=parse_dcgm,
     evaluate_fn=evaluate_dcgm,
     command_timeouts=command_timeouts,
+    command_tools={cid: ("dcgmi",) for cid in render_commands({})},
 ))

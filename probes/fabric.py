@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from healthcheck.probes import register
 from healthcheck.probes.gpu import BUNDLE_SOURCES, GPU_ID, parse_gpu_sources
+from healthcheck.probes.gpu import COMMAND_TOOLS as GPU_TOOLS
 from healthcheck.probes.gpu import COMMANDS as GPU_COMMANDS
 from healthcheck.probes.gpu_model import GpuObservation, GpuObservations
 
@@ -142,6 +143,7 @@ PROBE = register(ProbeSpec(
     name="fabric",
     description="NVSwitch fabric: nvidia-fabricmanager active, every GPU's fabric state Completed/Success",
     command_map={FM_ID: "systemctl is-active nvidia-fabricmanager", GPU_ID: GPU_COMMANDS[GPU_ID]},
+    command_tools={FM_ID: ("systemctl",), **GPU_TOOLS},
     parse_fn=parse_fabric,
     evaluate_fn=evaluate_fabric,
     accepts=BUNDLE_SOURCES,

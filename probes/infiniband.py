@@ -45,6 +45,7 @@ COMMANDS = {
     "peermem-module": "for m in nvidia_peermem nv_peer_mem; do if [ -d /sys/module/$m ]; then echo $m; fi; "
                       "done; echo '# peermem end'",
 }
+COMMAND_TOOLS = {"ib-sysfs": ("infiniband",), "ibstat": ("infiniband",)}  # healthcheck/nodetools.py
 PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
 _REMEDY_LINK = ("Check the cable and transceiver of this port (reseat, then swap), the switch port, and "
                 "`mlxlink -d <dev> -m`; a Down/Polling port has no peer or a bad cable")
@@ -315,6 +316,7 @@ PROBE = register(ProbeSpec(
     name="infiniband",
     description="InfiniBand/RoCE HCAs and ports: state, rate/width, link layer, error counters, peermem",
     command_map=COMMANDS,
+    command_tools=COMMAND_TOOLS,
     parse_fn=parse_infiniband,
     evaluate_fn=evaluate_infiniband,
 ))

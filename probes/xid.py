@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 from healthcheck.probes import register
 from healthcheck.probes.gpu import BUNDLE_SOURCES, GPU_ID, parse_gpu_sources
+from healthcheck.probes.gpu import COMMAND_TOOLS as GPU_TOOLS
 from healthcheck.probes.gpu import COMMANDS as GPU_COMMANDS
 from healthcheck.probes.gpu_model import GpuObservations
 from healthcheck.probes.kernel_log import (
@@ -288,6 +289,7 @@ PROBE = register(ProbeSpec(
     description="Xid / SXid / GPU-lost events in the kernel log over a window, with the catalog's action",
     command_map=xid_commands({}),
     render_commands=xid_commands,
+    command_tools={LOG_ID: ("journalctl",), **GPU_TOOLS},
     parse_fn=parse_xid,
     evaluate_fn=evaluate_xid,
     accepts=BUNDLE_SOURCES,

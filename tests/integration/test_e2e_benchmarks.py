@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from healthcheck.results import expanded_document
 from tests.conftest import fixture_text
 
 pytestmark = pytest.mark.sshd
@@ -113,7 +114,7 @@ def healthcheck(*args: object, timeout: float = 120) -> subprocess.CompletedProc
 
 
 def bench_findings(run_dir: Path) -> dict[str, list[dict]]:
-    results = json.loads((run_dir / "results.json").read_text())
+    results = expanded_document(run_dir)
     return {name: [f for f in host["findings"] if f["check"].startswith("nccl.")]
             for name, host in results["hosts"].items()}
 
@@ -234,14 +235,14 @@ def test_bench_wrong_pair_fails_and_hung_job_errors(ssh_cluster_factory, tmp_pat
                                   host_vars={h.name: short for h in cluster.hosts})
     listing = healthcheck("bench", "--list")
     assert listing.returncode == 0 and [line.split()[0] for line in listing.stdout.splitlines()] == \
-        ["nccl", "hpl", "imb", "osu"]
+        ["nccl", "hpl", "imb", "osu", "sdc"]
 
     run_dir = tmp_path / "bench"
     proc = healthcheck("bench", "-i", inv, "-F", cluster.ssh_config, "--benchmarks", "nccl", "--plan", "acceptance",
                        "--pair-rounds", "2", "--launcher-host", "node01", "--run-dir", run_dir)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     found = bench_findings(run_dir)
-    results = json.loads((run_dir / "results.json").read_text())
+    results = expanded_document(run_dir)
     assert results["run"]["probes"] == []
 
     # the hung job is an ERROR for its host only; node04's other jobs still ran and passed
@@ -287,7 +288,7 @@ def test_imb_pairs_graded_against_the_ndr_profile_name_the_slow_node(ssh_cluster
     proc = healthcheck("bench", "-i", inv, "-F", cluster.ssh_config, "--benchmarks", "imb", "--plan", "acceptance",
                        "--run-dir", run_dir)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
-    results = json.loads((run_dir / "results.json").read_text())
+    results = expanded_document(run_dir)
     found = {name: [f for f in host["findings"] if f["check"].startswith("imb.")]
              for name, host in results["hosts"].items()}
 

@@ -14,6 +14,7 @@ from healthcheck.probes.nvml import collect_nvidia_smi, collect_nvml
 
 from healthcheck.model import Host, Status
 from healthcheck.profiles import load_profile
+from healthcheck.results import load_results
 from healthcheck.spec import EvalContext
 from tests.conftest import fixture_text
 
@@ -210,5 +211,6 @@ def test_local_run_grades_nvml_observations(monkeypatch, tmp_path):
     [host] = outcome.results.hosts.values()
     count = next(f for f in host.findings if f.check == "gpu.count")
     assert (count.status, count.value, count.source) == (Status.FAIL, 7, "nvml")
-    assert host.observations["gpu"]["source"] == "nvml"
-    assert len(host.observations["gpu"]["gpus"]) == 7
+    assert host.observations["gpu"]["source"] == "nvml"  # in memory: the key observations
+    full = load_results(tmp_path / "run", observations=True).hosts[host.name].observations
+    assert len(full["gpu"]["gpus"]) == 7
