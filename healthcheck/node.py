@@ -28,6 +28,7 @@ from healthcheck.model import Finding, Status
 from healthcheck.pipeline import RunOptions, execute_run
 from healthcheck.results import RunResults
 from healthcheck.rundir import RunDirError, _safe_component
+from healthcheck.selection import SelectionError
 
 NOT_HEALTHY = (Status.FAIL, Status.ERROR)
 STALE_AFTER_S = 900.0
@@ -108,7 +109,10 @@ def run_node(opts: NodeOptions) -> NodeOutcome:
                           probe_options={"kernel_log_window_h": DEFAULTS.kernel_log_window_h, "plan": "quick",
                                          **opts.probe_options})
     try:
-        outcome = execute_run(run_opts)
+        try:
+            outcome = execute_run(run_opts)
+        except SelectionError as exc:  # --limit names a host the inventory does not have
+            raise RunDirError(f"host {host} is not in inventory {opts.inventory} (give --host or add it)") from exc
         if host not in outcome.results.hosts:
             raise RunDirError(f"host {host} is not in inventory {opts.inventory} (give --host or add it)")
         if opts.prom_file is not None:
