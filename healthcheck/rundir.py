@@ -13,6 +13,7 @@ A hand-made bundle needs only ``raw/<host>/<command_id>.out``; a missing ``.rc``
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 from collections.abc import Iterable
@@ -84,8 +85,9 @@ def write_collection(run_dir: Path, collection: HostCollection) -> None:
                                  "transport_error": result.transport_error,
                                  "duration_s": result.duration_s,
                                  "stdout_truncated": result.stdout_truncated,
-                                 "stderr_truncated": result.stderr_truncated}
-        if result.transport_error is not None and result.rc is None:
+                                 "stderr_truncated": result.stderr_truncated,
+                                 "not_run": result.not_run, "timeout_s": result.timeout_s}
+        if (result.transport_error is not None or result.not_run is not None) and result.rc is None:
             continue
         (folder / f"{cid}.out").write_bytes(result.stdout)
         (folder / f"{cid}.err").write_bytes(result.stderr)
@@ -111,15 +113,24 @@ def read_host(folder: Path) -> HostCollection:
             duration_s=float(f.get("duration_s", 0.0)), timed_out=bool(f.get("timed_out", False)),
             transport_error=f.get("transport_error"),
             stdout_truncated=bool(f.get("stdout_truncated", False)),
-            stderr_truncated=bool(f.get("stderr_truncated", False)))
-    for cid, f in flags.items():  # commands that never produced output (host unreachable, deadline)
-        if cid not in results and f.get("transport_error"):
+            stderr_truncated=bool(f.get("stderr_truncated", False)),
+            not_run=f.get("not_run"), timeout_s=_seconds(f.get("timeout_s")))
+    for cid, f in flags.items():  # commands that never produced output (host unreachable, deadline, not run)
+        if cid not in results and (f.get("transport_error") or f.get("not_run")):
             results[cid] = CommandResult(host=host, command_id=cid, timed_out=bool(f.get("timed_out")),
-                                         transport_error=f["transport_error"])
+                                         transport_error=f.get("transport_error"), not_run=f.get("not_run"),
+                                         timeout_s=_seconds(f.get("timeout_s")))
     return HostCollection(host=host, results=results, transport_error=meta.get("transport_error"),
                           busy=bool(meta.get("busy", False)),
                           duration_s=float(meta.get("duration_s", 0.0)),
                           collected_at=meta.get("collected_at", ""))
+
+
+def _seconds(value: Any) -> float | None:
+    """A finite number of seconds from _host.json, else None (a bundle is untrusted data)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
 
 
 def raw_dir(path: Path) -> Path:

@@ -256,6 +256,7 @@ PROBE = register(ProbeSpec(
     name="nvlink",
     description="nvidia-smi nvlink -s/-e: every link active at its generation's rate; error counters, growth",
     command_map={STATUS_ID: "nvidia-smi nvlink -s", ERRORS_ID: "nvidia-smi nvlink -e"},
+    command_tools={STATUS_ID: ("nvidia-smi",), ERRORS_ID: ("nvidia-smi",)},
     parse_fn=parse_nvlink,
     evaluate_fn=evaluate_nvlink,
 ))

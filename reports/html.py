@@ -23,6 +23,7 @@ from healthcheck.reports import ReporterSpec, register
 from healthcheck.reports.bench_views import bench_views, busbw_check
 from healthcheck.reports.charts import Series, bar_chart, heatmap, line_chart, sparkline, strip_chart
 from healthcheck.reports.digest import BAD, RunDigest, fold, margin, split_source
+from healthcheck.reports.field_views import field_context
 from healthcheck.reports.fleet import version_rows
 from healthcheck.reports.panels import host_panels
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
@@ -240,7 +241,7 @@ def render_context(digest: RunDigest) -> dict[str, Any]:
             "index": script_json(host_index(digest, {h.name for h in chosen})),
             "versions": version_rows(hosts), "bench": bench_context(digest),
             "changes": digest.document.get("changes"), "detailed": {h.name for h in chosen},
-            "script": script, "script_hash": script_hash}
+            "script": script, "script_hash": script_hash, "field": field_context(digest)}
 
 
 def render_html(digest: RunDigest) -> bytes:

@@ -56,13 +56,13 @@ def _testcase(out: list[str], host: str, f: Finding) -> None:
     and indenting it took longer than grading; the XML is the same."""
     out.append(f'  <testcase classname={_attr(f"{host}.{f.category}")} name={_attr(f"{f.check} [{f.component}]")}'
                f' time="0"')
-    if f.status in _ELEMENT:
+    if f.status in _ELEMENT and not f.observe:  # observe-only: reported, never a failure
         tag = _ELEMENT[f.status]
         out.append(f'>\n   <{tag} message={_attr(f.message)} type="{f.status.value}">'
                    f'{escape(xml_text(finding_detail(f)))}</{tag}>\n  </testcase>\n')
     elif f.status is Status.SKIP:
         out.append(f">\n   <skipped message={_attr(f.message)} />\n  </testcase>\n")
-    elif f.status is Status.WARN:
+    elif f.status is Status.WARN or f.observe:
         out.append(f">\n   <system-out>{escape(xml_text(finding_detail(f)))}</system-out>\n  </testcase>\n")
     else:
         out.append(" />\n")
@@ -82,8 +82,8 @@ def render_junit(digest: RunDigest) -> bytes:
     for name in sorted(digest.results.hosts):
         findings = _findings(digest.results.hosts[name])
         counts = {"tests": len(findings),
-                  "failures": sum(f.status is Status.FAIL for f in findings),
-                  "errors": sum(f.status is Status.ERROR for f in findings),
+                  "failures": sum(f.status is Status.FAIL and not f.observe for f in findings),
+                  "errors": sum(f.status is Status.ERROR and not f.observe for f in findings),
                   "skipped": sum(f.status is Status.SKIP for f in findings)}
         host = _attr(name)
         out = [f" <testsuite name={host} timestamp={timestamp} hostname={host} time=\"0\" "

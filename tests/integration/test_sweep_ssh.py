@@ -226,6 +226,7 @@ def test_dropped_connection_is_an_error_and_keeps_finished_commands(ssh_cluster_
     results = expanded_document(run_dir)
     reach = _finding(results, "node01", "host.reachable")
     assert reach["status"] == "ERROR" and "ended before all commands reported" in reach["message"]
+    assert "while running uname-r, for " in reach["message"]  # which command, and for how long
     assert _finding(results, "node01", "system.hostname")["status"] == "PASS"
     assert results["hosts"]["node02"]["verdict"] == "PASS"
 

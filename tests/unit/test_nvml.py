@@ -143,12 +143,17 @@ def test_healthy_gpus_through_the_real_import_path(monkeypatch):
 
 def test_nvml_faults_grade_like_nvidia_smi_ones():
     faulty = h100(1, RemappedRows=(0, 1, 1, 0), CurrPcieLinkWidth=8, CurrentClocksEventReasons=0x8 | 0x80,
+                  ClockInfo=86,  # the slowdown shows in the clocks (86 of 1980 MHz): a fault, not a bare flag
                   MemoryErrorCounter=lambda err, counter, loc: 3 if (err, loc) == (1, 7) else 0)
     obs = collect_nvml(fake_pynvml([h100(0), faulty]))
     bad = {(f.check, f.component, f.status) for f in evaluate_gpu(obs, _ctx()) if f.status is not Status.PASS}
     assert {("gpu.row_remap.pending", "gpu1", Status.FAIL), ("gpu.pcie.width", "gpu1", Status.FAIL),
             ("gpu.clock_events", "gpu1", Status.FAIL), ("gpu.ecc.sram_uncorrectable", "gpu1", Status.FAIL)} <= bad
     assert obs.gpus[1].clock_events == ("hw_slowdown", "hw_power_brake_slowdown")
+    at_max = h100(1, CurrentClocksEventReasons=0x8 | 0x80)  # same flags, SM clock at its 1980 MHz maximum
+    flags = [f for f in evaluate_gpu(collect_nvml(fake_pynvml([h100(0), at_max])), _ctx())
+             if f.check == "gpu.clock_events" and f.component == "gpu1"]
+    assert [f.status for f in flags] == [Status.WARN]
 
 
 def test_driver_not_loaded_at_init_is_a_node_error():
