@@ -27,6 +27,7 @@ from healthcheck.model import FINDING_FIELDS, Finding, Status
 TABLE = "findings.table.json.gz"
 SCHEMA = "healthcheck.findings-table/1"
 _MIXED = frozenset({"value", "expected"})  # JSON scalars of any type: True, 1 and 1.0 are three values
+_ADDED = {"observe": False}  # columns added to Finding after version 1 of the table, with their default
 
 
 class TableError(ValueError):
@@ -80,6 +81,9 @@ def _load(run_dir: Path) -> tuple[int, dict[str, Any]]:
         raise TableError(f"{path}: schema {doc.get('schema') if isinstance(doc, dict) else None!r}, "
                          f"expected {SCHEMA!r}")
     columns = doc.get("columns") or {}
+    for name, default in _ADDED.items():  # a column added after the table was written: every row has the default
+        columns.setdefault(name, {"values": [default], "codes": _encode([default] * int(doc.get("rows") or 0),
+                                                                        False)["codes"]})
     missing = [name for name in FINDING_FIELDS if name not in columns]
     if missing:
         raise TableError(f"{path}: missing columns {', '.join(missing)}")
