@@ -199,7 +199,8 @@ def merge_bundles(sources: Sequence[Path], run_dir: Path, *, inventory: Path | N
         hosts = _stage(staging, chosen, expected, sources, skipped, max_file_bytes)
         graded = sorted({p for c in chosen.values() for p in c.probes}) or None
         outcome = execute_run(RunOptions(replay=staging, run_dir=run_dir, inventory=inventory, profile=profile,
-                                         probes=list(probes) if probes else graded, render=render))
+                                         probes=list(probes) if probes else graded, render=render,
+                                         copy_raw=True))  # the staging bundle is deleted below
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     provenance = {name: {"source": str(c.folder), "collected_at": c.collected_at, "reachable": c.reachable}
