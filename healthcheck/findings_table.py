@@ -26,8 +26,8 @@ from healthcheck.model import FINDING_FIELDS, Finding, Status
 
 TABLE = "findings.table.json.gz"
 SCHEMA = "healthcheck.findings-table/1"
+_OPTIONAL = {"observe": False}  # column -> value of every row in a table written before the column existed
 _MIXED = frozenset({"value", "expected"})  # JSON scalars of any type: True, 1 and 1.0 are three values
-_ADDED = {"observe": False}  # columns added to Finding after version 1 of the table, with their default
 
 
 class TableError(ValueError):
@@ -81,9 +81,9 @@ def _load(run_dir: Path) -> tuple[int, dict[str, Any]]:
         raise TableError(f"{path}: schema {doc.get('schema') if isinstance(doc, dict) else None!r}, "
                          f"expected {SCHEMA!r}")
     columns = doc.get("columns") or {}
-    for name, default in _ADDED.items():  # a column added after the table was written: every row has the default
-        columns.setdefault(name, {"values": [default], "codes": _encode([default] * int(doc.get("rows") or 0),
-                                                                        False)["codes"]})
+    for name, default in _OPTIONAL.items():  # columns added later: tables written before them still read
+        if name not in columns and isinstance(doc.get("rows"), int):
+            columns[name] = _encode([default] * doc["rows"], False)
     missing = [name for name in FINDING_FIELDS if name not in columns]
     if missing:
         raise TableError(f"{path}: missing columns {', '.join(missing)}")

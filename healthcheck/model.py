@@ -153,7 +153,7 @@ def is_evidence(finding: Finding) -> bool:
 
 
 FINDING_FIELDS = ("host", "check", "status", "message", "component", "value", "expected", "unit", "remedy",
-                  "source", "observe")  # every field, in order: the findings table's columns (a test checks)
+                  "source", "observe")  # Finding's fields in order (the findings table's columns)
 
 
 def host_verdict(findings: Iterable[Finding]) -> Status:

@@ -116,7 +116,7 @@ def test_replay_of_a_bundle_without_the_probes_outputs_is_error(tmp_path: Path) 
 def test_sweep_of_a_bundle_without_the_probes_outputs_is_error(tmp_path: Path) -> None:
     proc = healthcheck("sweep", "--replay", bundle(tmp_path), "--history", tmp_path / "history", "--probes", "gpu")
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    [run_dir] = (tmp_path / "history" / "runs").iterdir()
+    [run_dir] = [p for p in (tmp_path / "history" / "runs").iterdir() if p.name != "latest"]
     assert results_of(run_dir)["hosts"]["gpu001"]["verdict"] == "ERROR"
     assert "verdict ERROR: 1 hosts" in proc.stdout
 

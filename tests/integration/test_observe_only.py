@@ -36,11 +36,13 @@ def bundle(root: Path) -> Path:
 
 
 def run(tmp_path: Path, profile: str):
+    # fabric (graded, not observed) checks the same XML: with only observe-only checks nothing would be
+    # checked, and nothing checked is never PASS (healthcheck.verdicts)
     profiles = tmp_path / "profiles"
     profiles.mkdir(exist_ok=True)
     (profiles / "site-h100.yaml").write_text(SITE_PROFILE)
     return execute_run(RunOptions(replay=bundle(tmp_path / f"b-{profile}"), out=tmp_path / f"runs-{profile}",
-                                  probes=["pci"], profile=profile, profile_dirs=[profiles]))
+                                  probes=["pci", "fabric"], profile=profile, profile_dirs=[profiles]))
 
 
 def test_observed_fail_is_reported_but_never_fails_the_run_or_drains(tmp_path: Path):

@@ -35,7 +35,7 @@ def test_profile_list_and_expectation_flag_and_inheritance(tmp_path: Path):
 def test_marked_finding_keeps_its_status_but_decides_nothing(tmp_path: Path):
     p = profile(tmp_path, "observe: [xid.45]\n")
     bad = Finding(host="gpu001", check="xid.45", status=Status.FAIL, message="Xid 45 x3", remedy="Drain the node")
-    ok = Finding(host="gpu001", check="host.reachable", status=Status.PASS, message="reached")
+    ok = Finding(host="gpu001", check="gpu.count", status=Status.PASS, message="8 GPUs")  # evidence: a graded check
     marked = apply_observe([ok, bad], p)
     assert [f.observe for f in marked] == [False, True] and marked[1].status is Status.FAIL
     assert marked[1].message.endswith("[observe-only: not counted in the verdict, never drains]")

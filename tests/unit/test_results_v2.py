@@ -43,7 +43,8 @@ def old(tmp_path: Path) -> Path:
 
 
 def key(f: Finding) -> tuple:
-    return (f.host, f.check, f.component, f.status.value, f.message, f.value, f.expected)
+    # messages are left out: their wording evolves (the v1 fixture froze an older one); the graded facts do not
+    return (f.host, f.check, f.component, f.status.value, f.value, f.expected)
 
 
 def graded(f: Finding) -> tuple:
