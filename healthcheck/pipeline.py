@@ -95,6 +95,8 @@ class RunOptions:
     rerun_of: Path | None = None          # earlier run dir: sweep only its FAIL/ERROR hosts (healthcheck.rerun)
     rerun_checks: bool = False            # with rerun_of: only the probes (and jobs) that produced those findings
     metrics_detail: bool = False          # metrics.prom: every check and the per-GPU/link/port series
+    copy_raw: bool = False                # replay: copy the bundle's raw/ (a bundle about to be deleted) instead of
+                                          # referencing it (raw/_source.json)
 
 
 @dataclass
@@ -207,7 +209,9 @@ def execute_run(opts: RunOptions) -> RunOutcome:
                                            transport, log)
     finally:
         getattr(transport, "close", lambda: None)()
-    if opts.replay is not None:
+    if opts.replay is not None and opts.copy_raw:
+        shutil.copytree(raw_dir(Path(opts.replay)), run_dir / "raw", dirs_exist_ok=True)
+    elif opts.replay is not None:
         reference_raw(run_dir, Path(opts.replay))
         _copy_job_outputs(Path(opts.replay), run_dir)
     evidence: list[dict[str, Any]] = []
