@@ -13,6 +13,10 @@ from dataclasses import dataclass
 class Defaults:
     forks: int = 64                      # hosts in flight at once
     connect_timeout_s: float = 10.0      # TCP connect + SSH handshake + auth
+    server_alive_interval_s: float = 15.0  # keepalive after this much silence (ssh_config wins)
+    server_alive_count_max: int = 3      # unanswered keepalives before the connection counts as lost
+    jump_handshakes: int = 8             # target handshakes in flight through one jump host
+    handshake_attempts: int = 6          # tries of a handshake the sshd dropped (MaxStartups), with backoff
     command_timeout_s: float = 60.0      # per command, enforced on the node with `timeout`
     kill_after_s: float = 5.0            # `timeout -k`: SIGKILL this long after SIGTERM
     host_deadline_margin_s: float = 30.0  # host deadline = sum of command timeouts + this
@@ -29,9 +33,18 @@ class Defaults:
     bench_parallel_jobs: int = 16        # benchmark jobs on disjoint hosts launched at once
     bench_pair_rounds: int = 3           # pair rounds in the acceptance plan (partners per node)
     hpl_fleet_slow_fraction: float = 0.05  # HPL node slower than best by this -> WARN (DeepOps 1.05)
+    clock_event_max_fraction: float = 0.90  # slowdown flag with SM clock >= this share of max: not confirmed
+    clock_event_load_pct: int = 50       # utilization at/above which a flag with unknown clocks counts as under load
+    hpl_above_peak_ratio: float = 1.10   # HPL above this share of Rpeak: wrong expectation or misparse -> ERROR
     history_keep_days: int = 30
+    grade_workers: int = 0               # replay grading processes; 0: one per CPU core
+    grade_pool_min_hosts: int = 64       # smaller replays grade in-process (forking costs more)
     regression_baseline_runs: int = 5
     regression_drop_fraction: float = 0.10
+    evidence_timeout_s: float = 300.0    # nvidia-bug-report.sh on a failing host (--collect-evidence)
+    evidence_max_bytes: int = 64 * 1024 * 1024  # the report kept per host; larger ones are truncated
+    offender_failures: int = 3           # repeat offender: failing on this many ...
+    offender_window: int = 5             # ... of the host's last this many runs (this one included)
 
 
 DEFAULTS = Defaults()

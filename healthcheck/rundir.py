@@ -3,6 +3,7 @@
     <run>/manifest.json                      args, hosts, profiles as used, versions
     <run>/raw/<host>/<command_id>.out|.err|.rc   exactly what the host returned (.rc: exit code)
     <run>/raw/<host>/_host.json              transport error, timings, per-command flags
+    <run>/raw/_source.json                   a replay: {"raw": "<bundle>/raw"}, the outputs it re-graded
     <run>/findings.jsonl                     one finding per line, appended as each host completes
     <run>/results.json                       see healthcheck/results.py
 
@@ -23,6 +24,8 @@ from typing import Any
 from healthcheck.model import CommandResult, Finding, HostCollection
 
 HOST_META = "_host.json"
+RAW_SOURCE = "_source.json"   # a replay references the bundle's raw outputs instead of copying them
+_MAX_REFERENCES = 8           # a replay of a replay of ...: bounded, a reference loop cannot hang
 
 
 class RunDirError(ValueError):
@@ -130,17 +133,50 @@ def _seconds(value: Any) -> float | None:
     return float(value)
 
 
-def read_bundle(path: Path) -> dict[str, HostCollection]:
-    """Every host under ``path/raw`` (or ``path`` itself when it has no raw/ folder)."""
+def raw_dir(path: Path) -> Path:
+    """The folder holding the host folders of a run or bundle: ``path/raw`` (or ``path`` itself when it
+    has no raw/ folder), following a replay's ``raw/_source.json`` to the bundle it re-graded."""
     path = Path(path)
     raw = path / "raw" if (path / "raw").is_dir() else path
+    for _ in range(_MAX_REFERENCES):
+        ref = raw / RAW_SOURCE
+        if not ref.is_file():
+            return raw
+        try:
+            raw = Path(json.loads(ref.read_text())["raw"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise RunDirError(f"{ref} is unreadable: {exc}") from exc
+    raise RunDirError(f"{path}: more than {_MAX_REFERENCES} nested raw/{RAW_SOURCE} references")
+
+
+def reference_raw(run_dir: Path, bundle: Path) -> None:
+    """Make ``run_dir`` a bundle by pointing its raw/ at ``bundle``'s outputs (no copy: a replay of
+    10,000 hosts would otherwise rewrite 850,000 files)."""
+    write_json(Path(run_dir) / "raw" / RAW_SOURCE, {"raw": str(raw_dir(bundle).resolve())})
+
+
+def host_names(path: Path) -> list[str]:
+    """Names of the host folders of a run or bundle, sorted, without reading them."""
+    raw = raw_dir(path)
     if not raw.is_dir():
         raise RunDirError(f"{path} is not a run directory or capture bundle (no raw/ folder)")
-    hosts = {d.name: read_host(d) for d in sorted(raw.iterdir())
-             if d.is_dir() and not d.name.startswith(("_", "."))}
-    if not hosts:
+    with os.scandir(raw) as entries:
+        names = sorted(e.name for e in entries if e.is_dir() and not e.name.startswith(("_", ".")))
+    if not names:
         raise RunDirError(f"{raw} holds no host folders")
-    return hosts
+    return names
+
+
+def read_bundle(path: Path) -> dict[str, HostCollection]:
+    """Every host under ``path/raw`` (or ``path`` itself when it has no raw/ folder), read at once;
+    ``host_names`` + ``read_host`` read one host at a time."""
+    raw = raw_dir(path)
+    return {name: read_host(raw / name) for name in host_names(path)}
+
+
+def encode_findings(findings: Iterable[Finding]) -> bytes:
+    """``findings.jsonl`` lines for ``findings`` (pure: grading workers call it in parallel)."""
+    return "".join(json.dumps(f.to_json(), sort_keys=True) + "\n" for f in findings).encode()
 
 
 class FindingsLog:
@@ -151,7 +187,10 @@ class FindingsLog:
         self._lock = threading.Lock()
 
     def append(self, findings: Iterable[Finding]) -> None:
-        data = "".join(json.dumps(f.to_json(), sort_keys=True) + "\n" for f in findings).encode()
+        self.append_lines(encode_findings(findings))
+
+    def append_lines(self, data: bytes) -> None:
+        """Append lines already encoded by ``encode_findings`` (a grading worker process encodes them)."""
         with self._lock:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             try:

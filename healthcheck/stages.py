@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import date, datetime, timezone
 from typing import Any
 
-from healthcheck.grading import apply_known_issues
+from healthcheck.grading import apply_known_issues, apply_observe
 from healthcheck.model import CommandResult, Finding, Host, HostCollection, Status
 from healthcheck.nodetools import TOOL_HANG, command_tools, tool_hang_findings
 from healthcheck.profiles import Profile
@@ -161,4 +161,4 @@ def grade_host(host: Host, collection: HostCollection, probes: Sequence[Probe], 
         if obs is not None:
             observations[probe.name] = to_jsonable(obs)
     today = now.date() if isinstance(now, datetime) else date.today()
-    return apply_known_issues(findings, profile, today), observations
+    return apply_observe(apply_known_issues(findings, profile, today), profile), observations

@@ -48,9 +48,9 @@ def ssh_cluster_factory(tmp_path: Path):
         pytest.skip("OpenSSH sshd not installed (apt-get install openssh-server)")
     started: list[SshCluster] = []
 
-    def make(count: int, names: list[str] | None = None, first_octet: int = 1) -> SshCluster:
+    def make(count: int, names: list[str] | None = None, first_octet: int = 1, **kw) -> SshCluster:
         cluster = SshCluster.start(tmp_path / f"cluster{len(started)}", count, names=names,
-                                   first_octet=first_octet)
+                                   first_octet=first_octet, **kw)
         started.append(cluster)
         return cluster
 

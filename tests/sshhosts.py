@@ -100,10 +100,12 @@ class SshCluster:
     known_hosts: Path
     ssh_config: Path
     user: str = field(default_factory=getpass.getuser)
+    max_startups: str | None = "200:30:400"  # None: OpenSSH's default (10:30:100), as on a real bastion
 
     @classmethod
     def start(cls, base: Path, count: int, names: Sequence[str] | None = None,
-              first_octet: int = 1, subnet: str = "127.0.1") -> SshCluster:
+              first_octet: int = 1, subnet: str = "127.0.1",
+              max_startups: str | None = "200:30:400") -> SshCluster:
         base = Path(base)
         base.mkdir(parents=True, exist_ok=True)
         names = list(names or [f"node{i + 1:02d}" for i in range(count)])
@@ -116,7 +118,8 @@ class SshCluster:
             Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
         hosts = [cls._make_host(base, name, addr, port) for name, addr in zip(names, addresses, strict=True)]
         cluster = cls(base=base, hosts=hosts, port=port, client_key=client_key,
-                      known_hosts=base / "known_hosts", ssh_config=base / "ssh_config")
+                      known_hosts=base / "known_hosts", ssh_config=base / "ssh_config",
+                      max_startups=max_startups)
         try:
             for host in hosts:
                 cluster._start_sshd(host)
@@ -150,7 +153,7 @@ class SshCluster:
             f"AuthorizedKeysFile {self.base / 'authorized_keys'}",
             "PermitRootLogin prohibit-password", "PasswordAuthentication no",
             "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no", "LogLevel VERBOSE",
-            "MaxStartups 200:30:400", "MaxSessions 50",
+            *([f"MaxStartups {self.max_startups}"] if self.max_startups else []), "MaxSessions 50",
             f"SetEnv PATH={host.bindir}:{BASE_PATH} HC_TEST_HOST={host.root.name}",
         ]) + "\n")
         host.proc = subprocess.Popen([SSHD, "-D", "-f", str(config), "-E", str(host.log)],

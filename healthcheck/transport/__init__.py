@@ -13,23 +13,31 @@ from healthcheck.defaults import DEFAULTS
 from healthcheck.model import CommandResult, Host, HostCollection
 from healthcheck.spec import Transport
 from healthcheck.transport.local import LocalTransport
+from healthcheck.transport.openssh import OpensshTransport
 from healthcheck.transport.replay import ReplayTransport
 from healthcheck.transport.script import Command
 from healthcheck.transport.slurm import SlurmTransport
 from healthcheck.transport.ssh import SshTransport
 from healthcheck.transport.sshconfig import load_ssh_config
 
-__all__ = ["Command", "LocalTransport", "PerHostTransport", "ReplayTransport", "SlurmTransport", "SshTransport",
-           "open_transport"]
+__all__ = ["SSH_CLIENTS", "Command", "LocalTransport", "OpensshTransport", "PerHostTransport", "ReplayTransport",
+           "SlurmTransport", "SshTransport", "open_transport"]
+
+SSH_CLIENTS = ("paramiko", "openssh")
 
 
 def open_transport(kind: str, *, ssh_config_path: Path | None = None, accept_new_host_keys: bool = False,
                    connect_timeout_s: float = DEFAULTS.connect_timeout_s,
                    cap: int = DEFAULTS.output_cap_bytes, bundle: Path | None = None,
-                   srun_args: Sequence[str] = ()) -> Transport:
+                   srun_args: Sequence[str] = (), ssh_client: str = "paramiko") -> Transport:
     """A transport by name: ``ssh``, ``local``, ``slurm`` (``srun`` per host, ``connect_timeout_s`` is
     how long to wait for the allocation, ``srun_args`` e.g. ``--partition=gpu``) or ``replay`` (needs
-    ``bundle``)."""
+    ``bundle``). ``ssh_client`` picks paramiko (default) or the system OpenSSH ``ssh`` (docs/ssh.md)."""
+    if kind == "ssh" and ssh_client == "openssh":
+        return OpensshTransport(ssh_config_path, accept_new_host_keys=accept_new_host_keys,
+                                connect_timeout_s=connect_timeout_s, cap=cap)
+    if kind == "ssh" and ssh_client != "paramiko":
+        raise ValueError(f"unknown ssh client {ssh_client!r} ({', '.join(SSH_CLIENTS)})")
     if kind == "ssh":
         return SshTransport(load_ssh_config(ssh_config_path), accept_new_host_keys=accept_new_host_keys,
                             connect_timeout_s=connect_timeout_s, cap=cap)
@@ -63,3 +71,8 @@ class PerHostTransport:
 
     def run(self, host: Host, command: str, timeout_s: float, command_id: str = "adhoc") -> CommandResult:
         return self._for(host).run(host, command, timeout_s, command_id)
+
+    def close(self) -> None:
+        """Release what a transport holds across hosts (a running Slurm job step)."""
+        for transport in self.transports.values():
+            getattr(transport, "close", lambda: None)()

@@ -3,7 +3,7 @@
     collection = read_framed(host, commands, marker, read_chunk, deadline_s=120, byte_limit=...)
 
 ``read_chunk(wait_s)`` returns bytes, ``b""`` at end of stream, or ``None`` when nothing
-arrived within ``wait_s``.
+arrived within ``wait_s``; it raises ``ConnectionLost`` when it knows the stream is dead (keepalives).
 """
 
 from __future__ import annotations
@@ -25,6 +25,10 @@ DEADLINE, SILENT = "host deadline", "host silent"  # how the two "the host is st
 def stuck(error: str | None) -> bool:
     """True for a host ended by its deadline or its silence limit (a command was still running)."""
     return error is not None and error.startswith((DEADLINE, SILENT))
+
+
+class ConnectionLost(Exception):
+    """Raised by a ``read_chunk`` that knows its stream is dead; the message says why."""
 
 
 def utc_now_iso() -> str:
@@ -59,8 +63,12 @@ def read_framed(host: str, commands: Sequence[Command], marker: str,
         if now - started >= deadline_s:
             error = f"{DEADLINE} of {deadline_s:g}s exceeded"
             break
-        chunk = read_chunk(max(SILENCE_PROBE_S, min(1.0, deadline_s - (now - started),
-                                                    watch.silence_limit_s(results) - (now - watch.last_byte_s))))
+        try:
+            chunk = read_chunk(max(SILENCE_PROBE_S, min(1.0, deadline_s - (now - started),
+                                                        watch.silence_limit_s(results) - (now - watch.last_byte_s))))
+        except ConnectionLost as exc:
+            error = f"{exc} ({watch.while_running(results, clock())})"
+            break
         if chunk is None:  # silence is a read that waited and got nothing, never a clock jump of our own
             now = clock()
             if now - watch.last_byte_s >= watch.silence_limit_s(results):

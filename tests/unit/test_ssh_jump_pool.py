@@ -1,0 +1,108 @@
+"""The jump pool: one connection per chain while in use, waiters share a failed attempt, bounded slots."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from healthcheck.transport.sshjump import JumpPool, backoff_delays
+
+
+class FakeTransport:
+    def __init__(self) -> None:
+        self.active = True
+
+    def is_active(self) -> bool:
+        return self.active
+
+
+class Closer:
+    def __init__(self, log: list[str], name: str) -> None:
+        self.log, self.name = log, name
+
+    def close(self) -> None:
+        self.log.append(f"closed {self.name}")
+
+
+def test_one_connection_shared_then_closed_with_the_last_user():
+    log: list[str] = []
+    pool = JumpPool(lambda args: (Closer(log, args), FakeTransport(), args), handshakes=2)
+    with pool.lease(("b",), "b") as first, pool.lease(("b",), "b") as second:
+        assert first is second and pool.opened == 1
+    assert log == ["closed b"]
+    with pool.lease(("b",), "b"):
+        assert pool.opened == 2  # nobody held it: a later host opens a new one
+
+
+def test_dead_connection_is_replaced_and_closed():
+    log: list[str] = []
+    pool = JumpPool(lambda args: (Closer(log, args), FakeTransport(), args), handshakes=2)
+    with pool.lease(("b",), "b") as first:
+        first.transport.active = False
+        with pool.lease(("b",), "b") as second:
+            assert second is not first and pool.opened == 2 and log == ["closed b"]
+
+
+def test_hosts_waiting_on_a_failed_attempt_share_its_failure():
+    calls: list[float] = []
+    release = threading.Event()
+
+    def connect(args):
+        calls.append(time.monotonic())
+        release.wait(5)
+        raise ConnectionRefusedError("bastion down")
+
+    pool = JumpPool(connect, handshakes=2)
+    errors: list[BaseException] = []
+
+    def host() -> None:
+        try:
+            with pool.lease(("b",), "b"):
+                pass
+        except ConnectionRefusedError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=host) for _ in range(10)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 5
+    while not calls and time.monotonic() < deadline:
+        time.sleep(0.01)
+    release.set()
+    for t in threads:
+        t.join(10)
+    assert len(errors) == 10
+    assert len(calls) < 10  # threads that arrived during the attempt reused its failure
+    with pytest.raises(ConnectionRefusedError), pool.lease(("b",), "b"):  # a later host tries again
+        pass
+    assert len(calls) >= 2
+
+
+def test_handshake_slots_bound_concurrency():
+    pool = JumpPool(lambda args: (Closer([], args), FakeTransport(), args), handshakes=3)
+    inside, peak, lock = [0], [0], threading.Lock()
+
+    def host() -> None:
+        with pool.lease(("b",), "b") as jump, jump.handshake_slot():
+            with lock:
+                inside[0] += 1
+                peak[0] = max(peak[0], inside[0])
+            time.sleep(0.05)
+            with lock:
+                inside[0] -= 1
+
+    threads = [threading.Thread(target=host) for _ in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert peak[0] == 3
+
+
+def test_backoff_grows_to_the_cap_with_jitter():
+    delays = backoff_delays(0.25, 4.0)
+    got = [next(delays) for _ in range(7)]
+    for value, nominal in zip(got, [0.25, 0.5, 1, 2, 4, 4, 4], strict=True):
+        assert 0.75 * nominal <= value <= 1.25 * nominal
