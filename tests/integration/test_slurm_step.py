@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from healthcheck.results import load_results
+from healthcheck.results import expanded_document
 from tests.conftest import FIXTURES
 from tests.slurmd import SlurmdCluster, missing_tools
 
@@ -73,10 +73,7 @@ def sweep(tmp_path_factory):
 
 
 def _results(run: Path) -> dict:
-    """Every finding, PASS included (results.json holds the non-PASS ones; load_results reads the rest)."""
-    loaded = load_results(run)
-    return {"hosts": {name: {"verdict": h.verdict.value, "findings": [f.to_json() for f in h.findings]}
-                      for name, h in loaded.hosts.items()}}
+    return expanded_document(run)  # results.json keeps only non-PASS findings; the table has them all
 
 
 def _finding(results: dict, host: str, check: str) -> dict:
