@@ -1,18 +1,25 @@
-"""Time the reports on a synthetic 10,000-host run: results.json generation, each format, file sizes.
+"""Time the reports on a synthetic 10,000-host run: results.json generation, each format, file sizes,
+and how long headless Chromium takes to open report.html.
 
     python bench/report_10k.py                 # 10,000 hosts in a temporary directory
-    python bench/report_10k.py --hosts 2000 --keep /tmp/run10k
+    python bench/report_10k.py --hosts 2000 --keep /tmp/run10k --browser
 
 The synthetic fleet is deterministic (seeded): 8 GPUs per host with full GPU observations,
 ~3% of hosts failing (a pending row remap, an inactive NVLink, slow NCCL), ~5% warning
 (temperature), 1% unreachable, one host on another driver, per-node nccl curves and HPL.
+It is generated in the version-1 shape (everything inline) and written through ``write_results``
+(results.json version 2, findings table, observation store), so both readers are exercised.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import resource
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -23,7 +30,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from healthcheck import reports  # noqa: E402
-from healthcheck.results import SCHEMA  # noqa: E402
+from healthcheck.results import SCHEMAS, RunResults, write_results  # noqa: E402
+
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-extensions", "--disable-background-networking")
 
 SIZES = [8 << i for i in range(0, 31, 3)]
 
@@ -93,30 +103,69 @@ def host(name: str, rng: random.Random) -> dict[str, Any]:
 def synthetic_results(count: int, seed: int = 7) -> dict[str, Any]:
     rng = random.Random(seed)
     hosts = {f"gpu{i:05d}": host(f"gpu{i:05d}", rng) for i in range(1, count + 1)}
-    return {"schema": SCHEMA, "run": {"id": "bench-10k", "started": "2026-11-22T03:15:00Z",
+    return {"schema": SCHEMAS[0], "run": {"id": "bench-10k", "started": "2026-11-22T03:15:00Z",
                                       "finished": "2026-11-22T04:02:00Z", "duration_s": 2820.0, "mode": "ssh",
                                       "probes": ["gpu", "nvlink", "system"], "version": "bench"},
             "summary": {}, "hosts": hosts}
+
+
+class Clock:
+    """Wall and CPU time since the last lap (CPU is what to compare on a shared machine)."""
+
+    def __init__(self) -> None:
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def lap(self) -> str:
+        wall, cpu = time.perf_counter(), time.process_time()
+        text = f"{wall - self.wall:6.2f} s / {cpu - self.cpu:6.2f} s CPU"
+        self.wall, self.cpu = wall, cpu
+        return text
+
+
+def open_in_chromium(report: Path, rounds: int = 3) -> str:
+    """Wall time for headless Chromium to load the report, run its script and dump the DOM (the host
+    table is built by JS), min/median of ``rounds``; includes Chromium's own start-up, measured alone."""
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    if binary is None:
+        return "chromium: not installed"
+
+    def timed(url: str) -> float:
+        start = time.perf_counter()
+        subprocess.run([binary, *CHROMIUM_FLAGS, "--dump-dom", url], capture_output=True, timeout=300, check=False)
+        return time.perf_counter() - start
+
+    blank = sorted(timed("about:blank") for _ in range(rounds))
+    page = sorted(timed(report.resolve().as_uri()) for _ in range(rounds))
+    return (f"chromium --dump-dom {report.name} ({report.stat().st_size / 1e6:.1f} MB): min {page[0]:.2f}s, "
+            f"median {page[len(page) // 2]:.2f}s; about:blank (start-up alone) min {blank[0]:.2f}s")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=10_000)
     parser.add_argument("--keep", type=Path, help="write the run here instead of a temporary directory")
+    parser.add_argument("--browser", action="store_true", help="open report.html in headless Chromium")
     args = parser.parse_args()
     run_dir = args.keep or Path(tempfile.mkdtemp(prefix="report10k-"))
     run_dir.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    (run_dir / "results.json").write_text(json.dumps(synthetic_results(args.hosts)))
-    print(f"results.json   {(run_dir / 'results.json').stat().st_size / 1e6:7.1f} MB  "
-          f"{time.perf_counter() - t0:6.2f} s to generate")
-    t0 = time.perf_counter()
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; times are wall / CPU of this process")
+    clock = Clock()
+    document = synthetic_results(args.hosts)
+    v1_size = len(json.dumps(document)) / 1e6
+    print(f"synthetic run  {v1_size:7.1f} MB as a version-1 results.json  {clock.lap()}")
+    write_results(run_dir, RunResults.from_json(document))
+    del document
+    print(f"write_results  {'':10s}  {clock.lap()}")
+    for name in ("results.json", "findings.table.json.gz", "observations.jsonl.gz"):
+        print(f"  {name:24s} {(run_dir / name).stat().st_size / 1e6:7.1f} MB")
     digest = reports.load_digest(run_dir)
-    print(f"load           {'':10s}  {time.perf_counter() - t0:6.2f} s")
+    print(f"load_digest    {'':10s}  {clock.lap()}")
     for spec in reports.all_reporters():
-        t0 = time.perf_counter()
         path = spec.write_digest(digest)
-        print(f"{path.name:14s} {path.stat().st_size / 1e6:7.1f} MB  {time.perf_counter() - t0:6.2f} s")
+        print(f"{path.name:14s} {path.stat().st_size / 1e6:7.1f} MB  {clock.lap()}")
+    print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+    if args.browser:
+        print(open_in_chromium(run_dir / "report.html"))
     print(f"run directory: {run_dir}")
 
 

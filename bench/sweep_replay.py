@@ -1,74 +1,146 @@
-"""Measure how fast the orchestrator grades a large cluster (our own speed, not the cluster's).
+"""Measure ``healthcheck run --replay`` of a large synthetic bundle: wall, CPU, peak RSS, output sizes.
 
-    python bench/sweep_replay.py --hosts 1000 --forks 64
+    python bench/sweep_replay.py --hosts 1000
+    python bench/sweep_replay.py --hosts 10000 --bundle /tmp/b10k --keep /tmp/r10k --browser
 
-Builds a synthetic bundle of N hosts by copying the sample capture's hosts round-robin (one in
-four faulty), replays it through the whole pipeline (parse, grade, fleet checks, results.json,
-reports) and prints hosts per second and where the time went. Also times the framed-stream reader
-on the per-host script output. Nothing here is asserted in tests.
+The bundle is built from the built-in sample capture (inventories/samples/h100-4node): every host
+folder hard-links one sample host's files (node01/node02 healthy, node04 a kernel-log WARN, node03
+faulty: hosts ``i % 97 == 5`` are faulty, ``i % 31 == 7`` warn), with its own ``hostname.out`` and its
+own ``nvidia-smi-q-x.out`` (the sample's with a per-host timestamp: the gpu probe caches parses by text,
+and real nodes never return identical XML, so hard-linked XML would hide the parse cost); the
+manifest gives every host the h100-sxm5-8x profile. The replay runs as a separate process (the
+installed CLI, this checkout first on PYTHONPATH); peak RSS is sampled over its whole process tree
+(the grading workers included) every 100 ms. With ``--browser`` the report is opened in headless
+Chromium (``bench/report_10k.py`` has the timing function). Nothing here is asserted in tests.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import shutil
+import os
+import re
+import subprocess
+import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
-from healthcheck.pipeline import RunOptions, execute_run
-from healthcheck.transport.script import FrameReader
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "inventories" / "samples" / "h100-4node" / "raw"
+sys.path.insert(0, str(ROOT))
+OWN = ("hostname.out", "nvidia-smi-q-x.out")  # written per host; the other files are hard links
+TIMESTAMP = re.compile(r"<timestamp>[^<]*</timestamp>")
 
-SAMPLE = Path(__file__).resolve().parents[1] / "inventories" / "samples" / "h100-4node"
+
+def sample_host(i: int) -> str:
+    if i % 97 == 5:
+        return "h100-node03"
+    if i % 31 == 7:
+        return "h100-node04"
+    return "h100-node01" if i % 2 else "h100-node02"
 
 
 def build_bundle(target: Path, hosts: int) -> None:
-    sample_hosts = sorted(p for p in (SAMPLE / "raw").iterdir() if p.is_dir())
+    """``hosts`` host folders of hard links to the sample's files (fast, no extra disk)."""
     listed = []
     for i in range(hosts):
-        name = f"gpu{i + 1:04d}"
-        shutil.copytree(sample_hosts[i % len(sample_hosts)], target / "raw" / name)
-        listed.append({"name": name, "profile": "h100-sxm5-8x", "group": f"rack{i // 32:02d}", "address": None,
+        name = f"gpu{i + 1:05d}"
+        folder = target / "raw" / name
+        folder.mkdir(parents=True)
+        source = SAMPLE / sample_host(i)
+        for f in source.iterdir():
+            if f.name not in OWN:
+                os.link(f, folder / f.name)
+        (folder / "hostname.out").write_text(name + "\n")
+        xml = (source / "nvidia-smi-q-x.out").read_text()
+        stamp = f"<timestamp>Tue Nov 18 {i // 3600 % 24:02d}:{i // 60 % 60:02d}:{i % 60:02d} 2026</timestamp>"
+        (folder / "nvidia-smi-q-x.out").write_text(TIMESTAMP.sub(stamp, xml, count=1))
+        listed.append({"name": name, "profile": "h100-sxm5-8x", "group": f"rack{i // 32:03d}", "address": None,
                        "user": None, "port": None, "transport": "ssh", "vars": {}})
     (target / "manifest.json").write_text(json.dumps({"hosts": listed}))
 
 
-def time_frame_reader(sections: int = 200, size: int = 256 * 1024) -> float:
-    marker = "@@HC-bench"
-    payload = b"x" * size
-    stream = b"".join(
-        f"\n{marker} BEGIN c{i} rc=0 out={size} err=0 outsize={size} errsize=0\n".encode() + payload
-        + f"\n{marker} END c{i}\n".encode() for i in range(sections))
-    reader = FrameReader("h", marker)
+def tree_rss_kib(pid: int) -> int:
+    """Resident memory of ``pid`` and all its descendants, KiB (Linux /proc)."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/status") as fh:
+                total += next((int(line.split()[1]) for line in fh if line.startswith("VmRSS:")), 0)
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as fh:
+                    todo.extend(int(c) for c in fh.read().split())
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def measure(argv: list[str]) -> dict[str, float]:
+    """Run ``argv``; wall, user+sys CPU of the whole tree, peak tree RSS and the main process's peak."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     start = time.perf_counter()
-    done = 0
-    for offset in range(0, len(stream), 65536):
-        done += len(list(reader.feed(stream[offset:offset + 65536], 0.0)))
-    elapsed = time.perf_counter() - start
-    assert done == sections
-    return len(stream) / elapsed / 1e6
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak, done = [0], threading.Event()
+
+    def sample() -> None:  # never polls the child: os.wait4 below must be the one that reaps it
+        while not done.wait(0.1):
+            peak[0] = max(peak[0], tree_rss_kib(proc.pid))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    done.set()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    sampler.join(timeout=1)
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}: {err[-2000:]}")
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "tree_rss_mb": peak[0] / 1024,
+            "max_process_rss_mb": usage.ru_maxrss / 1024}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=1000)
-    parser.add_argument("--forks", type=int, default=64)
+    parser.add_argument("--bundle", type=Path, help="build (or reuse) the bundle here")
+    parser.add_argument("--keep", type=Path, help="write the run directory here (must not exist)")
+    parser.add_argument("--workers", type=int, help="grading processes [default: one per core]")
+    parser.add_argument("--browser", action="store_true", help="open report.html in headless Chromium")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        bundle = Path(tmp) / "bundle"
+    tmp = Path(tempfile.mkdtemp(prefix="replay-bench-"))
+    bundle = args.bundle or tmp / "bundle"
+    if not (bundle / "manifest.json").is_file():
         start = time.perf_counter()
         build_bundle(bundle, args.hosts)
-        built = time.perf_counter() - start
-        start = time.perf_counter()
-        outcome = execute_run(RunOptions(replay=bundle, run_dir=Path(tmp) / "run", forks=args.forks))
-        elapsed = time.perf_counter() - start
-        summary = outcome.results.summary()
-        size = sum(p.stat().st_size for p in (Path(tmp) / "run").glob("*") if p.is_file())
-    print(f"bundle of {args.hosts} hosts built in {built:.1f}s")
-    print(f"replay + grade + reports: {elapsed:.1f}s = {args.hosts / elapsed:.0f} hosts/s "
-          f"(verdicts {summary['by_verdict']}); top-level files {size / 1e6:.1f} MB")
-    print(f"frame reader: {time_frame_reader():.0f} MB/s")
+        print(f"bundle of {args.hosts} hosts built in {time.perf_counter() - start:.1f}s: {bundle}")
+    run_dir = args.keep or tmp / "run"
+    argv = [sys.executable, "-m", "healthcheck", "run", "--replay", str(bundle), "--run-dir", str(run_dir)]
+    if args.workers:  # the same pipeline call the CLI makes, with RunOptions.grade_workers set
+        argv = [sys.executable, "-c", "import sys; from pathlib import Path; "
+                "from healthcheck.pipeline import RunOptions, execute_run; "
+                "execute_run(RunOptions(replay=Path(sys.argv[1]), run_dir=Path(sys.argv[2]), "
+                "grade_workers=int(sys.argv[3])))", str(bundle), str(run_dir), str(args.workers)]
+    load = os.getloadavg()[0]
+    replay = measure(argv)
+    summary = json.loads((run_dir / "results.json").read_text())["summary"]
+    print(f"replay of {args.hosts} hosts (load {load:.1f} on {os.cpu_count()} CPUs): wall {replay['wall_s']:.1f}s, "
+          f"CPU {replay['cpu_s']:.1f}s, peak RSS {replay['tree_rss_mb']:.0f} MB (process tree), "
+          f"{replay['max_process_rss_mb']:.0f} MB (largest process); verdicts {summary['by_verdict']}")
+    report = measure([sys.executable, "-m", "healthcheck", "report", str(run_dir)])
+    print(f"healthcheck report RUN: wall {report['wall_s']:.1f}s, CPU {report['cpu_s']:.1f}s, "
+          f"peak RSS {report['tree_rss_mb']:.0f} MB")
+    for f in sorted(p for p in run_dir.iterdir() if p.is_file()):
+        print(f"  {f.name:26s} {f.stat().st_size / 1e6:9.2f} MB")
+    print(f"  raw/ entries: {len(os.listdir(run_dir / 'raw'))} (the bundle's outputs are referenced)")
+    if args.browser:
+        from bench.report_10k import open_in_chromium
+
+        print(open_in_chromium(run_dir / "report.html"))
+    print(f"run directory: {run_dir}")
 
 
 if __name__ == "__main__":

@@ -73,6 +73,8 @@ class BenchmarkSpec:
     evaluate: Callable[[Any, Any, BenchContext], list[Finding]]
     metric: Callable[[Any], float | None] = lambda result: None
     fleet: Callable[[Sequence[tuple[Any, Any]], BenchContext], list[Finding]] | None = None
+    # "direct": the program runs as is on the job's (single) node, no mpirun/srun (sdc); None: the launcher
+    launcher: str | None = None
 
 
 # A decimal or scientific number as benchmarks print it (1e+00, 476.53, .5, -nan handled by callers).
@@ -81,7 +83,7 @@ NUMBER_RE = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _SPECS: dict[str, BenchmarkSpec] = {}
 
 # Built-in benchmark modules, in the order they run.
-BUILTIN = tuple(f"healthcheck.benchmarks.{name}" for name in ("nccl", "hpl", "imb", "osu"))
+BUILTIN = tuple(f"healthcheck.benchmarks.{name}" for name in ("nccl", "hpl", "imb", "osu", "sdc"))
 
 
 def register(spec: BenchmarkSpec) -> BenchmarkSpec:

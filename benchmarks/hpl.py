@@ -147,6 +147,8 @@ def parse_hpl(text: str) -> HplResult:
     summary = _summary(text) if flavor == "hpcc" else {}
     if flavor == "unknown" and not tests and not errors and not launcher:
         raise ParseError("no HPL banner, result row or error in the output", text[:200])
+    if flavor in ("hpl", "unknown") and any(t.gflops_per_gpu is not None and t.variant != "MxP" for t in tests):
+        flavor = "hpl-nvidia"  # a snippet without its banner: only HPL-NVIDIA prints the "( per GPU)" column
     complete = "End of Tests." in section or (bool(tests) and all(t.residual_passed is not None for t in tests))
     return HplResult(flavor=flavor, version=version, tests=tuple(tests), complete=complete,
                      errors=tuple(dict.fromkeys(errors)), warnings=tuple(dict.fromkeys(warnings)),
@@ -157,8 +159,8 @@ def parse_hpl(text: str) -> HplResult:
 
 def _flavor(text: str) -> tuple[str, str | None]:
     for flavor, pattern in (("hpcc", r"HPC Challenge Benchmark version (\S+)"),
+                            ("hpl-mxp", r"HPL MxP Result()"),  # before HPL-NVIDIA: the MxP container prints both
                             ("hpl-nvidia", r"HPL-NVIDIA (\S+)\s+--"),
-                            ("hpl-mxp", r"HPL MxP Result()"),
                             ("hpl", r"HPLinpack (\S+)\s+--")):
         if m := re.search(pattern, text):
             return flavor, m[1] or None
@@ -217,6 +219,9 @@ _REMEDY = {
     "fleet": "This node is slower than the fastest node of the fleet: compare clocks, power limits, "
              "BIOS settings and firmware with the fastest node",
     "pingpong": "Check the interconnect between these nodes (port state, rate, error counters)",
+    "above_peak": "Check which HPL flavour ran (xhpl/HPCC and HPL-NVIDIA are FP64, HPL-MxP mixed precision) and "
+                  "that the profile's hpl.node.gflops / hpl.xhpl.node.gflops / hpl.mxp.node.gflops holds the Rpeak "
+                  "of that precision for the whole node; otherwise attach the output to a healthcheck bug",
 }
 
 
@@ -241,19 +246,57 @@ def evaluate_hpl(job: Job, result: HplResult, ctx: BenchContext) -> list[Finding
     out += _run_findings(job, result)
     passed = [t for t in result.tests if t.residual_passed and t.residual is not None
               and math.isfinite(t.residual)]
-    if passed:
-        best = max(passed, key=lambda t: t.gflops)
-        per_node = best.gflops / len(job.hosts)
-        check = "hpl.node.gflops" if job.shape == "node" else f"hpl.{job.shape}.gflops_per_node"
-        exp = ctx.profile.expect("hpl.node.gflops")
-        note = f" (cluster {best.gflops:g} GFLOPS over {len(job.hosts)} nodes)" if len(job.hosts) > 1 else ""
-        out += [band_finding(h, check, exp, per_node, source=job.job_id, remedy=_REMEDY["gflops"],
-                             profile=ctx.profile, what="HPL GFLOPS per node", component=job.component,
-                             key="hpl.node.gflops", note=note, of="Rpeak") for h in job.hosts]
+    for flavour in dict.fromkeys(row_flavour(result, t) for t in passed):
+        best = max((t for t in passed if row_flavour(result, t) == flavour), key=lambda t: t.gflops)
+        out += _gflops_findings(job, flavour, best, ctx)
     out += _gpu_findings(job, result, ctx)
     if result.pingpong is not None:
         out += _pingpong_findings(job, result.pingpong, ctx)
     return out
+
+
+@dataclass(frozen=True)
+class HplFlavour:
+    """How one HPL flavour is graded: its own expectation (each against the peak of its own precision)."""
+
+    key: str      # profile expectation
+    check: str    # check id prefix (hpl.node.gflops, hpl.<shape>.gflops_per_node)
+    label: str
+
+
+FLAVOURS = {
+    "hpl-nvidia": HplFlavour("hpl.node.gflops", "hpl", "HPL-NVIDIA FP64 GFLOPS per node"),
+    "hpl": HplFlavour("hpl.xhpl.node.gflops", "hpl", "xhpl FP64 GFLOPS per node"),
+    "hpcc": HplFlavour("hpl.xhpl.node.gflops", "hpl", "HPCC HPL FP64 GFLOPS per node"),
+    "hpl-mxp": HplFlavour("hpl.mxp.node.gflops", "hpl.mxp", "HPL-MxP mixed-precision GFLOPS per node"),
+}
+
+
+def row_flavour(result: HplResult, test: HplTest) -> str:
+    """The flavour a result row is graded as: HPL-MxP rows by their own block, xhpl when unrecognised."""
+    if test.variant == "MxP":
+        return "hpl-mxp"
+    return result.flavor if result.flavor in FLAVOURS and result.flavor != "hpl-mxp" else "hpl"
+
+
+def _gflops_findings(job: Job, flavour: str, best: HplTest, ctx: BenchContext) -> list[Finding]:
+    """GFLOPS per node against the flavour's own Rpeak; far above it is ERROR, never "excellent"."""
+    how = FLAVOURS[flavour]
+    per_node = best.gflops / len(job.hosts)
+    check = f"{how.check}.node.gflops" if job.shape == "node" else f"{how.check}.{job.shape}.gflops_per_node"
+    exp = ctx.profile.expect(how.key)
+    note = f" (cluster {best.gflops:g} GFLOPS over {len(job.hosts)} nodes)" if len(job.hosts) > 1 else ""
+    ceiling = float(bench_setting(ctx.profile, ctx.options, "hpl.above_peak_ratio", DEFAULTS.hpl_above_peak_ratio))
+    if exp is not None and isinstance(exp.value, int | float) and exp.value > 0 and per_node > ceiling * exp.value:
+        return _job_findings(
+            job, check, Status.ERROR, f"{job.prefix}{how.label} {per_node:.1f} = {per_node / exp.value:.0%} of "
+            f"Rpeak {exp.value:g} {exp.unit or ''} ({how.key}): above the theoretical peak, so the expectation is "
+            f"for another precision or flavour, or the output was misparsed{note}", _REMEDY["above_peak"],
+            value=round(per_node, 3), expected=f"<= {ceiling:.0%} of {exp.value:g} (Rpeak, {exp.source})",
+            unit=exp.unit)
+    return [band_finding(h, check, exp, per_node, source=job.job_id, remedy=_REMEDY["gflops"],
+                         profile=ctx.profile, what=how.label, component=job.component, key=how.key,
+                         note=note, of="Rpeak") for h in job.hosts]
 
 
 def _json_float(value: float | None) -> float | str | None:
@@ -303,12 +346,17 @@ def _gpu_findings(job: Job, result: HplResult, ctx: BenchContext) -> list[Findin
 
 
 def _pingpong_findings(job: Job, pingpong: HpccPingPong, ctx: BenchContext) -> list[Finding]:
+    """HPCC's PingPong against ``hpcc.pingpong.*`` or else the interconnect's IMB PingPong expectations
+    (the same MPI ping-pong between two ranks; HPCC reports the worst pair)."""
     out = []
-    for check, key, value, what in (
-            ("hpcc.pingpong.latency", "hpcc.pingpong.latency_us", pingpong.max_latency_us, "max PingPong latency"),
-            ("hpcc.pingpong.bandwidth", "hpcc.pingpong.bandwidth_gbps", pingpong.min_bandwidth_gbps,
-             "min PingPong bandwidth")):
-        out += [band_finding(h, check, ctx.profile.expect(key), value, source=job.job_id, key=key,
+    for check, keys, value, what in (
+            ("hpcc.pingpong.latency", ("hpcc.pingpong.latency_us", "imb.pingpong.latency_us"),
+             pingpong.max_latency_us, "max PingPong latency"),
+            ("hpcc.pingpong.bandwidth", ("hpcc.pingpong.bandwidth_gbps", "imb.pingpong.bandwidth_gbps"),
+             pingpong.min_bandwidth_gbps, "min PingPong bandwidth")):
+        key = next((k for k in keys if ctx.profile.expect(k) is not None), keys[0])
+        out += [band_finding(h, check, ctx.profile.expect(key), value, source=job.job_id,
+                             key=" or ".join(keys) if key == keys[0] and ctx.profile.expect(key) is None else key,
                              remedy=_REMEDY["pingpong"], profile=ctx.profile, what=what,
                              component=job.component) for h in job.hosts]
     return out
@@ -373,7 +421,7 @@ def hpl_dat(n: int, nb: int, p: int, q: int, *, hpcc: bool = False) -> str:
 def hpl_ranks_per_host(profile: Profile, shape: str, options: Mapping[str, Any] | None = None) -> int:
     options = options or {}
     ranks = bench_setting(profile, options, "hpl.ranks_per_node")
-    if ranks is None and bench_setting(profile, options, "hpl.flavor", "hpl") == "hpl-nvidia":
+    if ranks is None and bench_setting(profile, options, "hpl.flavor", "hpl") in ("hpl-nvidia", "hpl-mxp"):
         exp = profile.expect("gpu.count")
         ranks = exp.value if exp is not None and isinstance(exp.value, int) else 1
     return max(1, int(ranks or 1))
@@ -386,14 +434,17 @@ def hpl_program(job: Job, profile: Profile, options: Mapping[str, Any]) -> Progr
     n_node = int(bench_setting(profile, options, "hpl.n", 20000))
     n = int(n_node * math.sqrt(len(job.hosts))) // nb * nb or nb
     p, q = process_grid(job.ranks)
-    default_binary = {"hpcc": "hpcc", "hpl-nvidia": "hpl.sh"}.get(flavor, "xhpl")
+    default_binary = {"hpcc": "hpcc", "hpl-nvidia": "hpl.sh", "hpl-mxp": "hpl-mxp.sh"}.get(flavor, "xhpl")
     binary = str(bench_setting(profile, options, "hpl.binary", default_binary))
-    default_args = ["--dat", "HPL.dat"] if flavor == "hpl-nvidia" else []
+    default_args = {"hpl-nvidia": ["--dat", "HPL.dat"],  # HPL-MxP takes the problem on its command line
+                    "hpl-mxp": ["--n", str(n), "--nb", str(nb), "--nprow", str(p), "--npcol", str(q)]}.get(flavor, [])
     args = [str(a) for a in bench_setting(profile, options, "hpl.args", default_args)]
     env = {str(k): str(v) for k, v in (bench_setting(profile, options, "hpl.env", {}) or {}).items()}
     if flavor == "hpcc":
         return Program(argv=(binary, *args), env=env, input_files={"hpccinf.txt": hpl_dat(n, nb, p, q, hpcc=True)},
                        output_files=("hpccoutf.txt",))
+    if flavor == "hpl-mxp":
+        return Program(argv=(binary, *args), env=env)
     return Program(argv=(binary, *args), env=env, input_files={"HPL.dat": hpl_dat(n, nb, p, q)})
 
 

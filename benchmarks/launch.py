@@ -121,6 +121,8 @@ def launcher_argv(program: Program, *, nodes: Sequence[str], ranks_per_host: int
     if settings.kind == "srun":
         return srun_argv(program, nodes=nodes, ranks_per_host=ranks_per_host, timeout_s=timeout_s,
                          settings=settings)
+    if settings.kind == "direct":  # a single-node program run as is on the launcher host (the node)
+        return list(program.argv)
     return mpirun_argv(program, ranks=ranks_per_host * len(nodes), ranks_per_host=ranks_per_host,
                        timeout_s=timeout_s, settings=settings)
 
@@ -145,7 +147,7 @@ def launch_script(argv: Sequence[str], program: Program, hostfile: str | None,
     for name, content in files.items():
         lines.append(f"printf '%s' {q(content)} > {q(name)}")
     env = dict(settings.env)
-    if settings.kind == "srun":
+    if settings.kind in ("srun", "direct"):
         env.update(program.env)
     lines += [f"export {key}={q(value)}" for key, value in env.items() if _ENV_NAME.match(key)]
     lines += [" ".join(q(a) for a in argv), "rc=$?"]

@@ -28,6 +28,7 @@ from typing import Any
 from healthcheck.benchmarks import NUMBER_RE, BenchContext, BenchmarkSpec, Program, bench_setting, register
 from healthcheck.benchmarks.bands import band_finding
 from healthcheck.benchmarks.launch import LauncherError, parse_launcher_errors
+from healthcheck.benchmarks.nccl_transport import NcclTransport, evaluate_nccl_transport, parse_nccl_transport
 from healthcheck.benchmarks.plan import Job
 
 from healthcheck.grading import fleet_outliers
@@ -104,6 +105,7 @@ class NcclTestResult:
     warnings: tuple[NcclMessage, ...]
     failures: tuple[NcclMessage, ...]
     launcher_errors: tuple[LauncherError, ...]
+    transport: NcclTransport | None = None  # from NCCL_DEBUG=INFO lines (benchmarks/nccl_transport.py)
 
     @property
     def complete(self) -> bool:
@@ -173,7 +175,7 @@ def parse_nccl_tests(text: str) -> NcclTestResult:
         validation=fields["validation"], legacy_error_column=fields["legacy"], devices=tuple(devices),
         rows=tuple(rows), out_of_bounds=fields["oob"], out_of_bounds_failed=fields["oob_failed"],
         avg_busbw_gbps=fields["avg"], warnings=tuple(warnings), failures=tuple(failures),
-        launcher_errors=launcher)
+        launcher_errors=launcher, transport=parse_nccl_transport(text))
 
 
 def _header_line(line: str, fields: dict[str, Any], devices: list[NcclDevice]) -> None:
@@ -284,9 +286,12 @@ def evaluate_nccl(job: Job, result: NcclTestResult, ctx: BenchContext) -> list[F
     """Correctness (wrong elements, out of bounds, aborts, rank count) first, then busbw per shape."""
     coll = collective_of(result.test or job.test)
     base = f"nccl.{coll}"
-    out = _data_findings(job, result, base) + _run_findings(job, result, base, ctx)
+    data = _data_findings(job, result, base)
+    out = data + _run_findings(job, result, base, ctx, corrupt=any(f.status is Status.FAIL for f in data))
     ranks_ok, rank_findings = _rank_findings(job, result, base, coll)
     out += rank_findings + _warn_findings(job, result, base, ctx)
+    if result.rows and result.transport is not None:  # which network carried a multi-node job
+        out += evaluate_nccl_transport(job, result.transport, ctx, base, host_of)
     if ranks_ok and result.rows and result.complete:
         min_bytes = bench_setting(ctx.profile, ctx.options, "nccl.grade_min_bytes")
         metric = busbw_metric(result, int(min_bytes) if min_bytes else None)
@@ -315,7 +320,9 @@ def _data_findings(job: Job, result: NcclTestResult, base: str) -> list[Finding]
         more = f" (+{len(corrupt) - 5} more sizes)" if len(corrupt) > 5 else ""
         oob = f"; out of bounds values: {result.out_of_bounds} FAILED" if result.out_of_bounds_failed else ""
         total = sum(r.wrong for r in corrupt)
-        return _all(job, f"{base}.data", Status.FAIL, f"{job.prefix}data corruption: {sizes}{more}{oob}",
+        tails = sorted({f"{f.host}: {f.text}" for f in result.failures if f.text.startswith("Test failure ")})
+        then = f"; the run then exited with {', '.join(tails[:4])}" if tails and result.complete else ""
+        return _all(job, f"{base}.data", Status.FAIL, f"{job.prefix}data corruption: {sizes}{more}{oob}{then}",
                     _REMEDY["data"], value=total, expected="0 wrong elements", unit="elements")
     if not result.rows:
         return []
@@ -327,10 +334,21 @@ def _data_findings(job: Job, result: NcclTestResult, base: str) -> list[Finding]
                 value=0, expected="0 wrong elements", unit="elements")
 
 
-def _run_findings(job: Job, result: NcclTestResult, base: str, ctx: BenchContext) -> list[Finding]:
-    if result.failures:
+def _consequences(result: NcclTestResult, corrupt: bool) -> list[NcclMessage]:
+    """The bare ``Test failure common.cu:NNNN`` lines nccl-tests prints after a finished run whose
+    #wrong or out-of-bounds check failed: the data finding already reports that cause."""
+    if not (corrupt and result.complete):
+        return []
+    return [f for f in result.failures if f.text.startswith("Test failure ")]
+
+
+def _run_findings(job: Job, result: NcclTestResult, base: str, ctx: BenchContext,
+                  corrupt: bool = False) -> list[Finding]:
+    consequences = _consequences(result, corrupt)
+    failures = [f for f in result.failures if f not in consequences]
+    if failures:
         blamed: dict[str, list[str]] = {}
-        for failure in result.failures:
+        for failure in failures:
             host = host_of(failure.host, job, ctx)
             for h in [host] if host else job.hosts:
                 blamed.setdefault(h, [])
@@ -448,7 +466,9 @@ def nccl_program(job: Job, profile: Profile, options: Mapping[str, Any]) -> Prog
     argv = (binary, "-b", setting("min_bytes", "8G"), "-e", setting("max_bytes", "8G"),
             "-f", setting("step_factor", "2"), "-g", setting("gpus_per_process", "1"), "-c", "1",
             "-n", setting("iters", "20"), "-w", setting("warmup_iters", "5"))
-    env = {str(k): str(v) for k, v in (bench_setting(profile, options, "nccl.env", {}) or {}).items()}
+    # NCCL_DEBUG=INFO (INIT,NET only) names the network NCCL chose: a silent fallback to TCP sockets is a FAIL
+    env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET",
+           **{str(k): str(v) for k, v in (bench_setting(profile, options, "nccl.env", {}) or {}).items()}}
     if job.rail:
         env["NCCL_IB_HCA"] = job.rail if job.rail[0] in "=^" else f"={job.rail}"
     return Program(argv=argv, env=env)

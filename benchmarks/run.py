@@ -92,12 +92,14 @@ def _launch(job: Job, hosts: Mapping[str, Host], profile: Profile, spec: Benchma
             options: Mapping[str, Any]) -> JobOutcome:
     raw = merge_launcher_settings(profile.setting("benchmarks.launcher", {}) or {}, options.get("launcher") or {})
     settings = LauncherSettings.from_mapping(raw)
+    if spec.launcher == "direct":  # runs on the job's node itself: no MPI, the site's env and workdir kept
+        settings = LauncherSettings(kind="direct", env=settings.env, workdir=settings.workdir, grace_s=settings.grace_s)
     program = spec.program(job, profile, options)
     nodes = [_node_address(hosts[h], settings) for h in job.hosts]
     argv = launcher_argv(program, nodes=nodes, ranks_per_host=job.ranks_per_host, timeout_s=job.timeout_s,
                          settings=settings)
     script = launch_script(argv, program, hostfile_text(nodes, job.ranks_per_host), settings)
-    launcher_name = str(options.get("launcher_host") or job.hosts[0])
+    launcher_name = job.hosts[0] if spec.launcher == "direct" else str(options.get("launcher_host") or job.hosts[0])
     local = launcher_name == LOCAL
     launcher = Host(LOCAL, transport="local") if local else hosts.get(launcher_name, Host(launcher_name))
     runner = _local_transport() if local else transport

@@ -32,14 +32,14 @@ from healthcheck.cli_options import (
 from healthcheck.console import summary_lines
 from healthcheck.defaults import DEFAULTS
 from healthcheck.inventory import InventoryError, load_inventory
-from healthcheck.model import Status
 from healthcheck.pipeline import NothingToRerunError, execute_run, render_reports
 from healthcheck.profiles import ProfileError
 from healthcheck.results import RunResults, load_results
 from healthcheck.rundir import RunDirError
+from healthcheck.verdicts import run_exit_status
 
 EXTENSION_MODULES = ("healthcheck.cli_bench", "healthcheck.cli_drain", "healthcheck.cli_sweep",
-                     "healthcheck.cli_assets")
+                     "healthcheck.cli_assets", "healthcheck.cli_node", "healthcheck.cli_merge")
 
 
 class ExitCode(enum.IntEnum):
@@ -53,8 +53,8 @@ SETUP_ERRORS = (InventoryError, ProfileError, RunDirError, FileNotFoundError, Va
 
 
 def exit_code(results: RunResults, strict: bool) -> ExitCode:
-    bad = {Status.FAIL, Status.ERROR} | ({Status.WARN} if strict else set())
-    return ExitCode.FAILED if any(h.verdict in bad for h in results.hosts.values()) else ExitCode.OK
+    """0 only if hosts were selected and every one was checked and passed (``healthcheck.verdicts``)."""
+    return ExitCode(run_exit_status(results, strict))
 
 
 _csv = csv_list  # the name cli_bench and cli_sweep import
@@ -95,6 +95,12 @@ def main(profiles_dirs: tuple[Path, ...]) -> None:
 @click.option("--benchmarks", help="Comma-separated benchmarks to run after probes (nccl,hpl,imb,osu).")
 @plan_option
 @click.option("--strict", is_flag=True, help="WARN counts as failure for the exit code.")
+@click.option("--collect-evidence", is_flag=True, help="Run nvidia-bug-report.sh on hosts that FAIL gpu/nvlink/xid "
+              "checks, before benchmarks; kept in the run directory under evidence/<host>/.")
+@click.option("--evidence-timeout", type=click.FloatRange(1), default=DEFAULTS.evidence_timeout_s, show_default=True,
+              help="Time nvidia-bug-report.sh is given per host, seconds.")
+@click.option("--evidence-max-bytes", type=click.IntRange(1024), default=DEFAULTS.evidence_max_bytes,
+              show_default=True, help="Largest report kept per host (larger ones are kept truncated).")
 @click.option("--rerun-failed", "rerun_of", type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Sweep again only the hosts whose verdict was FAIL or ERROR in this earlier run directory "
                    "(their addresses from its manifest unless -i/--hosts is given), and its failed benchmark "
@@ -102,9 +108,12 @@ def main(profiles_dirs: tuple[Path, ...]) -> None:
 @verbose_option
 @click.option("--rerun-checks", is_flag=True, help="With --rerun-failed: run only the probes (and benchmark "
               "jobs) that produced the FAIL/ERROR findings.")
+@click.option("--metrics-detail", is_flag=True, help="metrics.prom: also every check and the per-GPU, "
+              "per-link and per-port series (~180 per host; the default is ~8).")
 def run(target: TargetOptions, replay: Path | None, sample: bool, local: bool, out: Path, run_dir: Path | None,
         deadline: float | None, previous: Path | None, output_cap: int, benchmarks: str | None, plan: str,
-        strict: bool, rerun_of: Path | None, verbose: bool, rerun_checks: bool) -> None:
+        strict: bool, rerun_of: Path | None, verbose: bool, rerun_checks: bool, metrics_detail: bool,
+        collect_evidence: bool, evidence_timeout: float, evidence_max_bytes: int) -> None:
     """Sweep the hosts of an inventory (or replay a bundle) and write a run directory."""
     if sample:
         if replay or local or target.hostlist:
@@ -118,7 +127,8 @@ def run(target: TargetOptions, replay: Path | None, sample: bool, local: bool, o
     opts = target.run_options(
         replay=replay, local=local, out=out, run_dir=run_dir, deadline_s=deadline, output_cap_bytes=output_cap,
         previous=previous, progress=sys.stderr.isatty(), benchmarks=_csv(benchmarks) or (), plan=plan,
-        probe_options={"plan": plan}, rerun_of=rerun_of, rerun_checks=rerun_checks)
+        probe_options={"plan": plan}, rerun_of=rerun_of, rerun_checks=rerun_checks, metrics_detail=metrics_detail,
+        collect_evidence=collect_evidence, evidence_timeout_s=evidence_timeout, evidence_max_bytes=evidence_max_bytes)
     try:
         outcome = execute_run(opts)
     except NothingToRerunError as exc:
@@ -136,10 +146,12 @@ def run(target: TargetOptions, replay: Path | None, sample: bool, local: bool, o
 
 @main.command()
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-def report(run_dir: Path) -> None:
-    """Re-render the reports of a run directory from its results.json."""
+@click.option("--metrics-detail", is_flag=True, help="metrics.prom: also every check and the per-GPU, "
+              "per-link and per-port series.")
+def report(run_dir: Path, metrics_detail: bool) -> None:
+    """Re-render the reports of a run directory from its results.json (old and new schema)."""
     try:
-        written = render_reports(run_dir)
+        written = render_reports(run_dir, metrics_detail=metrics_detail)
     except (FileNotFoundError, ValueError) as exc:
         click.echo(f"healthcheck: {exc}", err=True)
         sys.exit(ExitCode.USAGE)
@@ -252,7 +264,15 @@ def list_probes() -> None:
 @verbose_option
 def show_results(run_dir: Path, strict: bool, verbose: bool) -> None:
     """Print the summary of a finished run; exit code as for run."""
-    results = load_results(run_dir)
+    try:
+        results = load_results(run_dir)
+    except FileNotFoundError:
+        click.echo(f"healthcheck: {run_dir} has no results.json (not a finished run directory; "
+                   f"re-grade its raw outputs with: healthcheck run --replay {run_dir})", err=True)
+        sys.exit(ExitCode.USAGE)
+    except ValueError as exc:  # bad JSON or another schema
+        click.echo(f"healthcheck: {run_dir}/results.json: {exc}", err=True)
+        sys.exit(ExitCode.USAGE)
     print_summary(results, run_dir, verbose)
     sys.exit(exit_code(results, strict))
 

@@ -6,8 +6,9 @@
     healthcheck drain RUN --scheduler kubernetes
 
 The output is a shell script: commands as lines, everything else as ``#`` comments. Exit codes:
-0 done (or dry-run printed), 1 a command failed or ``--apply`` could not read the scheduler's
-state (reason ownership unchecked), 2 usage, 3 refused by the circuit breaker (``--force`` overrides).
+0 done (or dry-run printed), 1 a command failed or ``--apply`` (and the ``resume`` dry-run, whose
+commands are then printed commented out) could not read the scheduler's state (reason ownership
+unchecked), 2 usage, 3 refused by the circuit breaker (``--force`` overrides).
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@
     def run(target: TargetOptions, plan: str, ...) -> None:
         opts = target.run_options(plan=plan, out=out, probe_options={"plan": plan})
 
-``target_options`` adds ``-i/--inventory``, ``--hosts``, ``--transport``, ``--srun-arg``, ``--limit``,
+``target_options`` adds ``-i/--inventory``, ``--hosts``, ``--transport``, ``--srun-arg``, ``--slurm-mode``,
+``--slurm-spool``, ``--limit``,
 ``--probes``, ``--skip-probes``, ``--xid-window``, ``--accept-new-host-keys``, ``--connect-timeout``,
 ``-F/--ssh-config``, ``--ssh-client``, ``-f/--forks``, ``--timeout`` and ``--profile`` and hands the command one
 ``TargetOptions`` value instead of fifteen parameters.
@@ -56,6 +57,8 @@ class TargetOptions:
     hostlist: str | None = None
     transport: str | None = None
     srun_args: tuple[str, ...] = ()
+    slurm_mode: str = "step"
+    slurm_spool: Path | None = None
     limit: str | None = None
     probe_names: str | None = None
     skip_probes: str | None = None
@@ -76,7 +79,9 @@ class TargetOptions:
 
         return RunOptions(
             inventory=self.inventory, hostlist=self.hostlist, transport=self.transport, srun_args=self.srun_args,
-            limit=csv_list(self.limit), probes=probes if probes is not None else csv_list(self.probe_names),
+            slurm_mode=self.slurm_mode, slurm_spool=self.slurm_spool,
+            limit=self.limit.split() if self.limit is not None else None,  # nodesets: commas are theirs
+            probes=probes if probes is not None else csv_list(self.probe_names),
             skip_probes=csv_list(self.skip_probes) or (), accept_new_host_keys=self.accept_new_host_keys,
             connect_timeout_s=self.connect_timeout, ssh_config=self.ssh_config, ssh_client=self.ssh_client,
             forks=self.forks,
@@ -96,7 +101,13 @@ _TARGET: list[Callable[[Any], Any]] = [
                       "checks through srun, the allocation waiting at most --connect-timeout."),
     click.option("--srun-arg", "srun_args", multiple=True, metavar="ARG",
                  help="Extra srun argument for --transport slurm, repeatable (--srun-arg=--partition=gpu)."),
-    click.option("--limit", help="Only these hosts of the inventory (comma-separated names)."),
+    click.option("--slurm-mode", type=click.Choice(["step", "per-host"]), default="step", show_default=True,
+                 help="--transport slurm: one job step for all hosts (each node writes under --slurm-spool, "
+                      "which must be shared with the nodes), or one srun per host (output over srun's pipe)."),
+    click.option("--slurm-spool", type=click.Path(file_okay=False, path_type=Path),
+                 help="Step mode: directory on a filesystem shared with the nodes [default: RUN_DIR/slurm-step]."),
+    click.option("--limit", help="Only these hosts: nodeset(s) like --hosts (gpu[001-004],gpu010) or group "
+                 "names; a name that matches no host is a usage error (exit 2)."),
     click.option("--probes", "probe_names", help="Comma-separated probes to run [run, sweep: all; bench: none]; "
                  "`healthcheck probes` lists them."),
     click.option("--skip-probes", help="Comma-separated probes to leave out."),
@@ -120,9 +131,9 @@ _TARGET: list[Callable[[Any], Any]] = [
     click.option("--profile", help="Hardware profile for every host (overrides the inventory); "
                  "`healthcheck profiles list` shows them."),
 ]
-TARGET_PARAMS = ("inventory", "hostlist", "transport", "srun_args", "limit", "probe_names", "skip_probes",
-                 "xid_window", "accept_new_host_keys", "connect_timeout", "ssh_config", "ssh_client", "forks",
-                 "timeout_s", "profile")
+TARGET_PARAMS = ("inventory", "hostlist", "transport", "srun_args", "slurm_mode", "slurm_spool", "limit",
+                 "probe_names", "skip_probes", "xid_window", "accept_new_host_keys", "connect_timeout", "ssh_config",
+                 "ssh_client", "forks", "timeout_s", "profile")
 
 
 def target_options(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -38,7 +38,7 @@ def print_changes(record: SweepRecord) -> None:
         click.echo(f"  {'HARDWARE':<9} {change['host']:<16} {change['kind']:<15} {change['component']}: "
                    f"{change['field']} {change['before'] or '-'} -> {change['after'] or '-'}")
     for f in record.findings:
-        click.echo(f"  {'WARN':<9} {f.host:<16} {f.check:<28} {f.message}")
+        click.echo(f"  {f.status.value:<9} {f.host:<16} {f.check:<28} {f.message}")
     if record.pruned:
         click.echo(f"retention: forgot {len(record.pruned)} run(s) older than the keep window")
 
@@ -60,26 +60,34 @@ def print_changes(record: SweepRecord) -> None:
 @click.option("--fail-on", type=click.Choice(["any", "new"]), default="any", show_default=True,
               help="Exit 1 on any failing host, or only on hosts that newly fail.")
 @click.option("--strict", is_flag=True, help="WARN (regressions included) counts as failure.")
+@click.option("--collect-evidence", is_flag=True, help="nvidia-bug-report.sh on hosts failing gpu/nvlink/xid checks.")
+@click.option("--offender-failures", type=click.IntRange(1), default=DEFAULTS.offender_failures, show_default=True,
+              help="Repeat offender: the same part failing the same check on this many ...")
+@click.option("--offender-window", type=click.IntRange(1), default=DEFAULTS.offender_window, show_default=True,
+              help="... of its host's last this many runs (this one included).")
 @verbose_option
 def sweep(target: TargetOptions, replay: Path | None, history_dir: Path, benchmarks: str | None, plan: str,
           keep_days: float, baseline_runs: int, drop_fraction: float, fail_on: str, strict: bool,
-          verbose: bool) -> None:
+          verbose: bool, collect_evidence: bool, offender_failures: int, offender_window: int) -> None:
     """Nightly sweep: run, compare with the history, record, prune, report.
 
     Holds HISTORY/sweep.lock for the whole sweep; writes the run to HISTORY/runs/<stamp>/, adds
     history.regression.baseline (vs the median of the node's last --baseline-runs passing runs),
-    history.regression.fleet and history.counter.growth WARNs, and "what changed since the last
-    run". Exit codes for alerting: 0 every host passes (WARN allowed unless --strict), 1 a host
+    history.regression.fleet and history.counter.growth WARNs, "what changed since the last
+    run", and offender.repeat FAILs (the same part failing on --offender-failures of its last
+    --offender-window runs). Exit codes for alerting: 0 every host passes (WARN allowed unless --strict), 1 a host
     FAILs or ERRORs (--fail-on new: only a newly failing host), 2 usage or setup error, 3 another
     sweep holds the lock (not started).
     """
     from healthcheck.cli import SETUP_ERRORS, ExitCode, _csv, exit_code, print_summary
     check_source(target, replay, local_allowed=False)
     opts = target.run_options(replay=replay, benchmarks=_csv(benchmarks) or (), plan=plan,
-                              progress=sys.stderr.isatty(), probe_options={"plan": plan})
+                              progress=sys.stderr.isatty(), probe_options={"plan": plan},
+                              collect_evidence=collect_evidence)
     try:
         results, run_dir, record = run_sweep(opts, history_dir, baseline_runs=baseline_runs,
-                                             drop_fraction=drop_fraction, keep_days=keep_days)
+                                             drop_fraction=drop_fraction, keep_days=keep_days,
+                                             offender_failures=offender_failures, offender_window=offender_window)
     except SweepLockedError as exc:
         click.echo(f"healthcheck sweep: {exc}; not starting", err=True)
         sys.exit(EXIT_LOCKED)

@@ -21,6 +21,7 @@ from pathlib import Path
 from healthcheck.model import Finding, Status
 from healthcheck.reports.digest import fold, short_cited
 from healthcheck.results import RunResults
+from healthcheck.verdicts import unchecked_hosts
 
 MAX_GROUPS = 25
 PER_HOST = 5
@@ -69,6 +70,12 @@ def summary_lines(results: RunResults, run_dir: Path, verbose: bool = False) -> 
     summary = results.summary()
     counts = "  ".join(f"{k} {v}" for k, v in summary["by_verdict"].items() if v)
     lines = [f"verdict {summary['verdict']}: {summary['hosts']} hosts  {counts}"]
+    if not results.hosts:
+        lines.append("  no host was selected: nothing was checked")
+    skipped = unchecked_hosts(results)
+    if skipped:
+        lines.append(f"  not checked (SKIP, exit code stays non-zero): {', '.join(skipped[:10])}"
+                     + (f" ... {len(skipped) - 10} more" if len(skipped) > 10 else ""))
     lines += group_lines(results.findings())
     if verbose:
         lines += host_lines(results)

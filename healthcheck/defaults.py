@@ -20,6 +20,8 @@ class Defaults:
     command_timeout_s: float = 60.0      # per command, enforced on the node with `timeout`
     kill_after_s: float = 5.0            # `timeout -k`: SIGKILL this long after SIGTERM
     host_deadline_margin_s: float = 30.0  # host deadline = sum of command timeouts + this
+    silence_margin_s: float = 10.0       # a host silent for its running command's timeout + kill-after
+                                         # + this is stuck: ended, keeping what arrived
     output_cap_bytes: int = 4 * 1024 * 1024  # per command stream (stdout, stderr)
     kernel_log_window_h: float = 24.0    # Xid look-back window
     drain_max_fraction: float = 0.10     # circuit breaker: most of the fleet drained at once
@@ -31,9 +33,18 @@ class Defaults:
     bench_parallel_jobs: int = 16        # benchmark jobs on disjoint hosts launched at once
     bench_pair_rounds: int = 3           # pair rounds in the acceptance plan (partners per node)
     hpl_fleet_slow_fraction: float = 0.05  # HPL node slower than best by this -> WARN (DeepOps 1.05)
+    clock_event_max_fraction: float = 0.90  # slowdown flag with SM clock >= this share of max: not confirmed
+    clock_event_load_pct: int = 50       # utilization at/above which a flag with unknown clocks counts as under load
+    hpl_above_peak_ratio: float = 1.10   # HPL above this share of Rpeak: wrong expectation or misparse -> ERROR
     history_keep_days: int = 30
+    grade_workers: int = 0               # replay grading processes; 0: one per CPU core
+    grade_pool_min_hosts: int = 64       # smaller replays grade in-process (forking costs more)
     regression_baseline_runs: int = 5
     regression_drop_fraction: float = 0.10
+    evidence_timeout_s: float = 300.0    # nvidia-bug-report.sh on a failing host (--collect-evidence)
+    evidence_max_bytes: int = 64 * 1024 * 1024  # the report kept per host; larger ones are truncated
+    offender_failures: int = 3           # repeat offender: failing on this many ...
+    offender_window: int = 5             # ... of the host's last this many runs (this one included)
 
 
 DEFAULTS = Defaults()

@@ -91,7 +91,9 @@ class DrainPlan:
 
 
 def triggers(finding: Finding, policy: DrainPolicy) -> bool:
-    """True when ``finding`` alone is reason enough to drain its host."""
+    """True when ``finding`` alone is reason enough to drain its host (never for an observe-only check)."""
+    if finding.observe:
+        return False
     if any(fnmatch.fnmatchcase(finding.check, g) for g in policy.ignore):
         return False
     named = any(fnmatch.fnmatchcase(finding.check, g) for g in policy.checks)

@@ -11,6 +11,7 @@ and what to do, so messages are never copy-pasted per check.
 
 from __future__ import annotations
 
+import fnmatch
 import re
 import statistics
 from collections.abc import Iterable, Mapping
@@ -79,6 +80,18 @@ def grade(exp: Expectation, measured: Any) -> Status:
     return Status.PASS
 
 
+def passes(exp: Expectation | None, measured: Any) -> bool:
+    """Whether ``finding_from_expectation`` would give PASS, without building the finding: evaluators
+    of hundreds of links or counters per host keep only what did not pass (a missing expectation or
+    an ungradable value is not a pass)."""
+    if exp is None:
+        return False
+    try:
+        return grade(exp, measured) is Status.PASS
+    except (GradingError, TypeError, ValueError):
+        return False
+
+
 def grade_bands(exp: Expectation, measured: float) -> Status:
     """Fraction-of-expected grading (busbw, GFLOPS): >= acceptable PASS, >= warn WARN, else FAIL."""
     bands = dict(exp.bands or {})
@@ -130,6 +143,14 @@ def finding_from_expectation(host: str, check: str, exp: Expectation | None, mea
                    remedy=remedy if status is not Status.PASS else None, source=source)
 
 
+def with_note(f: Finding, note: str) -> Finding:
+    """``f`` with ``note`` inserted before its ``(source: ...)`` citation (or appended when it has none)."""
+    if not note:
+        return f
+    head, sep, tail = f.message.partition(" (source:")
+    return Finding(**{**f.__dict__, "message": head + note + sep + tail})
+
+
 def short_source(source: str, limit: int = 100) -> str:
     """The first clause of an expectation's source, for messages (the profile keeps the full text)."""
     first = source.split(";")[0].strip()
@@ -153,6 +174,27 @@ def apply_known_issues(findings: Iterable[Finding], profile: Profile, today: dat
             until = f" until {issue.expires}" if issue.expires else ""
             f = Finding(**{**f.__dict__, "status": Status.WARN,
                            "message": f"{f.message} [known issue{until}: {issue.reason}]"})
+        out.append(f)
+    return out
+
+
+def observed(check: str, patterns: Iterable[str]) -> bool:
+    """True when ``check`` is observe-only: it equals a pattern, lies under it (``ib.counter`` covers
+    ``ib.counter.symbol_error``) or matches it as a glob (``rate.*``)."""
+    return any(check == p or check.startswith(p + ".") or fnmatch.fnmatchcase(check, p) for p in patterns)
+
+
+def apply_observe(findings: Iterable[Finding], profile: Profile) -> list[Finding]:
+    """Mark findings of the profile's observe-only checks: still graded and reported, but never in a
+    host verdict, a drain or the exit code. Non-PASS ones say so in their message. Idempotent."""
+    if not profile.observe:
+        return list(findings)
+    out = []
+    for f in findings:
+        if not f.observe and observed(f.check, profile.observe):
+            note = "" if f.status in (Status.PASS, Status.SKIP) else \
+                " [observe-only: not counted in the verdict, never drains]"
+            f = Finding(**{**f.__dict__, "observe": True, "message": f.message + note})
         out.append(f)
     return out
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from healthcheck.model import Status
+from healthcheck.offenders import PastRun, failure_keys
 from healthcheck.regression import HostState, Measurement, host_states, trend_points
 from healthcheck.results import RunResults
 
@@ -52,6 +53,10 @@ CREATE TABLE IF NOT EXISTS measurements (
     value REAL NOT NULL, unit TEXT);
 CREATE INDEX IF NOT EXISTS measurements_by_host ON measurements (host, check_id, component, seq);
 CREATE INDEX IF NOT EXISTS host_runs_by_host ON host_runs (host, seq);
+CREATE TABLE IF NOT EXISTS failures (
+    seq INTEGER NOT NULL REFERENCES runs(seq) ON DELETE CASCADE, host TEXT NOT NULL,
+    check_id TEXT NOT NULL, component TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS failures_by_seq ON failures (seq);
 """
 
 
@@ -138,6 +143,8 @@ class HistoryIndex:
                 "VALUES (?,?,?,?,?,?,?,?)",
                 [(seq, m.host, m.metric, m.direction, m.check, m.component, m.value, m.unit)
                  for m in measurements])
+            self.db.executemany("INSERT INTO failures (seq, host, check_id, component) VALUES (?,?,?,?)",
+                                [(seq, *key) for key in failure_keys(results)])
         assert seq is not None
         return int(seq)
 
@@ -163,6 +170,17 @@ class HistoryIndex:
             "SELECT seq, run_id, started, run_dir, verdict FROM runs WHERE seq < ? ORDER BY seq DESC LIMIT ?",
             (before_seq if before_seq is not None else 2**62, limit if limit is not None else -1)).fetchall()
         return [RunRow(*row) for row in rows]
+
+    def recent_failures(self, before_seq: int | None, runs: int) -> list[PastRun]:
+        """The FAIL keys and swept hosts of the last ``runs`` recorded runs before ``before_seq``, newest first
+        (repeat offenders, ``healthcheck.offenders``)."""
+        out = []
+        for r in self.runs(limit=runs, before_seq=before_seq):
+            failed = self.db.execute("SELECT host, check_id, component FROM failures WHERE seq = ?", (r.seq,))
+            hosts = self.db.execute("SELECT host FROM host_runs WHERE seq = ?", (r.seq,))
+            out.append(PastRun(r.run_id, frozenset(tuple(row) for row in failed),
+                               frozenset(h for (h,) in hosts)))
+        return out
 
     def seq_of(self, run_id: str) -> int | None:
         row = self.db.execute("SELECT seq FROM runs WHERE run_id = ?", (run_id,)).fetchone()

@@ -69,7 +69,8 @@ class CommandResult:
 
     ``transport_error`` (could not reach or run on the host), ``timed_out`` (the command ran past
     its timeout) and ``rc`` (the command's own exit code) are three different things: a result
-    with a transport error has no rc.
+    with a transport error has no rc. ``not_run`` says why the node did not start the command
+    (``not run: nvidia-smi hung for 20 s in nvidia-smi-q-x``); ``timeout_s`` is the time it was given.
     """
 
     host: str
@@ -82,6 +83,8 @@ class CommandResult:
     transport_error: str | None = None
     stdout_truncated: bool = False
     stderr_truncated: bool = False
+    not_run: str | None = None
+    timeout_s: float | None = None
 
     @property
     def text(self) -> str:
@@ -112,15 +115,23 @@ class Finding:
     unit: str | None = None
     remedy: str | None = None
     source: str | None = None
+    observe: bool = False   # an observe-only check (profile ``observe``): reported, never in a verdict or drain
 
     @property
     def category(self) -> str:
         return self.check.split(".", 1)[0]
 
     def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["status"] = self.status.value
-        return out
+        # Every field is a JSON scalar: a plain dict, not ``asdict``'s recursive deep copy (5-10x slower).
+        return {"host": self.host, "check": self.check, "status": self.status.value, "message": self.message,
+                "component": self.component, "value": self.value, "expected": self.expected, "unit": self.unit,
+                "remedy": self.remedy, "source": self.source,
+                **({"observe": True} if self.observe else {})}  # written only when set
+
+    def to_row(self) -> tuple[JSONScalar, ...]:
+        """The fields in ``FINDING_FIELDS`` order, status as its text (the findings table's row)."""
+        return (self.host, self.check, self.status.value, self.message, self.component, self.value,
+                self.expected, self.unit, self.remedy, self.source, self.observe)
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> Finding:
@@ -129,14 +140,39 @@ class Finding:
         return cls(**known)
 
 
+BOOKKEEPING_CATEGORY = "host"  # host.reachable, host.swept, host.checked: about the sweep, not the node
+
+
+def is_evidence(finding: Finding) -> bool:
+    """A graded check on real output from the host: PASS, WARN or FAIL of a probe or benchmark.
+
+    SKIP (not applicable), ERROR (could not be evaluated) and the sweep's own bookkeeping
+    (``host.reachable`` PASS says only that a session completed) are not evidence."""
+    return (finding.status in (Status.PASS, Status.WARN, Status.FAIL) and finding.category != BOOKKEEPING_CATEGORY
+            and not finding.observe)  # an observe-only check never decides a verdict
+
+
+FINDING_FIELDS = ("host", "check", "status", "message", "component", "value", "expected", "unit", "remedy",
+                  "source", "observe")  # Finding's fields in order (the findings table's columns)
+
+
 def host_verdict(findings: Iterable[Finding]) -> Status:
-    """A host's verdict is its worst finding, SKIPs aside (a SKIP is "not applicable", not a
-    grade): SKIP only when every finding is a SKIP, ERROR when there is no finding at all."""
-    statuses = [f.status for f in findings]
-    if not statuses:
+    """A host's verdict is its worst finding, SKIPs and observe-only findings aside (a SKIP is "not
+    applicable", not a grade; an observe-only check is reported but never decides).
+
+    Nothing checked is never PASS: PASS or WARN needs at least one finding that is evidence
+    (``is_evidence``); without one the verdict is ERROR. SKIP only when every finding is a SKIP
+    (a node left alone because it runs a job), ERROR when there is no finding at all."""
+    found = [f for f in findings if not f.observe]
+    if not found:
         return Status.ERROR
-    graded = [s for s in statuses if s is not Status.SKIP]
-    return worst(graded) if graded else Status.SKIP
+    graded = [f.status for f in found if f.status is not Status.SKIP]
+    if not graded:
+        return Status.SKIP
+    verdict = worst(graded)
+    if verdict in (Status.PASS, Status.WARN) and not any(is_evidence(f) for f in found):
+        return Status.ERROR
+    return verdict
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,11 @@ gives the same verdicts. Raw outputs and findings are on disk as each host compl
 
 from __future__ import annotations
 
-import json
 import platform
 import shutil
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,20 +21,38 @@ from typing import Any
 
 import healthcheck
 from healthcheck import probes as probe_registry
-from healthcheck.assetdiff import current_assets, reset_swapped
 from healthcheck.defaults import DEFAULTS
+from healthcheck.gradepool import Graded, GradeJob, grade_collection, grade_hosts, worker_count
+from healthcheck.grading import apply_observe
 from healthcheck.hostvars import host_profile, plan_key
 from healthcheck.inventory import Inventory, expand_hostlist, load_inventory
 from healthcheck.model import Finding, Host, HostCollection, Status
+from healthcheck.nodetools import bounded, hang_finding
+from healthcheck.observation_store import (
+    ObservationStore,
+    encode_observations,
+    key_observations,
+    read_observations,
+)
 from healthcheck.profiles import EMPTY_PROFILE, Profile, available_profiles, load_profile
 from healthcheck.progress import JobProgress, ProgressDisplay
 from healthcheck.rerun import RerunPlan, plan_rerun, rerun_changes, rerun_record
 from healthcheck.results import HostResult, RunResults, load_results, to_jsonable, write_results
-from healthcheck.rundir import FindingsLog, new_run_dir, read_bundle, update_latest, write_collection, write_json
+from healthcheck.rundir import (
+    FindingsLog,
+    host_names,
+    new_run_dir,
+    raw_dir,
+    reference_raw,
+    update_latest,
+    write_collection,
+    write_json,
+)
 from healthcheck.runner import Runner, host_deadline, plan_commands
+from healthcheck.selection import limit_hosts, limit_names, manifest_hosts
 from healthcheck.spec import Transport
-from healthcheck.stages import grade_host
 from healthcheck.transport import Command, PerHostTransport, open_transport
+from healthcheck.verdicts import nothing_checked
 
 
 @dataclass
@@ -60,17 +77,24 @@ class RunOptions:
     ssh_client: str = "paramiko"          # or "openssh": the system ssh with ControlMaster (docs/ssh.md)
     transport: str | None = None          # override every host's transport (ssh, local, slurm)
     srun_args: Sequence[str] = ()         # extra srun arguments for the slurm transport (--partition=...)
+    slurm_mode: str = "step"              # slurm: "step" (one srun for all hosts) or "per-host" (one srun each)
+    slurm_spool: Path | None = None       # step mode: directory shared with the nodes [default: RUN/slurm-step]
     profile: str | None = None            # override (or default for bundles without an inventory)
     profile_dirs: Sequence[Path] = ()
     limit: Sequence[str] | None = None    # only these host names
     previous: Path | None = None          # earlier run dir: counters' growth is measured against it
     progress: bool = False
+    grade_workers: int | None = None      # replay grading processes (None: DEFAULTS, one per core)
     benchmarks: Sequence[str] = ()
     plan: str = "quick"
     probe_options: Mapping[str, Any] = field(default_factory=dict)
     render: bool = True                   # False: the caller renders the reports (``healthcheck sweep``)
+    collect_evidence: bool = False        # nvidia-bug-report.sh on hosts failing gpu/nvlink/xid (healthcheck.evidence)
+    evidence_timeout_s: float = DEFAULTS.evidence_timeout_s
+    evidence_max_bytes: int = DEFAULTS.evidence_max_bytes
     rerun_of: Path | None = None          # earlier run dir: sweep only its FAIL/ERROR hosts (healthcheck.rerun)
     rerun_checks: bool = False            # with rerun_of: only the probes (and jobs) that produced those findings
+    metrics_detail: bool = False          # metrics.prom: every check and the per-GPU/link/port series
 
 
 @dataclass
@@ -111,9 +135,8 @@ def _hosts(opts: RunOptions, search: Sequence[Path]) -> tuple[list[Host], Invent
         hosts = [Host(**{**h.__dict__, "transport": "local"}) for h in hosts]
     elif opts.transport and opts.replay is None:
         hosts = [Host(**{**h.__dict__, "transport": opts.transport}) for h in hosts]
-    if opts.limit is not None:
-        wanted = set(opts.limit)
-        hosts = [h for h in hosts if h.name in wanted]
+    if opts.limit is not None:  # a rerun's list was already checked against the user's --limit
+        hosts = limit_hosts(hosts, opts.limit, strict=opts.rerun_of is None)
     return hosts, inv
 
 
@@ -121,9 +144,8 @@ def _replay_hosts(bundle: Path) -> list[Host]:
     """Hosts of a bundle: from its manifest when it is a run directory, else its raw/ folders."""
     manifest = Path(bundle) / "manifest.json"
     if manifest.is_file():
-        listed = json.loads(manifest.read_text()).get("hosts", [])
-        return [Host(**{**h, "vars": h.get("vars") or {}}) for h in listed]
-    return [Host(name=name) for name in read_bundle(bundle)]
+        return manifest_hosts(manifest)
+    return [Host(name=name) for name in host_names(bundle)]
 
 
 def _load_profiles(hosts: Sequence[Host], search: Sequence[Path]) -> dict[str, Profile]:
@@ -133,7 +155,7 @@ def _load_profiles(hosts: Sequence[Host], search: Sequence[Path]) -> dict[str, P
 def _previous_observations(previous: Path | None) -> dict[str, dict[str, Any]]:
     if previous is None or not (Path(previous) / "results.json").is_file():
         return {}
-    prior = load_results(Path(previous))
+    prior = load_results(Path(previous), observations=True)
     return {name: h.observations for name, h in prior.hosts.items()}
 
 
@@ -176,19 +198,28 @@ def execute_run(opts: RunOptions) -> RunOutcome:
     if rerun is not None and not hosts:
         raise NothingToRerunError(f"--rerun-failed {rerun.of_dir}: none of its failing hosts "
                                   f"({', '.join(rerun.hosts)}) is in the selected inventory or --limit")
-    transport = _transport(opts, mode, hosts)
     run_dir = new_run_dir(opts.out, opts.run_dir)
+    transport = _transport(opts, mode, hosts, run_dir, lambda h: plans.get(plan_key(h), plans[""]))
     write_json(run_dir / "manifest.json", _manifest(opts, hosts, profiles, plans, mode, started))
     log = FindingsLog(run_dir)
-    host_results, interrupted = _sweep(opts, mode, run_dir, hosts, profiles, selected, options, plans,
-                                       transport, log)
+    try:
+        host_results, interrupted = _sweep(opts, mode, run_dir, hosts, profiles, selected, options, plans,
+                                           transport, log)
+    finally:
+        getattr(transport, "close", lambda: None)()
     if opts.replay is not None:
+        reference_raw(run_dir, Path(opts.replay))
         _copy_job_outputs(Path(opts.replay), run_dir)
+    evidence: list[dict[str, Any]] = []
     stages = () if interrupted else (  # after Ctrl-C: no benchmark launch, no fleet verdict on a partial fleet
+        ("evidence", lambda: _evidence(opts, mode, run_dir, hosts, host_results, evidence)),
         ("benchmarks", lambda: _benchmarks(opts, mode, run_dir, hosts, profiles, transport, host_results)),
         ("fleet", lambda: _fleet(host_results, hosts, profiles)))
     for stage, run_stage in stages:
-        log.append(_guarded(stage, run_stage, host_results))
+        log.append(_observe(_guarded(stage, run_stage, host_results), hosts, profiles))
+    for host in host_results.values():  # benchmark and fleet findings too: observe-only marks in one place
+        host.findings = _observe(host.findings, hosts, profiles)
+    log.append(nothing_checked(host_results))  # the one place the "nothing checked is never PASS" rule is applied
     run_info = {"id": run_dir.name, "started": started.isoformat(timespec="seconds"),
                 "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "duration_s": round(time.monotonic() - clock, 3), "mode": mode,
@@ -197,14 +228,15 @@ def execute_run(opts: RunOptions) -> RunOutcome:
                 "profiles": sorted(profiles), "interrupted": interrupted}
     ordered = {h.name: host_results[h.name] for h in hosts if h.name in host_results}
     ordered.update({n: r for n, r in host_results.items() if n not in ordered})
-    results = RunResults(run=run_info, hosts=ordered)
+    results = RunResults(run=run_info, hosts=ordered, extra={"evidence": evidence} if opts.collect_evidence else {})
     if rerun is not None:
         run_info["rerun_of"] = rerun.of_id
         results.extra.update(rerun=rerun_record(rerun, results), changes=rerun_changes(rerun, results))
     write_results(run_dir, results)
     if opts.run_dir is None:
         update_latest(run_dir)
-    return RunOutcome(run_dir=run_dir, results=results, report_error=_render(run_dir) if opts.render else None,
+    return RunOutcome(run_dir=run_dir, results=results,
+                      report_error=_render(run_dir, results, opts.metrics_detail) if opts.render else None,
                       interrupted=interrupted)
 
 
@@ -220,8 +252,8 @@ def _apply_rerun(opts: RunOptions) -> tuple[RunOptions, RerunPlan | None]:
     plan = plan_rerun(opts.rerun_of, opts.rerun_checks, probe_registry.select(opts.probes, opts.skip_probes))
     if not plan.hosts:
         raise NothingToRerunError(f"nothing to rerun: no host FAILed or ERRORed in {opts.rerun_of}")
-    limit = [h for h in plan.hosts if opts.limit is None or h in opts.limit]
-    changes: dict[str, Any] = {"limit": limit}
+    limit = [h for h in plan.hosts if opts.limit is None or h in limit_names(opts.limit)]
+    changes: dict[str, Any] = {"limit": limit, "rerun_of": plan.of_dir}
     if plan.probes is not None:
         changes["probes"] = list(plan.probes)
     elif opts.probes is None and plan.old_probes is not None:
@@ -238,18 +270,25 @@ def _sweep(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host], pr
     """Collect and grade every host; each host's raw outputs and findings reach disk as it completes.
     Returns the results and whether the sweep was interrupted (Ctrl-C)."""
     previous = _previous_observations(opts.previous)
+    store = ObservationStore(run_dir)
+    if mode == "replay" and opts.replay is not None:
+        bundle = Path(opts.replay)
+        job = GradeJob(raw_dir(bundle), frozenset(host_names(bundle)), selected, profiles, options, previous)
+        return _replay_sweep(opts, hosts, job, log, store)
+    job = GradeJob(run_dir / "raw", frozenset(), selected, profiles, options, previous)
 
     def grade(host: Host, collection: HostCollection) -> HostResult:
-        profile = host_profile(host, profiles.get(host.profile or "", EMPTY_PROFILE))
-        preparsed = local_nvml_observations(selected) if host.transport == "local" and mode != "replay" else {}
-        before = previous.get(host.name)
-        if before and "assets" in before:  # a swapped GPU/HCA starts a fresh counter baseline
-            before, _ = reset_swapped(before, current_assets(collection.results), host.name)
-        findings, observations = grade_host(host, collection, selected, profile,
-                                            mode if mode == "replay" else host.transport,
-                                            before, options, preparsed)
+        preparsed, hung = {}, []
+        if host.transport == "local":  # NVML is called in-process: bounded, a hang is FAIL
+            answered, nvml_obs = bounded(lambda: local_nvml_observations(selected), opts.timeout_s)
+            preparsed = nvml_obs or {}
+            hung = [] if answered else [hang_finding(host.name, ["nvml"], "NVML calls (pynvml)", opts.timeout_s,
+                                                     source="nvml", consequence="GPUs graded from nvidia-smi -q -x")]
+        findings, observations = grade_collection(job, host, collection, host.transport, preparsed)
+        findings[1:1] = hung
         log.append(findings)
-        return HostResult(name=host.name, findings=findings, observations=observations,
+        return HostResult(name=host.name, findings=findings, observations=key_observations(observations),
+                          observations_at=store.append(encode_observations(host.name, observations)),
                           profile=host.profile, group=host.group, address=host.address)
 
     def deadline_for(commands: Sequence[Command]) -> float:
@@ -260,14 +299,63 @@ def _sweep(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host], pr
                         deadline_for, listeners=[progress], on_collected=lambda c: write_collection(run_dir, c))
         results = runner.run(hosts, grade)
     if runner.interrupted:
-        for host in hosts:
-            if host.name not in results:
-                results[host.name] = HostResult(name=host.name, profile=host.profile, group=host.group, findings=[
-                    Finding(host=host.name, check="host.swept", status=Status.ERROR, expected="swept",
-                            message="not swept: the run was interrupted (Ctrl-C) before this host started",
-                            remedy="Rerun the sweep (--limit with the hosts left out)")])
-                log.append(results[host.name].findings)
+        _not_swept(hosts, results, log)
     return results, runner.interrupted
+
+
+def _not_swept(hosts: Sequence[Host], results: dict[str, HostResult], log: FindingsLog) -> None:
+    for host in hosts:
+        if host.name not in results:
+            results[host.name] = HostResult(name=host.name, profile=host.profile, group=host.group, findings=[
+                Finding(host=host.name, check="host.swept", status=Status.ERROR, expected="swept",
+                        message="not swept: the run was interrupted (Ctrl-C) before this host started",
+                        remedy="Rerun the sweep (--limit with the hosts left out)")])
+            log.append(results[host.name].findings)
+
+
+def _replay_sweep(opts: RunOptions, hosts: Sequence[Host], job: GradeJob, log: FindingsLog,
+                  store: ObservationStore) -> tuple[dict[str, HostResult], bool]:
+    """Grade a bundle in worker processes (``healthcheck.gradepool``); the raw outputs stay in the
+    bundle (``raw/_source.json`` points at them) and only results come back to this process."""
+    by_name = {h.name: h for h in hosts}
+    results: dict[str, HostResult] = {}
+
+    def done(graded: Graded) -> None:
+        host = by_name[graded.host]
+        log.append_lines(graded.lines)
+        results[host.name] = HostResult(name=host.name, findings=graded.findings, observations=graded.key,
+                                        observations_at=store.append(graded.member), profile=host.profile,
+                                        group=host.group, address=host.address)
+        progress.on_host_start(host)
+        progress.on_host_done(host, results[host.name])
+
+    with ProgressDisplay(total=len(hosts), enabled=opts.progress) as progress:
+        try:
+            grade_hosts(job, hosts, worker_count(len(hosts), opts.grade_workers), done)
+        except KeyboardInterrupt:
+            _not_swept(hosts, results, log)
+            return results, True
+    return results, False
+
+
+def _evidence(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host],
+              host_results: dict[str, HostResult], entries: list[dict[str, Any]]) -> list[Finding]:
+    """``--collect-evidence``: nvidia-bug-report.sh on hosts failing GPU/NVLink/Xid checks, before benchmarks."""
+    if not opts.collect_evidence or mode == "replay":
+        return []
+    from healthcheck.evidence import collect_evidence, evidence_wanted
+
+    wanted = evidence_wanted(host_results)
+    if not wanted:
+        return []
+    # its own commands per host: one srun per host under slurm (a job step is planned for the probes only)
+    transport = _transport(replace(opts, output_cap_bytes=opts.evidence_max_bytes, slurm_mode="per-host"), mode,
+                           hosts, run_dir, lambda h: ())
+    findings, collected = collect_evidence(run_dir, hosts, wanted, transport, timeout_s=opts.evidence_timeout_s)
+    entries.extend(collected)
+    for f in findings:
+        host_results[f.host].findings.append(f)
+    return findings
 
 
 def _guarded(stage: str, run_stage: Any, host_results: dict[str, HostResult]) -> list[Finding]:
@@ -285,10 +373,16 @@ def _guarded(stage: str, run_stage: Any, host_results: dict[str, HostResult]) ->
     return findings
 
 
-def _render(run_dir: Path) -> str | None:
+def _observe(findings: list[Finding], hosts: Sequence[Host], profiles: Mapping[str, Profile]) -> list[Finding]:
+    """Each finding marked observe-only when its host's profile says so (``grading.apply_observe``)."""
+    profile_of = {h.name: host_profile(h, profiles.get(h.profile or "", EMPTY_PROFILE)) for h in hosts}
+    return [g for f in findings for g in apply_observe([f], profile_of.get(f.host, EMPTY_PROFILE))]
+
+
+def _render(run_dir: Path, results: RunResults | None = None, metrics_detail: bool = False) -> str | None:
     """Render the reports; a failure is reported, not raised (``healthcheck report`` can retry)."""
     try:
-        render_reports(run_dir)
+        render_reports(run_dir, results, metrics_detail)
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
         print(f"healthcheck: reports not rendered ({error}); results.json is complete", file=sys.stderr)
@@ -296,9 +390,17 @@ def _render(run_dir: Path) -> str | None:
     return None
 
 
-def _transport(opts: RunOptions, mode: str, hosts: Sequence[Host]) -> Transport:
-    """Replay for replays; otherwise each host's own transport (ssh unless it says local)."""
+def _transport(opts: RunOptions, mode: str, hosts: Sequence[Host], run_dir: Path,
+               commands_for: Callable[[Host], Sequence[Command]]) -> Transport:
+    """Replay for replays; otherwise each host's own transport (ssh unless it says local). Slurm hosts
+    share one job step (``slurm_mode="step"``) or get one srun each (``"per-host"``)."""
     def make(kind: str) -> Transport:
+        if kind == "slurm" and opts.slurm_mode == "step":
+            from healthcheck.transport.slurm_step import SlurmStepTransport
+
+            return SlurmStepTransport([h for h in hosts if h.transport == "slurm"], commands_for,
+                                      Path(opts.slurm_spool or run_dir / "slurm-step"), srun_args=opts.srun_args,
+                                      alloc_wait_s=opts.connect_timeout_s, cap=opts.output_cap_bytes)
         return open_transport(kind, ssh_config_path=opts.ssh_config,
                               accept_new_host_keys=opts.accept_new_host_keys,
                               connect_timeout_s=opts.connect_timeout_s, cap=opts.output_cap_bytes,
@@ -336,8 +438,13 @@ def _benchmarks(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host
                                                         listener=progress)
     else:
         return []
+    store = ObservationStore(run_dir)
     for name, obs in observations.items():
-        host_results.setdefault(name, HostResult(name=name)).observations.update(to_jsonable(obs))
+        host, added = host_results.setdefault(name, HostResult(name=name)), to_jsonable(obs)
+        host.observations.update(added)
+        if host.observations_at is not None:  # the store has the probes' part: append the host again, merged
+            full = read_observations(run_dir, host.observations_at) or {}
+            host.observations_at = store.append(encode_observations(name, {**full, **added}))
     for f in findings:
         host_results.setdefault(f.host, HostResult(name=f.host)).findings.append(f)
     return findings
@@ -376,15 +483,20 @@ def _fleet(host_results: dict[str, HostResult], hosts: Sequence[Host],
 
 
 def _copy_job_outputs(bundle: Path, run_dir: Path) -> None:
-    """Replays keep the bundle's raw outputs beside the new results, so the new run is a bundle too."""
-    for host_dir in (bundle / "raw").glob("*") if (bundle / "raw").is_dir() else []:
-        target = run_dir / "raw" / host_dir.name
-        if host_dir.is_dir() and not target.exists():
-            shutil.copytree(host_dir, target)
+    """Replays copy the bundle's benchmark jobs (``raw/_jobs``, ``raw/_telemetry``: few files) beside the
+    new results; host outputs are referenced (``rundir.reference_raw``), so the new run is a bundle too."""
+    raw = raw_dir(bundle)
+    for job_dir in raw.glob("_*") if raw.is_dir() else []:
+        target = run_dir / "raw" / job_dir.name
+        if job_dir.is_dir() and not target.exists():
+            shutil.copytree(job_dir, target)
 
 
-def render_reports(run_dir: Path) -> list[Path]:
-    """Write report.html, junit.xml, metrics.prom, summary.md (the reports package)."""
+def render_reports(run_dir: Path, results: RunResults | None = None, metrics_detail: bool = False) -> list[Path]:
+    """Write report.html, junit.xml, metrics.prom, summary.md (the reports package); from ``results``
+    when the caller has them in memory, else from the run directory."""
     from healthcheck import reports
 
-    return reports.write_all(run_dir)
+    if results is None and not metrics_detail:
+        return reports.write_all(run_dir)
+    return reports.write_all(run_dir, results=results, options={"metrics_detail": metrics_detail})

@@ -73,6 +73,7 @@ class Expectation:
     severity: str = "FAIL"
     required: bool = False
     note: str | None = None
+    observe: bool = False       # observe-only: graded and reported, never in a verdict, a drain or the exit code
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,7 @@ class Profile:
     settings: Mapping[str, Any] = field(default_factory=dict)
     known_issues: tuple[KnownIssue, ...] = ()
     path: str | None = None
+    observe: tuple[str, ...] = ()   # check ids or globs that are observe-only (``observe:`` list + ``observe: true``)
 
     def expect(self, key: str) -> Expectation | None:
         return self.expectations.get(key)
@@ -109,8 +111,8 @@ class Profile:
 
 
 EMPTY_PROFILE = Profile(name="(none)", description="host has no profile")
-_EXPECTATION_KEYS = {"op", "value", "unit", "warn", "bands", "severity", "required", "note", "source"}
-_PROFILE_KEYS = {"name", "description", "inherits", "expect", "settings", "known_issues"}
+_EXPECTATION_KEYS = {"op", "value", "unit", "warn", "bands", "severity", "required", "note", "source", "observe"}
+_PROFILE_KEYS = {"name", "description", "inherits", "expect", "settings", "known_issues", "observe"}
 
 
 def _unknown_keys(keys: Iterable[Any], allowed: set[str]) -> list[str]:
@@ -172,7 +174,7 @@ def _parse_expectation(path: Path, key: str, raw: Any) -> Expectation:
     return Expectation(key=key, source=str(raw["source"]), op=op, value=raw.get("value"),
                        unit=raw.get("unit"), warn=raw.get("warn"), bands=raw.get("bands"),
                        severity=severity, required=bool(raw.get("required", False)),
-                       note=raw.get("note"))
+                       note=raw.get("note"), observe=bool(raw.get("observe", False)))
 
 
 def _parse_known_issue(path: Path, raw: Any) -> KnownIssue:
@@ -215,8 +217,14 @@ def load_profile(name: str, search: Sequence[Path] = (), _seen: tuple[str, ...] 
     settings = _merge(base.settings if base else {}, raw.get("settings") or {})
     issues = (base.known_issues if base else ()) + tuple(
         _parse_known_issue(path, item) for item in raw.get("known_issues") or ())
+    listed = raw.get("observe") or []
+    if not isinstance(listed, list) or not all(isinstance(x, str) and x for x in listed):
+        raise ProfileError(f"{path}: observe must be a list of check ids or globs, got {listed!r}")
+    observe = tuple(dict.fromkeys([*(base.observe if base else ()), *listed,
+                                   *(k for k, e in expectations.items() if e.observe)]))
     return Profile(name=str(raw.get("name", name)), description=str(raw.get("description", "")),
-                   expectations=expectations, settings=settings, known_issues=issues, path=str(path))
+                   expectations=expectations, settings=settings, known_issues=issues, path=str(path),
+                   observe=observe)
 
 
 def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

@@ -261,7 +261,8 @@ class HostState:
 
 
 def host_states(results: RunResults) -> dict[str, HostState]:
-    return {name: HostState(h.verdict, tuple(sorted({f.check for f in h.findings if f.status in FAILING})))
+    return {name: HostState(h.verdict, tuple(sorted({f.check for f in h.findings
+                                                    if f.status in FAILING and not f.observe})))
             for name, h in results.hosts.items()}
 
 

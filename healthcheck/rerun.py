@@ -101,7 +101,7 @@ def _component(job: Mapping[str, Any]) -> str:
 
 def plan_rerun(run_dir: Path, only_checks: bool, probes: Iterable[Any] = ()) -> RerunPlan:
     """What to run again from ``run_dir`` (raises ValueError when it has no results.json)."""
-    run_dir = Path(run_dir)
+    run_dir = Path(run_dir).resolve()  # runs/latest moves on with the rerun itself: record where it pointed
     if not (run_dir / "results.json").is_file():
         raise ValueError(f"--rerun-failed {run_dir}: no results.json there (not a finished run directory)")
     results = load_results(run_dir)

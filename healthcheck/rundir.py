@@ -3,6 +3,7 @@
     <run>/manifest.json                      args, hosts, profiles as used, versions
     <run>/raw/<host>/<command_id>.out|.err|.rc   exactly what the host returned (.rc: exit code)
     <run>/raw/<host>/_host.json              transport error, timings, per-command flags
+    <run>/raw/_source.json                   a replay: {"raw": "<bundle>/raw"}, the outputs it re-graded
     <run>/findings.jsonl                     one finding per line, appended as each host completes
     <run>/results.json                       see healthcheck/results.py
 
@@ -12,6 +13,7 @@ A hand-made bundle needs only ``raw/<host>/<command_id>.out``; a missing ``.rc``
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 from collections.abc import Iterable
@@ -22,6 +24,8 @@ from typing import Any
 from healthcheck.model import CommandResult, Finding, HostCollection
 
 HOST_META = "_host.json"
+RAW_SOURCE = "_source.json"   # a replay references the bundle's raw outputs instead of copying them
+_MAX_REFERENCES = 8           # a replay of a replay of ...: bounded, a reference loop cannot hang
 
 
 class RunDirError(ValueError):
@@ -81,8 +85,9 @@ def write_collection(run_dir: Path, collection: HostCollection) -> None:
                                  "transport_error": result.transport_error,
                                  "duration_s": result.duration_s,
                                  "stdout_truncated": result.stdout_truncated,
-                                 "stderr_truncated": result.stderr_truncated}
-        if result.transport_error is not None and result.rc is None:
+                                 "stderr_truncated": result.stderr_truncated,
+                                 "not_run": result.not_run, "timeout_s": result.timeout_s}
+        if (result.transport_error is not None or result.not_run is not None) and result.rc is None:
             continue
         (folder / f"{cid}.out").write_bytes(result.stdout)
         (folder / f"{cid}.err").write_bytes(result.stderr)
@@ -108,28 +113,70 @@ def read_host(folder: Path) -> HostCollection:
             duration_s=float(f.get("duration_s", 0.0)), timed_out=bool(f.get("timed_out", False)),
             transport_error=f.get("transport_error"),
             stdout_truncated=bool(f.get("stdout_truncated", False)),
-            stderr_truncated=bool(f.get("stderr_truncated", False)))
-    for cid, f in flags.items():  # commands that never produced output (host unreachable, deadline)
-        if cid not in results and f.get("transport_error"):
+            stderr_truncated=bool(f.get("stderr_truncated", False)),
+            not_run=f.get("not_run"), timeout_s=_seconds(f.get("timeout_s")))
+    for cid, f in flags.items():  # commands that never produced output (host unreachable, deadline, not run)
+        if cid not in results and (f.get("transport_error") or f.get("not_run")):
             results[cid] = CommandResult(host=host, command_id=cid, timed_out=bool(f.get("timed_out")),
-                                         transport_error=f["transport_error"])
+                                         transport_error=f.get("transport_error"), not_run=f.get("not_run"),
+                                         timeout_s=_seconds(f.get("timeout_s")))
     return HostCollection(host=host, results=results, transport_error=meta.get("transport_error"),
                           busy=bool(meta.get("busy", False)),
                           duration_s=float(meta.get("duration_s", 0.0)),
                           collected_at=meta.get("collected_at", ""))
 
 
-def read_bundle(path: Path) -> dict[str, HostCollection]:
-    """Every host under ``path/raw`` (or ``path`` itself when it has no raw/ folder)."""
+def _seconds(value: Any) -> float | None:
+    """A finite number of seconds from _host.json, else None (a bundle is untrusted data)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def raw_dir(path: Path) -> Path:
+    """The folder holding the host folders of a run or bundle: ``path/raw`` (or ``path`` itself when it
+    has no raw/ folder), following a replay's ``raw/_source.json`` to the bundle it re-graded."""
     path = Path(path)
     raw = path / "raw" if (path / "raw").is_dir() else path
+    for _ in range(_MAX_REFERENCES):
+        ref = raw / RAW_SOURCE
+        if not ref.is_file():
+            return raw
+        try:
+            raw = Path(json.loads(ref.read_text())["raw"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise RunDirError(f"{ref} is unreadable: {exc}") from exc
+    raise RunDirError(f"{path}: more than {_MAX_REFERENCES} nested raw/{RAW_SOURCE} references")
+
+
+def reference_raw(run_dir: Path, bundle: Path) -> None:
+    """Make ``run_dir`` a bundle by pointing its raw/ at ``bundle``'s outputs (no copy: a replay of
+    10,000 hosts would otherwise rewrite 850,000 files)."""
+    write_json(Path(run_dir) / "raw" / RAW_SOURCE, {"raw": str(raw_dir(bundle).resolve())})
+
+
+def host_names(path: Path) -> list[str]:
+    """Names of the host folders of a run or bundle, sorted, without reading them."""
+    raw = raw_dir(path)
     if not raw.is_dir():
         raise RunDirError(f"{path} is not a run directory or capture bundle (no raw/ folder)")
-    hosts = {d.name: read_host(d) for d in sorted(raw.iterdir())
-             if d.is_dir() and not d.name.startswith(("_", "."))}
-    if not hosts:
+    with os.scandir(raw) as entries:
+        names = sorted(e.name for e in entries if e.is_dir() and not e.name.startswith(("_", ".")))
+    if not names:
         raise RunDirError(f"{raw} holds no host folders")
-    return hosts
+    return names
+
+
+def read_bundle(path: Path) -> dict[str, HostCollection]:
+    """Every host under ``path/raw`` (or ``path`` itself when it has no raw/ folder), read at once;
+    ``host_names`` + ``read_host`` read one host at a time."""
+    raw = raw_dir(path)
+    return {name: read_host(raw / name) for name in host_names(path)}
+
+
+def encode_findings(findings: Iterable[Finding]) -> bytes:
+    """``findings.jsonl`` lines for ``findings`` (pure: grading workers call it in parallel)."""
+    return "".join(json.dumps(f.to_json(), sort_keys=True) + "\n" for f in findings).encode()
 
 
 class FindingsLog:
@@ -140,7 +187,10 @@ class FindingsLog:
         self._lock = threading.Lock()
 
     def append(self, findings: Iterable[Finding]) -> None:
-        data = "".join(json.dumps(f.to_json(), sort_keys=True) + "\n" for f in findings).encode()
+        self.append_lines(encode_findings(findings))
+
+    def append_lines(self, data: bytes) -> None:
+        """Append lines already encoded by ``encode_findings`` (a grading worker process encodes them)."""
         with self._lock:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             try:

@@ -37,14 +37,17 @@ def plan_commands(probes: Sequence[Probe], options: Mapping[str, Any], timeout_s
         timeouts = getattr(probe, "command_timeouts", None) or {}
         if callable(timeouts):  # timeouts that depend on the options (e.g. the DCGM diag level)
             timeouts = timeouts(options)
+        tools = getattr(probe, "command_tools", None) or {}
         for cid, line in probe.commands(options).items():
-            cmd = Command(cid, line, float(timeouts.get(cid, timeout_s)))
+            cmd = Command(cid, line, float(timeouts.get(cid, timeout_s)), tuple(tools.get(cid, ())))
             known = commands.get(cid)
             if known is not None and known.line != line:
                 raise CommandConflictError(f"command id {cid!r} has two command lines: {known.line!r} "
                                            f"and {line!r} (probe {probe.name})")
-            if known is None or cmd.timeout_s > known.timeout_s:
-                commands[cid] = cmd
+            if known is not None:  # the longest timeout, and every tool any probe declares
+                cmd = Command(cid, line, max(cmd.timeout_s, known.timeout_s),
+                              tuple(dict.fromkeys(known.tools + cmd.tools)))
+            commands[cid] = cmd
     return list(commands.values())
 
 

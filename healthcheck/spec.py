@@ -82,6 +82,9 @@ class ProbeSpec:
     # of the run options giving that mapping (the DCGM diag timeout depends on the diag level)
     command_timeouts: Mapping[str, float] | Callable[[Mapping[str, Any]], Mapping[str, float]] = field(
         default_factory=dict)
+    # the node tools each command depends on, e.g. {"nvidia-smi-topo": ("nvidia-smi",)} (names in
+    # healthcheck/nodetools.py): once one of them hung on a node, the command is not started there
+    command_tools: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
     def commands(self, options: Mapping[str, Any]) -> Mapping[str, str]:
         if self.render_commands is not None:

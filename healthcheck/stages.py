@@ -13,8 +13,9 @@ from collections.abc import Mapping, Sequence
 from datetime import date, datetime, timezone
 from typing import Any
 
-from healthcheck.grading import apply_known_issues
+from healthcheck.grading import apply_known_issues, apply_observe
 from healthcheck.model import CommandResult, Finding, Host, HostCollection, Status
+from healthcheck.nodetools import TOOL_HANG, command_tools, tool_hang_findings
 from healthcheck.profiles import Profile
 from healthcheck.results import to_jsonable
 from healthcheck.spec import EvalContext, ParseError, Probe
@@ -28,6 +29,10 @@ def probe_command_ids(probe: Probe, options: Mapping[str, Any]) -> list[str]:
 
 def _gate_finding(host: str, probe: Probe, result: CommandResult) -> Finding:
     cid = result.command_id
+    if result.not_run is not None:
+        return Finding(host=host, check=f"{probe.name}.collect", status=Status.SKIP, source=cid,
+                       message=f"{cid} {result.not_run}",
+                       remedy=f"See {TOOL_HANG} or the {probe.name}.collect finding of the command that hung")
     if result.transport_error is not None:
         return Finding(host=host, check=f"{probe.name}.collect", status=Status.ERROR, source=cid,
                        expected=f"{cid} output", message=f"{cid} could not run: {result.transport_error}",
@@ -116,6 +121,9 @@ def _reach_remedy(error: str) -> str:
                 "known_hosts; --accept-new-host-keys only trusts keys never seen before")
     if "authentication" in lowered:
         return "Check the user and IdentityFile for this host (inventory user, ssh_config)"
+    if "silent" in lowered:
+        return ("The node stopped sending while the named command ran: check it on the console or BMC; a "
+                "process in D state (hung GPU driver, dead NFS mount) or a frozen node is the usual cause")
     if "deadline" in lowered:
         return "A command hung: see which one in the findings; the node may have a hung driver or mount"
     if "slurm" in lowered or "srun" in lowered:
@@ -139,7 +147,8 @@ def grade_host(host: Host, collection: HostCollection, probes: Sequence[Probe], 
                preparsed: Mapping[str, Any] | None = None) -> tuple[list[Finding], dict[str, Any]]:
     """All findings and JSON observations of one host."""
     opts = dict(options or {})
-    findings = [reachability_finding(host, collection, transport)]
+    findings = [reachability_finding(host, collection, transport),
+                *tool_hang_findings(host.name, collection.results, command_tools(probes))]
     observations: dict[str, Any] = {}
     if collection.transport_error is not None and not any(r.ok for r in collection.results.values()):
         return findings, observations
@@ -152,4 +161,4 @@ def grade_host(host: Host, collection: HostCollection, probes: Sequence[Probe], 
         if obs is not None:
             observations[probe.name] = to_jsonable(obs)
     today = now.date() if isinstance(now, datetime) else date.today()
-    return apply_known_issues(findings, profile, today), observations
+    return apply_observe(apply_known_issues(findings, profile, today), profile), observations

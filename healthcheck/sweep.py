@@ -26,7 +26,13 @@ What it adds to the run's ``results.json`` (the rest of the schema is unchanged)
                                  "values": [["2026-11-20T03:15:02+00:00", 41.0], ...oldest first]},
                   "nccl.all_reduce.node.busbw": {"metric": "busbw", "unit": "GB/s", "values": [...]}}}
 
-Re-annotating a run replaces its earlier ``history.*`` findings and its record in the index.
+- ``"offenders"``: repeat offenders (``healthcheck.offenders``), the same (host, check, component) failing
+  on N of the host's last M runs, this one included, also added as ``offender.repeat`` FAIL findings::
+
+      [{"host": "gpu007", "check": "gpu.row_remap.failure", "component": "gpu3", "failures": 4, "runs": 5,
+        "run_ids": ["20261123T031500Z", ...newest first], "message": "the current finding's message"}]
+
+Re-annotating a run replaces its earlier ``history.*`` and ``offender.*`` findings and its record in the index.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from healthcheck.assetdiff import AssetChange, diff_assets, stale_counter_keys
 from healthcheck.defaults import DEFAULTS
 from healthcheck.history import RUNS_DIR, HistoryIndex, sweep_lock
 from healthcheck.model import Finding
+from healthcheck.offenders import failure_keys, offender_findings, repeat_offenders
 from healthcheck.regression import (
     diff_verdicts,
     extract_measurements,
@@ -48,9 +55,10 @@ from healthcheck.regression import (
     host_states,
     regression_findings,
 )
-from healthcheck.results import RunResults, load_results
+from healthcheck.results import RunResults, load_results, write_results
 
 TREND_RUNS = 14
+ANNOTATIONS = ("history.", "offender.")   # findings this module adds (replaced when a run is re-annotated)
 
 
 @dataclass
@@ -110,13 +118,14 @@ def annotate_and_record(run_dir: Path, history_dir: Path, *,
                         baseline_runs: int = DEFAULTS.regression_baseline_runs,
                         drop_fraction: float = DEFAULTS.regression_drop_fraction,
                         keep_days: float = DEFAULTS.history_keep_days, trend_runs: int = TREND_RUNS,
+                        offender_failures: int = DEFAULTS.offender_failures,
+                        offender_window: int = DEFAULTS.offender_window,
                         now: datetime | None = None) -> SweepRecord:
     """Grade ``run_dir`` against the history in ``history_dir``, record it, prune, rewrite results.json."""
     run_dir = Path(run_dir)
-    document = json.loads((run_dir / "results.json").read_text())
-    results = load_results(run_dir)
+    results = load_results(run_dir, observations=True)  # counters' growth reads every GPU and port
     for host in results.hosts.values():
-        host.findings = [f for f in host.findings if not f.check.startswith("history.")]
+        host.findings = [f for f in host.findings if not f.check.startswith(ANNOTATIONS)]
     run_id = str(results.run.get("id") or run_dir.name)
     results.run.setdefault("id", run_id)
     with HistoryIndex.open(history_dir) as index:
@@ -130,6 +139,9 @@ def annotate_and_record(run_dir: Path, history_dir: Path, *,
         for key in stale_counter_keys(swapped, assets_now, counters):
             counters.pop(key)  # a swapped part's counters start over: no growth against the old part
         added += growth_findings(measurements, counters)
+        offenders = repeat_offenders(failure_keys(results), index.recent_failures(existing, offender_window - 1),
+                                     run_id, offender_failures, offender_window)
+        added += offender_findings(offenders, offender_failures, offender_window)
         for f in added:
             results.hosts[f.host].findings.append(f)
         previous = next(iter(index.runs(limit=1, before_seq=existing)), None)
@@ -143,16 +155,10 @@ def annotate_and_record(run_dir: Path, history_dir: Path, *,
         trends = index.trends(trend_runs, upto_seq=seq)
         pruned = index.prune(keep_days, now or datetime.now(timezone.utc), keep_seq=seq,
                              runs_root=Path(history_dir) / RUNS_DIR)
-    _write_document(run_dir, {**document, **results.to_json(), "changes": changes, "trends": trends})
+    results.extra.update({"changes": changes, "trends": trends, "offenders": [o.to_json() for o in offenders]})
+    write_results(run_dir, results)
     _append_findings(run_dir, added)
     return SweepRecord(run_id=run_id, seq=seq, changes=changes, trends=trends, findings=added, pruned=pruned)
-
-
-def _write_document(run_dir: Path, document: dict[str, Any]) -> None:
-    path = run_dir / "results.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(document, indent=1) + "\n")
-    tmp.replace(path)
 
 
 def _append_findings(run_dir: Path, findings: list[Finding]) -> None:
@@ -169,6 +175,6 @@ def _append_findings(run_dir: Path, findings: list[Finding]) -> None:
 
 def _is_history(line: str) -> bool:
     try:
-        return str(json.loads(line).get("check", "")).startswith("history.")
+        return str(json.loads(line).get("check", "")).startswith(ANNOTATIONS)
     except (ValueError, AttributeError):
         return False

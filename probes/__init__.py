@@ -26,6 +26,7 @@ _FLEET: dict[str, FleetCheck] = {}
 BUILTIN = (
     "healthcheck.probes.system",
     "healthcheck.probes.gpu",
+    "healthcheck.probes.pci",
     "healthcheck.probes.topology",
     "healthcheck.probes.nvlink",
     "healthcheck.probes.fabric",
@@ -34,6 +35,7 @@ BUILTIN = (
     "healthcheck.probes.dcgm",
     "healthcheck.probes.dcgm_fields",
     "healthcheck.probes.ras",
+    "healthcheck.probes.rates",
     "healthcheck.probes.resources",
     "healthcheck.probes.versions",
     "healthcheck.probes.assets",

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from healthcheck.probes import register
-from healthcheck.probes.dcgm_diag import DiagReport, DiagTest, DiagWarning, parse_dcgmi_diag
+from healthcheck.probes.dcgm_diag import DiagReport, DiagTest, DiagWarning, parse_dcgmi_diag, report_level
 from healthcheck.probes.dcgm_health import DcgmDiscovery, HealthReport, parse_dcgmi_discovery, parse_dcgmi_health
 
 from healthcheck.grading import finding_from_expectation
@@ -163,7 +163,10 @@ def evaluate_diag(host: str, report: DiagReport, rc: int | None, level: Any) -> 
     for test in report.tests:
         findings += _test_findings(host, test)
     version = f"DCGM {report.dcgm_version}" if report.dcgm_version else "DCGM"
-    what = f"dcgmi diag -r {level} ({version}, {report.format}, exit code {rc})"
+    ran = report_level(report)  # the level comes from the output, not from this run's options
+    asked = f"; the run options ask for -r {level}" if ran is not None and str(ran) != str(level) else ""
+    shown = f"dcgmi diag -r {ran}" if ran is not None else "dcgmi diag"
+    what = f"{shown} ({version}, {report.format}, exit code {rc}, level from the tests in the output{asked})"
     if report.runtime_error:
         status, message = Status.ERROR, f"{what} could not run its tests: {report.runtime_error}"
     elif not report.tests:
@@ -256,4 +259,5 @@ PROBE = register(ProbeSpec(
     parse_fn=parse_dcgm,
     evaluate_fn=evaluate_dcgm,
     command_timeouts=command_timeouts,
+    command_tools={cid: ("dcgmi",) for cid in render_commands({})},
 ))

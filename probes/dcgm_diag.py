@@ -70,6 +70,25 @@ class DiagReport:
     runtime_error: str | None = None
 
 
+# The lowest ``dcgmi diag -r`` level that runs each test (DCGM diagnostics docs, "Run Levels"; the corpus
+# files of each level agree): level 1 is the deployment/software checks, 2 adds PCIe and GPU memory, 3 the
+# stress tests (Diagnostic, Targeted Stress/Power, SM Stress, Memory Bandwidth, EUD), 4 memtest and pulse.
+_TEST_LEVEL = {"pcie": 2, "gpu_memory": 2, "memory": 2, "diagnostic": 3, "targeted_stress": 3,
+               "targeted_power": 3, "sm_stress": 3, "memory_bandwidth": 3, "eud_test": 3, "eud": 3,
+               "memtest": 4, "memory_test": 4, "pulse_test": 4, "input_edpp": 4}
+_STRESS_CATEGORIES = {"stress", "performance"}
+
+
+def report_level(report: DiagReport) -> int | None:
+    """The diag level the output shows it ran (from its tests), None without tests. A published snippet
+    shows only some tests: the level is then a lower bound."""
+    if not report.tests:
+        return None
+    levels = [max(_TEST_LEVEL.get(re.sub(r"[^a-z0-9]+", "_", t.name.lower()).strip("_"), 1),
+                  3 if t.category.lower() in _STRESS_CATEGORIES else 1) for t in report.tests]
+    return max(levels)
+
+
 def severity_name(code: Any, version: str | None) -> str | None:
     """Numeric ``error_severity`` -> name, using the table of the DCGM release that wrote it."""
     if not isinstance(code, int):

@@ -191,6 +191,7 @@ PROBE = register(ProbeSpec(
     evaluate_fn=evaluate_dcgm_fields,
     accepts=("nvidia-smi-dmon",),
     command_timeouts=command_timeouts,
+    command_tools={COMMAND_ID: ("dcgmi", "nvidia-smi")},  # dcgmi dmon, else the nvidia-smi sampler
 ))
 
 __all__ = ["COMMAND_ID", "FieldsObservation", "evaluate_dcgm_fields", "field_ids", "parse_dcgm_fields",

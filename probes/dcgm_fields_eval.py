@@ -24,7 +24,7 @@ from healthcheck.grading import finding_from_expectation
 from healthcheck.model import Finding, Status
 from healthcheck.profiles import Expectation, Profile
 
-# NVML clocks event reason bits (research/hardware-expectations.md 5; NVIDIA/DCGM sdk/nvidia/nvml).
+# NVML clocks event reason bits (nvmlClocksEventReason*, nvml.h in github.com/NVIDIA/DCGM sdk/nvidia/nvml).
 REASON_BITS = {"sw_power_cap": 0x4, "hw_slowdown": 0x8, "sw_thermal": 0x20, "hw_thermal": 0x40,
                "hw_power_brake": 0x80}
 # nvidia-smi's per-reason time counters (s), when sampled, measure the same reasons exactly.

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from healthcheck.probes import register
 from healthcheck.probes.gpu import BUNDLE_SOURCES, GPU_ID, parse_gpu_sources
+from healthcheck.probes.gpu import COMMAND_TOOLS as GPU_TOOLS
 from healthcheck.probes.gpu import COMMANDS as GPU_COMMANDS
 from healthcheck.probes.gpu_model import GpuObservation, GpuObservations
 
@@ -110,15 +111,39 @@ def evaluate_fabric(obs: FabricObservation, ctx: EvalContext) -> list[Finding]:
         comp = f"gpu{gpu.index}"
         for check, exp, value in (("fabric.state", state_exp, gpu.state),
                                   ("fabric.status", status_exp, gpu.status)):
+            own = not_joined(gpu) if exp is None and check == "fabric.state" else None
+            if own is not None:  # the GPU says so itself: no profile needed, like a pending row remap
+                out.append(Finding(host=host, check=check, status=Status.WARN, component=comp, value=value,
+                                   expected="Completed / Success", source=GPU_ID, remedy=REMEDY_STATE,
+                                   message=f"{comp} {own} (graded without a fabric expectation in profile "
+                                           f"{ctx.profile.name}: the GPU reports it itself)"))
+                continue
             out.append(finding_from_expectation(host, check, exp, value, source=GPU_ID, remedy=REMEDY_STATE,
                                                 component=comp, profile=ctx.profile))
     return out
+
+
+_PENDING = {"In Progress": "has not finished joining", "Not Started": "has not started joining"}
+_NO_STATUS = {"Success", "N/A", "Not Supported"}
+
+
+def not_joined(gpu: GpuFabric) -> str | None:
+    """What a GPU reports about itself when it is not (yet) in the NVLink fabric, or None.
+
+    NVML's GPU fabric state is Not Started / In Progress until registration with the Fabric Manager
+    completes, and the status then carries the result (Success, or the error)."""
+    if gpu.state in _PENDING:
+        return f"reports fabric state {gpu.state!r}: it {_PENDING[gpu.state]} the NVLink fabric"
+    if gpu.state == "Completed" and gpu.status not in _NO_STATUS:
+        return f"finished fabric registration with status {gpu.status!r}: it failed to join the NVLink fabric"
+    return None
 
 
 PROBE = register(ProbeSpec(
     name="fabric",
     description="NVSwitch fabric: nvidia-fabricmanager active, every GPU's fabric state Completed/Success",
     command_map={FM_ID: "systemctl is-active nvidia-fabricmanager", GPU_ID: GPU_COMMANDS[GPU_ID]},
+    command_tools={FM_ID: ("systemctl",), **GPU_TOOLS},
     parse_fn=parse_fabric,
     evaluate_fn=evaluate_fabric,
     accepts=BUNDLE_SOURCES,

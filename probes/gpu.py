@@ -36,6 +36,7 @@ from healthcheck.spec import ParseError, ProbeSpec
 
 GPU_ID = "nvidia-smi-q-x"
 COMMANDS = {GPU_ID: "nvidia-smi -q -x"}
+COMMAND_TOOLS = {GPU_ID: ("nvidia-smi",)}  # healthcheck/nodetools.py
 BUNDLE_SOURCES = ("nvidia-smi-q", "nvidia-smi", "nvidia-smi-l")   # read from capture bundles only
 PARSERS: dict[str, Callable[[str], SmiLog]] = {
     "nvidia-smi-q-x": parse_nvidia_smi_xml,
@@ -44,7 +45,7 @@ PARSERS: dict[str, Callable[[str], SmiLog]] = {
     "nvidia-smi-l": parse_nvidia_smi_l,
 }
 
-__all__ = ["BUNDLE_SOURCES", "COMMANDS", "GPU_ID", "PARSERS", "GpuObservation", "GpuObservations",
+__all__ = ["BUNDLE_SOURCES", "COMMANDS", "COMMAND_TOOLS", "GPU_ID", "PARSERS", "GpuObservation", "GpuObservations",
            "evaluate_gpu", "parse_gpu", "parse_gpu_sources", "parse_nvidia_smi_output"]
 
 
@@ -96,6 +97,7 @@ PROBE = register(ProbeSpec(
     description="nvidia-smi -q -x per GPU: count, model, memory, modes, PCIe, ECC, row remapping, "
                 "retired pages, thermals, clock events, power, reset/recovery",
     command_map=COMMANDS,
+    command_tools=COMMAND_TOOLS,
     parse_fn=parse_gpu,
     evaluate_fn=evaluate_gpu,
     accepts=BUNDLE_SOURCES,

@@ -16,7 +16,10 @@ Rules (thresholds from the profile where they are numbers; see docs/gpu.md for s
   at/above slowdown or shutdown -> FAIL, at/above max operating -> WARN; the profile's
   ``gpu.temp_c`` / ``gpu.memory_temp_c`` grade GPUs that report no limits.
 * Clock events: HW Slowdown, HW Thermal Slowdown, HW Power Brake -> FAIL; SW Thermal -> WARN;
-  Idle, application clocks, SW power cap, sync boost and display clocks are not faults.
+  Idle, application clocks, SW power cap, sync boost and display clocks are not faults. A flag is
+  not a fault until the clocks agree: FAIL needs the SM clock below 90 % of its maximum (or, with
+  the maximum unknown, the GPU under load); flags at full clock are at most WARN (NVML reports
+  them during P-state and clock changes). Persistence across samples is graded by dcgm_fields.
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ from __future__ import annotations
 from healthcheck.probes.gpu_findings import gpu_finding, graded
 from healthcheck.probes.gpu_model import GpuObservation, GpuObservations
 
+from healthcheck.defaults import DEFAULTS
 from healthcheck.model import Finding, Status
 from healthcheck.spec import EvalContext
+from healthcheck.verdicts import flag_vs_measurement
 
 CLOCK_EVENT_STATUS = {"hw_slowdown": Status.FAIL, "hw_thermal_slowdown": Status.FAIL,
                       "hw_power_brake_slowdown": Status.FAIL, "sw_thermal_slowdown": Status.WARN}
@@ -169,14 +174,32 @@ def _clock_events(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -
     if not gpu.clock_events and not _reports_reasons(obs, gpu):
         return None
     faults = [r for r in gpu.clock_events if r in CLOCK_EVENT_STATUS]
-    status = max((CLOCK_EVENT_STATUS[r] for r in faults), key=lambda s: s.rank, default=Status.PASS)
+    flagged = max((CLOCK_EVENT_STATUS[r] for r in faults), key=lambda s: s.rank, default=Status.PASS)
+    evidence, said = clock_evidence(gpu)
+    status = flag_vs_measurement(flagged, evidence)
     active = ", ".join(gpu.clock_events) or "none"
-    clocks = f"; SM {gpu.sm_clock_mhz} of {gpu.sm_clock_max_mhz} MHz" if gpu.sm_clock_mhz and gpu.sm_clock_max_mhz \
-        else ""
     remedy = "; ".join(_CLOCK_REMEDY[r] for r in faults) or None
+    if status is not flagged:
+        remedy = (f"{remedy}; the flag alone is not a fault (NVML reports it during P-state or clock changes): "
+                  "re-check under load or with dcgm_fields samples")
     return gpu_finding(ctx, obs, gpu, "gpu.clock_events", status, active,
                        "no HW slowdown, HW thermal, HW power brake or SW thermal slowdown",
-                       remedy=remedy, message=f"active clock event reasons: {active}{clocks}")
+                       remedy=remedy, message=f"active clock event reasons: {active}{said}")
+
+
+def clock_evidence(gpu: GpuObservation) -> tuple[bool | None, str]:
+    """Do the clocks confirm a slowdown flag? (True reduced / under load, False at max, None unknown)
+    and the measurement as text for the finding."""
+    util = f", {gpu.utilization_pct}% utilization" if gpu.utilization_pct is not None else ""
+    if gpu.sm_clock_mhz and gpu.sm_clock_max_mhz:
+        share = gpu.sm_clock_mhz / gpu.sm_clock_max_mhz
+        reduced = share < DEFAULTS.clock_event_max_fraction
+        verdict = "reduced" if reduced else "not reduced"
+        return reduced, f"; SM {gpu.sm_clock_mhz} of {gpu.sm_clock_max_mhz} MHz ({share:.0%}: clocks {verdict}){util}"
+    if gpu.utilization_pct is not None and gpu.utilization_pct >= DEFAULTS.clock_event_load_pct:
+        return True, f"; SM clock maximum not reported, but under load{util}"
+    clock = f"SM {gpu.sm_clock_mhz} MHz, " if gpu.sm_clock_mhz else ""
+    return None, f"; {clock}SM clock maximum not reported and not under load{util}: the clocks cannot confirm it"
 
 
 def _reports_reasons(obs: GpuObservations, gpu: GpuObservation) -> bool:

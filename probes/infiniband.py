@@ -14,6 +14,7 @@ Parsers live in ``probes/ib_parse.py``.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from healthcheck.probes import register
@@ -44,6 +45,7 @@ COMMANDS = {
     "peermem-module": "for m in nvidia_peermem nv_peer_mem; do if [ -d /sys/module/$m ]; then echo $m; fi; "
                       "done; echo '# peermem end'",
 }
+COMMAND_TOOLS = {"ib-sysfs": ("infiniband",), "ibstat": ("infiniband",)}  # healthcheck/nodetools.py
 PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
 _REMEDY_LINK = ("Check the cable and transceiver of this port (reseat, then swap), the switch port, and "
                 "`mlxlink -d <dev> -m`; a Down/Polling port has no peer or a bad cable")
@@ -75,10 +77,19 @@ def parse_infiniband(outputs: Mapping[str, CommandResult]) -> IbObservation:
                          peermem_modules=peermem, peermem_collected=modules is not None)
 
 
-def fabric_ports(devices: tuple[IbDevice, ...], profile: Profile) -> tuple[list[IbPort], list[IbPort]]:
-    """(graded fabric ports, ports left out) by the profile's selectors: HCAs whose type is in
-    ``ib.hca.type`` and name in ``ib.hca.names`` (each optional), ports whose link layer is
-    ``ib.port.link_layer`` (storage/management NICs of the same type run Ethernet)."""
+@dataclass(frozen=True)
+class PortSelection:
+    """The profile's fabric ports, and everything else the node has (named in findings, never dropped)."""
+
+    fabric: list[IbPort]
+    other_layer: list[IbPort]       # fabric-type HCAs whose port runs another link layer (storage, frontend)
+    other_hcas: list[IbDevice]      # HCAs whose type or name the profile does not select
+
+
+def fabric_ports(devices: tuple[IbDevice, ...], profile: Profile) -> PortSelection:
+    """Fabric ports by the profile's selectors: HCAs whose type is in ``ib.hca.type`` and name in
+    ``ib.hca.names`` (each optional), ports whose link layer is ``ib.port.link_layer`` (storage and
+    management NICs of the same type run Ethernet)."""
     def wanted(key: str) -> set[str] | None:
         exp = profile.expect(key)
         if exp is None:
@@ -87,16 +98,74 @@ def fabric_ports(devices: tuple[IbDevice, ...], profile: Profile) -> tuple[list[
         return {str(v).lower() for v in values}
 
     types, names, layer = wanted("ib.hca.type"), wanted("ib.hca.names"), wanted("ib.port.link_layer")
-    fabric, left_out = [], []
+    selection = PortSelection([], [], [])
     for device in devices:
         if (types and (device.hca_type or "").lower() not in types) or (names and device.name.lower() not in names):
+            selection.other_hcas.append(device)
             continue
         for port in device.ports:
             if layer and port.link_layer and port.link_layer.lower() not in layer:
-                left_out.append(port)
+                selection.other_layer.append(port)
             else:
-                fabric.append(port)
-    return fabric, left_out
+                selection.fabric.append(port)
+    return selection
+
+
+_REMEDY_COUNT = ("An HCA or port is missing: check lspci for the adapter, dmesg for mlx5_core, the firmware, and "
+                 "the port's link type (mlxconfig LINK_TYPE_P1: 1 = InfiniBand, 2 = Ethernet)")
+_REMEDY_TYPES = ("None of the node's HCAs is of a type the profile selects: if these are the compute HCAs (e.g. "
+                 "virtual functions, another ConnectX generation), add their CA type to ib.hca.type in the "
+                 "profile; otherwise the node has the wrong adapters")
+_REMEDY_OTHER_DOWN = ("Not a fabric port of this profile, so not graded: if it should carry traffic (frontend, "
+                      "storage), check its cable, transceiver and switch port; if it is unused, disable it")
+
+
+def _left_out_note(selection: PortSelection, profile: Profile) -> str:
+    """``9 HCAs seen, 0 of type MT4123/MT4124: mlx5_0 MT4126, ...`` and the ports of another link layer."""
+    parts = []
+    if selection.other_hcas:
+        exp = profile.expect("ib.hca.type")
+        values = exp.value if exp is not None and isinstance(exp.value, list | tuple) else [exp.value if exp else "any"]
+        fabric_hcas = len({p.device for p in selection.fabric} | {p.device for p in selection.other_layer})
+        listed = ", ".join(f"{d.name} {d.hca_type or 'type unknown'}" for d in selection.other_hcas[:12])
+        more = f" ... {len(selection.other_hcas) - 12} more" if len(selection.other_hcas) > 12 else ""
+        parts.append(f"{fabric_hcas + len(selection.other_hcas)} HCAs seen, {fabric_hcas} of type "
+                     f"{'/'.join(map(str, values))}; not counted: {listed}{more}")
+    if selection.other_layer:
+        parts.append("not counted, other link layer: "
+                     + ", ".join(f"{p.name} {p.link_layer}" for p in selection.other_layer))
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+def _count_findings(host: str, selection: PortSelection, profile: Profile, source: str) -> list[Finding]:
+    hcas = sorted({p.device for p in selection.fabric})
+    note = _left_out_note(selection, profile)
+    out = []
+    for check, value in (("ib.hca.count", len(hcas)), ("ib.port.count", len(selection.fabric))):
+        f = finding_from_expectation(host, check, profile.expect(check), value, source=source,
+                                     remedy=_REMEDY_COUNT, profile=profile)
+        if f.status is not Status.PASS and not selection.fabric and not selection.other_layer \
+                and selection.other_hcas:
+            # every HCA is of an unselected type: the profile's selector, not the node, is the likely fault
+            f = Finding(**{**f.__dict__, "status": Status.ERROR, "remedy": _REMEDY_TYPES})
+        out.append(_with_note(f, note) if f.status is not Status.PASS else f)
+    return out
+
+
+def _other_port_findings(host: str, selection: PortSelection, source: str) -> list[Finding]:
+    """Ports outside the fabric that are not Active: WARN naming them (they must not vanish from the report)."""
+    ports = [(p, "other link layer") for p in selection.other_layer]
+    ports += [(p, f"HCA type {d.hca_type or 'unknown'} not in the profile") for d in selection.other_hcas
+              for p in d.ports]
+    out = []
+    for port, why in ports:
+        if port.state is None or port.state == "ACTIVE":
+            continue
+        state = " / ".join(v for v in (port.state, port.phys_state) if v)
+        out.append(Finding(host=host, check="ib.port.other", component=port.name, status=Status.WARN, value=state,
+                           expected="ACTIVE, or disabled on purpose", source=source, remedy=_REMEDY_OTHER_DOWN,
+                           message=f"{port.name} ({port.link_layer or 'link layer unknown'}, {why}): {state}"))
+    return out
 
 
 def evaluate_infiniband(obs: IbObservation, ctx: EvalContext) -> list[Finding]:
@@ -115,18 +184,11 @@ def evaluate_infiniband(obs: IbObservation, ctx: EvalContext) -> list[Finding]:
                                 message=f"no InfiniBand/RoCE devices, and profile {profile.name} "
                                         "expects none"))
         return findings
-    ports, left_out = fabric_ports(obs.devices, profile)
-    hcas = sorted({p.device for p in ports})
-    remedy = ("An HCA or port is missing: check lspci for the adapter, dmesg for mlx5_core, the firmware, and "
-              "the port's link type (mlxconfig LINK_TYPE_P1: 1 = InfiniBand, 2 = Ethernet)")
-    note = f" (not counted, other link layer: {', '.join(f'{p.name} {p.link_layer}' for p in left_out)})" \
-        if left_out else ""
-    for check, value in (("ib.hca.count", len(hcas)), ("ib.port.count", len(ports))):
-        f = finding_from_expectation(host, check, profile.expect(check), value, source=source, remedy=remedy,
-                                     profile=profile)
-        findings.append(_with_note(f, note) if f.status is not Status.PASS else f)
+    selection = fabric_ports(obs.devices, profile)
+    findings += _count_findings(host, selection, profile, source)
+    findings += _other_port_findings(host, selection, source)
     previous = previous_counters(ctx.previous.get("infiniband"))
-    for port in ports:
+    for port in selection.fabric:
         findings += _port_findings(host, port, ctx, source)
         findings += _counter_findings(host, port, ctx, source, previous.get(port.name))
     findings += _gpudirect_findings(host, obs, ctx)
@@ -148,14 +210,21 @@ def _port_findings(host: str, port: IbPort, ctx: EvalContext, source: str) -> li
 def _combined(host: str, check: str, component: str, source: str, remedy: str,
               parts: list[tuple[str, Any, Expectation | None]], shown: str | None = None) -> Finding:
     """One finding for several facets of a port (state + physical state; rate + width + speed)."""
-    graded = [(label, value, exp) for label, value, exp in parts if exp is not None]
+    expected_parts = [(label, value, exp) for label, value, exp in parts if exp is not None]
     measured = shown or " / ".join(str(v) for _, v, _ in parts if v is not None)
-    if not graded:
+    if not expected_parts:
         return Finding(host=host, check=check, component=component, status=Status.SKIP, value=measured,
                        source=source, message=f"{component}: no expectation for {check} in the profile")
+    # a value the tool does not print (ibstat has no width or speed) is not graded, and says so
+    unprinted = [label for label, value, _ in expected_parts if value is None]
+    graded = [(label, value, exp) for label, value, exp in expected_parts if value is not None]
+    why = f" ({', '.join(unprinted)} not reported by {source}: not graded)" if unprinted else ""
+    if not graded:
+        return Finding(host=host, check=check, component=component, status=Status.SKIP, value=measured or None,
+                       source=source, message=f"{component}: {', '.join(unprinted)} not reported by {source}")
     statuses, bad, expected = [], [], []
     for label, value, exp in graded:
-        status = Status.ERROR if value is None else grade(exp, value)
+        status = grade(exp, value)
         statuses.append(status)
         expected.append(expected_text(exp))
         if status is not Status.PASS:
@@ -163,10 +232,10 @@ def _combined(host: str, check: str, component: str, source: str, remedy: str,
     status = max(statuses, key=lambda s: s.rank)
     what = check.split(".")[-1]
     if status is Status.PASS:
-        message = f"{component}: {what} {measured}"
+        message = f"{component}: {what} {measured}{why}"
     else:
         sources = sorted({exp.source for _, _, exp in graded})
-        message = f"{component}: {what} {measured}: {'; '.join(bad)} (source: {'; '.join(sources)})"
+        message = f"{component}: {what} {measured}: {'; '.join(bad)}{why} (source: {'; '.join(sources)})"
     return Finding(host=host, check=check, component=component, status=status, value=measured,
                    expected=", ".join(expected), message=message, source=source,
                    remedy=None if status is Status.PASS else remedy)
@@ -247,6 +316,7 @@ PROBE = register(ProbeSpec(
     name="infiniband",
     description="InfiniBand/RoCE HCAs and ports: state, rate/width, link layer, error counters, peermem",
     command_map=COMMANDS,
+    command_tools=COMMAND_TOOLS,
     parse_fn=parse_infiniband,
     evaluate_fn=evaluate_infiniband,
 ))

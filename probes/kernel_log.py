@@ -36,6 +36,8 @@ _OFF_BUS = re.compile(r"NVRM: (?:The NVIDIA )?GPU (?P<pci>[0-9a-fA-F]{4,8}:[0-9a
 _NVIDIA_GPU = re.compile(r"NVRM: The NVIDIA GPU (?P<pci>[0-9a-fA-F:.]+)")
 _GPU_LOST = re.compile(r"NV_ERR_GPU_IS_LOST|GPU lost from the bus")
 _LINK = re.compile(r"\b[Ll]ink (?P<link>-?\d+)")
+_RST = re.compile(r"(?<![-\w])RST:\s*(Yes|No)\b", re.I)     # the driver: is a GPU reset needed?
+_DRST = re.compile(r"\bD-RST:\s*(Yes|No)\b", re.I)          # ... a drain and reset?
 _RECOVERY = re.compile(r"recovery action changed from .*? to 0x[0-9a-fA-F]+ \((?P<action>[^)]+)\)")
 _NOT_READABLE = re.compile(r"insufficient permissions|not seeing messages from other users|"
                            r"read kernel buffer failed|Operation not permitted", re.I)
@@ -58,6 +60,7 @@ class KernelEventGroup:
     links: tuple[int, ...] = ()
     severities: tuple[str, ...] = ()   # SXid / NVLink5 Xid: "Fatal", "Non-fatal" as the driver says
     actions: tuple[str, ...] = ()      # Xid 154: recovery actions named ("GPU Reset Required", ...)
+    resets: tuple[str, ...] = ()       # per event with the fields: "RST: No, D-RST: No" (Xid 48/63/64/94/95/154)
 
 
 @dataclass(frozen=True)
@@ -128,11 +131,14 @@ def _classify(msg: str, last_gpu: str | None) -> KernelEventGroup | None:
         action = _RECOVERY.search(rest)
         link = _LINK.search(rest)
         sev = re.search(r"\b(Fatal|Nonfatal|Non-fatal)\b", rest)
+        rst, drst = _RST.search(rest), _DRST.search(rest)
+        resets = (f"RST: {rst[1].capitalize() if rst else '?'}, D-RST: {drst[1].capitalize() if drst else '?'}",) \
+            if rst or drst else ()
         return KernelEventGroup(kind="xid", code=int(m["code"]), pci=normalize_pci(m["pci"]),
                                 sample=msg[msg.index("NVRM"):][:SAMPLE_CHARS],
                                 links=(int(link["link"]),) if link else (),
                                 severities=(sev[1],) if sev else (),
-                                actions=(action["action"],) if action else ())
+                                actions=(action["action"],) if action else (), resets=resets)
     if m := _SXID.search(msg):
         sev = re.match(r"(Fatal|Non-fatal)", m["rest"])
         link = _LINK.search(m["rest"]) if sev else None
@@ -186,7 +192,7 @@ def parse_kernel_log(text: str) -> KernelLog:
             old, times=old.times + times, sample=old.sample or event.sample,
             links=tuple(sorted(set(old.links) | set(event.links))),
             severities=tuple(dict.fromkeys(old.severities + event.severities)),
-            actions=old.actions + event.actions)
+            actions=old.actions + event.actions, resets=old.resets + event.resets)
     return KernelLog(groups=tuple(g for g in groups.values() if g.times), source=source,
                      uptime_s=uptime, unreadable=unreadable, records=count)
 

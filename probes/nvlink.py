@@ -16,7 +16,7 @@ from typing import Any
 
 from healthcheck.probes import register
 
-from healthcheck.grading import expected_text, finding_from_expectation
+from healthcheck.grading import expected_text, finding_from_expectation, passes
 from healthcheck.model import CommandResult, Finding, Status
 from healthcheck.spec import EvalContext, ParseError, ProbeSpec
 
@@ -189,13 +189,11 @@ def _grade_gpu(gpu: GpuLinks, ctx: EvalContext) -> list[Finding]:
     out.append(finding_from_expectation(host, "nvlink.links", exp, active, source=STATUS_ID,
                                         remedy=REMEDY_LINK, component=comp, profile=ctx.profile))
     speed = ctx.profile.expect("nvlink.link.speed_gbps")
-    for ln in gpu.links:
-        if ln.active and speed is not None:
-            f = finding_from_expectation(host, "nvlink.link.speed_gbps", speed, ln.speed_gbps,
-                                         source=STATUS_ID, remedy=REMEDY_LINK,
-                                         component=f"{comp} link {ln.link}", profile=ctx.profile)
-            if f.status is not Status.PASS:
-                out.append(f)
+    for ln in gpu.links:  # 18 links x 8 GPUs: only a link that does not pass becomes a finding
+        if ln.active and speed is not None and not passes(speed, ln.speed_gbps):
+            out.append(finding_from_expectation(host, "nvlink.link.speed_gbps", speed, ln.speed_gbps,
+                                                source=STATUS_ID, remedy=REMEDY_LINK,
+                                                component=f"{comp} link {ln.link}", profile=ctx.profile))
     return out
 
 
@@ -226,11 +224,12 @@ def _grade_counters(obs: NvLinkObservation, ctx: EvalContext) -> list[Finding]:
                     value, note = (value - before, "since the previous run") if value >= before else \
                         (value, "since a counter reset after the previous run")
                 graded += 1
+                if passes(exp, value):
+                    continue
                 f = finding_from_expectation(host, check, exp, value, source=ERRORS_ID,
                                              remedy=REMEDY_COUNTERS, component=f"gpu{c.gpu} link {c.link}",
                                              profile=ctx.profile)
-                if f.status is not Status.PASS:
-                    bad.append(Finding(**{**f.__dict__, "message": f"{f.message} ({note})"}))
+                bad.append(Finding(**{**f.__dict__, "message": f"{f.message} ({note})"}))
             out.extend(bad or [Finding(host=host, check=check, status=Status.PASS, source=ERRORS_ID,
                                        value=graded, expected=expected_text(exp),
                                        message=f"{kind} errors {expected_text(exp)} on all {graded} links")])
@@ -257,6 +256,7 @@ PROBE = register(ProbeSpec(
     name="nvlink",
     description="nvidia-smi nvlink -s/-e: every link active at its generation's rate; error counters, growth",
     command_map={STATUS_ID: "nvidia-smi nvlink -s", ERRORS_ID: "nvidia-smi nvlink -e"},
+    command_tools={STATUS_ID: ("nvidia-smi",), ERRORS_ID: ("nvidia-smi",)},
     parse_fn=parse_nvlink,
     evaluate_fn=evaluate_nvlink,
 ))

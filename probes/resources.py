@@ -162,6 +162,7 @@ PROBE = register(ProbeSpec(
     description="memory size, CPU count, /dev/shm size and required services against the profile",
     command_map=COMMANDS,
     render_commands=render_commands,
+    command_tools={"systemd-units": ("systemctl",)},
     parse_fn=parse_resources,
     evaluate_fn=evaluate_resources,
 ))

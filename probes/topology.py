@@ -259,6 +259,7 @@ PROBE = register(ProbeSpec(
     name="topology",
     description="nvidia-smi topo -m: GPU pairs at the expected NV#, GPU-NIC PCIe distance, NIC count",
     command_map={SOURCE: "nvidia-smi topo -m"},
+    command_tools={SOURCE: ("nvidia-smi",)},
     parse_fn=parse_topology,
     evaluate_fn=evaluate_topology,
 ))

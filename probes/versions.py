@@ -21,9 +21,11 @@ from typing import Any
 
 from healthcheck.probes import register
 from healthcheck.probes.gpu import BUNDLE_SOURCES, GPU_ID, parse_gpu_sources
+from healthcheck.probes.gpu import COMMAND_TOOLS as GPU_TOOLS
 from healthcheck.probes.gpu import COMMANDS as GPU_COMMANDS
 from healthcheck.probes.gpu_model import GpuObservations
 from healthcheck.probes.ib_parse import parse_ib_sysfs
+from healthcheck.probes.infiniband import COMMAND_TOOLS as IB_TOOLS
 from healthcheck.probes.infiniband import COMMANDS as IB_COMMANDS
 
 from healthcheck.grading import expected_text, finding_from_expectation
@@ -235,6 +237,7 @@ PROBE = register(ProbeSpec(
     name="versions",
     description="driver, CUDA, VBIOS, NCCL, OFED and HCA firmware versions (pinned ones graded)",
     command_map=COMMANDS,
+    command_tools={**GPU_TOOLS, IB_ID: IB_TOOLS[IB_ID]},
     parse_fn=parse_versions,
     evaluate_fn=evaluate_versions,
     accepts=BUNDLE_SOURCES,

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 from healthcheck.probes import register
 from healthcheck.probes.gpu import BUNDLE_SOURCES, GPU_ID, parse_gpu_sources
+from healthcheck.probes.gpu import COMMAND_TOOLS as GPU_TOOLS
 from healthcheck.probes.gpu import COMMANDS as GPU_COMMANDS
 from healthcheck.probes.gpu_model import GpuObservations
 from healthcheck.probes.kernel_log import (
@@ -181,6 +182,7 @@ class _Grader:
         status, action = Status(entry["severity"]), entry["action"]
         what = f"Xid {g.code} {entry['mnemonic']} ({entry['meaning']}; {entry['class']})"
         remedy = entry["remedy"]
+        status, action, what, remedy = _reset_fields(g, status, action, what, remedy)
         state = self.remap.get(g.pci)
         if g.code in (63, 64) and state is not None:
             if state.remap_failure:
@@ -218,6 +220,27 @@ class _Grader:
         return self.finding(wg, "xid.gpu_lost", Status.FAIL, "reboot node",
                             "GPU lost from the bus, no Xid line (fallen off the bus / NV_ERR_GPU_IS_LOST)",
                             self.catalog["xids"][79]["remedy"])
+
+
+REMEDY_CONTAINED = ("The driver contained the error and needs no GPU reset (RST: No, D-RST: No): restart the "
+                    "affected application (NVIDIA Xid catalog, docs.nvidia.com/deploy/xid-errors: immediate action "
+                    "RESTART_APP); if it repeats on this GPU, check row remapping and plan a reset")
+
+
+def _reset_fields(g: Any, status: Status, action: str, what: str, remedy: str) -> tuple[Status, str, str, str]:
+    """The driver's own RST / D-RST fields (Xid 48, 63, 64, 94, 95, 154 on recent drivers) decide whether a
+    reset or a drain is needed: any Yes -> FAIL with that action; every event No -> WARN, restart the app."""
+    if not g.resets:
+        return status, action, what, remedy
+    fields = "; ".join(dict.fromkeys(g.resets))
+    if any("D-RST: Yes" in r for r in g.resets):
+        return Status.FAIL, "drain and reset", f"{what}; driver says {fields}", remedy
+    if any(r.startswith("RST: Yes") for r in g.resets):
+        return Status.FAIL, "reset GPU", f"{what}; driver says {fields}", remedy
+    if all(r == "RST: No, D-RST: No" for r in g.resets):
+        return Status.WARN, "restart app", f"{what}; driver says {fields}: contained, no reset needed", \
+            REMEDY_CONTAINED
+    return status, action, f"{what}; driver says {fields}", remedy
 
 
 def evaluate_xid(obs: XidObservation, ctx: EvalContext) -> list[Finding]:
@@ -266,6 +289,7 @@ PROBE = register(ProbeSpec(
     description="Xid / SXid / GPU-lost events in the kernel log over a window, with the catalog's action",
     command_map=xid_commands({}),
     render_commands=xid_commands,
+    command_tools={LOG_ID: ("journalctl",), **GPU_TOOLS},
     parse_fn=parse_xid,
     evaluate_fn=evaluate_xid,
     accepts=BUNDLE_SOURCES,

@@ -5,17 +5,21 @@
     # -> [.../report.html, .../junit.xml, .../metrics.prom, .../summary.md]
 
 Each format is one module that registers a ``ReporterSpec`` (name -> render function and file
-name). ``write_all`` loads ``results.json`` once and writes every registered format.
+name). ``write_all`` loads the run once (or takes the results a run has in memory) and writes every
+registered format.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from healthcheck.reports.digest import RunDigest, load_digest
+from healthcheck.reports.digest import RunDigest, digest_of, load_digest
+
+from healthcheck.results import RunResults
 
 
 class ReporterError(KeyError):
@@ -72,8 +76,12 @@ def get(name: str) -> ReporterSpec:
     raise ReporterError(f"unknown reporter {name!r}; known: {', '.join(sorted(_REPORTERS))}")
 
 
-def write_all(run_dir: Path, names: list[str] | None = None) -> list[Path]:
-    """Write every registered format (or only ``names``) into ``run_dir``; returns the files."""
-    digest = load_digest(Path(run_dir))
+def write_all(run_dir: Path, names: list[str] | None = None, results: RunResults | None = None,
+              options: Mapping[str, Any] | None = None) -> list[Path]:
+    """Write every registered format (or only ``names``) into ``run_dir``; returns the files.
+    ``results``: the run as the pipeline holds it, so nothing is read back from disk; ``options``:
+    report options (``metrics_detail``: per-GPU, per-link and per-check series in metrics.prom)."""
+    digest = load_digest(Path(run_dir)) if results is None else digest_of(Path(run_dir), results)
+    digest.options = dict(options or {})
     specs = all_reporters() if names is None else [get(n) for n in names]
     return [spec.write_digest(digest) for spec in specs]

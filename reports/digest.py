@@ -23,7 +23,9 @@ from typing import Any
 from ClusterShell.NodeSet import NodeSet
 
 from healthcheck.model import Finding, Status
-from healthcheck.results import HostResult, RunResults
+from healthcheck.observation_store import read_observations
+from healthcheck.results import HostResult, RunResults, complete_results
+from healthcheck.rundir import RunDirError, raw_dir
 
 BAD = (Status.FAIL, Status.ERROR, Status.WARN)  # statuses listed in the "what is wrong" views
 EXCERPT_BYTES = 4096
@@ -99,6 +101,7 @@ class RunDigest:
     results: RunResults
     document: Mapping[str, Any] = field(default_factory=dict)  # results.json as loaded (extra keys)
     manifest: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)  # report options (``metrics_detail``)
     _memo: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def memo(self, key: str, compute: Callable[[], Any]) -> Any:
@@ -133,6 +136,20 @@ class RunDigest:
     def groups(self) -> list[FindingGroup]:
         return group_findings(self.results.findings())
 
+    def observations(self, host: HostResult) -> Mapping[str, Any]:
+        """A host's full observations: from the observation store when results.json keeps only the key
+        ones (read per host, for the hosts a report details), else as loaded."""
+        if host.observations_at is None:
+            return host.observations
+        full = read_observations(self.run_dir, host.observations_at)
+        return {**host.observations, **full} if full is not None else host.observations
+
+    def iter_observations(self) -> Iterable[tuple[HostResult, Mapping[str, Any]]]:
+        """Every host with its full observations, one host in memory at a time (read from the
+        observation store at each host's ``observations_at`` when results.json keeps only the key ones)."""
+        for host in self.results.hosts.values():
+            yield host, self.observations(host)
+
     def hosts_by_verdict(self) -> dict[Status, list[str]]:
         out: dict[Status, list[str]] = {s: [] for s in Status}
         for name, verdict in self.verdicts.items():
@@ -144,7 +161,10 @@ class RunDigest:
         ``raw/_jobs/<command_id>.out``) as text, or None when there is no such output."""
         if "/" in command_id or "\\" in command_id or command_id.startswith("."):
             return None
-        raw = self.run_dir / "raw"
+        try:
+            raw = raw_dir(self.run_dir)
+        except RunDirError:
+            return None
         path = next((p for p in (raw / host / f"{command_id}.out", raw / "_jobs" / f"{command_id}.out")
                      if p.is_file()), None)
         if path is None:
@@ -163,10 +183,19 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def load_digest(run_dir: Path) -> RunDigest:
-    """Read ``results.json`` (required) and ``manifest.json`` (optional) from ``run_dir``."""
+    """Read ``results.json`` (required), its findings table and ``manifest.json`` (optional) from ``run_dir``."""
     run_dir = Path(run_dir)
     document = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
-    return RunDigest(run_dir=run_dir, results=RunResults.from_json(document), document=document,
+    results = RunResults.from_json(document)
+    complete_results(run_dir, results)
+    return RunDigest(run_dir=run_dir, results=results, document=document,
+                     manifest=_read_json(run_dir / "manifest.json"))
+
+
+def digest_of(run_dir: Path, results: RunResults) -> RunDigest:
+    """The digest of results held in memory (the run that just finished): nothing re-read but the manifest."""
+    run_dir = Path(run_dir)
+    return RunDigest(run_dir=run_dir, results=results, document={**results.extra, "run": results.run},
                      manifest=_read_json(run_dir / "manifest.json"))
 
 

@@ -15,7 +15,7 @@ import base64
 import functools
 import hashlib
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,6 +23,7 @@ from healthcheck.reports import ReporterSpec, register
 from healthcheck.reports.bench_views import bench_views, busbw_check
 from healthcheck.reports.charts import Series, bar_chart, heatmap, line_chart, sparkline, strip_chart
 from healthcheck.reports.digest import BAD, RunDigest, fold, margin, split_source
+from healthcheck.reports.field_views import field_context
 from healthcheck.reports.fleet import version_rows
 from healthcheck.reports.panels import host_panels
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
@@ -157,15 +158,19 @@ def trend_views(trends: Any) -> list[dict[str, Any]]:
     return out
 
 
-def host_detail(digest: RunDigest, host: HostResult) -> dict[str, Any]:
-    """One host's section: findings by status, panels, trends, raw excerpts of what failed."""
+def host_detail(digest: RunDigest, host: HostResult, passing_rows: bool = True) -> dict[str, Any]:
+    """One host's section: findings by status, panels, trends, raw excerpts of what failed. Without
+    ``passing_rows`` (large runs) the passing findings are counted per check instead of listed: 300
+    detailed hosts x ~110 passing rows would make the page too heavy to open."""
     findings = sorted(host.findings, key=lambda f: (-f.status.rank, f.check, f.component))
     sources = {f.source for f in findings if f.source and f.status in BAD}
     raw = [(s, text) for s in sorted(sources) if (text := digest.raw_excerpt(host.name, s)) is not None]
+    passing = [f for f in findings if f.status is Status.PASS]
     return {"host": host, "bad": [(f, margin(f)) for f in findings if f.status in BAD],
             "skipped": [(f, margin(f)) for f in findings if f.status is Status.SKIP],
-            "good": [(f, margin(f)) for f in findings if f.status is Status.PASS],
-            "panels": host_panels(host.observations), "raw": raw,
+            "good": [(f, margin(f)) for f in passing] if passing_rows else [],
+            "good_count": len(passing), "good_summary": sorted(Counter(f.check for f in passing).items()),
+            "panels": host_panels(digest.observations(host)), "raw": raw,
             "trends": trend_views((digest.document.get("trends") or {}).get(host.name))}
 
 
@@ -230,13 +235,13 @@ def render_context(digest: RunDigest) -> dict[str, Any]:
             "statuses": [Status(s) for s in STATUS_ORDER], "categories": by_category(digest),
             "groups_total": len(digest.groups), "groups_max": GROUPS_MAX,
             "profiles": sorted({h.profile or "(none)" for h in hosts}),
-            "details": [host_detail(digest, h) for h in chosen],
+            "details": [host_detail(digest, h, passing_rows=small) for h in chosen],
             "details_skipped": sum(1 for h in hosts if verdicts[h.name] in BAD) - len(chosen)
             if not small else 0,
             "index": script_json(host_index(digest, {h.name for h in chosen})),
             "versions": version_rows(hosts), "bench": bench_context(digest),
             "changes": digest.document.get("changes"), "detailed": {h.name for h in chosen},
-            "script": script, "script_hash": script_hash}
+            "script": script, "script_hash": script_hash, "field": field_context(digest)}
 
 
 def render_html(digest: RunDigest) -> bytes:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from healthcheck.reports import ReporterSpec, register
 from healthcheck.reports.digest import RunDigest, fold, short_cited
+from healthcheck.reports.field_views import field_context
 
 from healthcheck.model import Status
 
@@ -63,6 +64,12 @@ def render_markdown(digest: RunDigest) -> bytes:
                      f"{md_code(g.nodeset, 2000)} ({len(g.hosts)}): {md_text(short_cited(g.message))}{more}{remedy}")
     if len(groups) > MAX_GROUPS:
         lines.append(f"- … and {len(groups) - MAX_GROUPS} more groups: see report.html")
+    offenders = field_context(digest)["offenders"]
+    if offenders:
+        lines += ["", "### Repeat offenders (RMA candidates)", ""]
+        lines += [f"- {md_code(o.get('host', ''))} {md_text(o.get('component', ''))} {md_code(o.get('check', ''))}: "
+                  f"failing on {md_text(o.get('failures', '?'))} of the last {md_text(o.get('runs', '?'))} runs"
+                  for o in offenders[:MAX_GROUPS]]
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 

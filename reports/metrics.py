@@ -26,6 +26,7 @@ METRICS: dict[str, tuple[str, str]] = {
     "healthcheck_run_info": ("gauge", "The run (id, version, mode) as labels"),
     "healthcheck_hosts": ("gauge", "Number of hosts per verdict"),
     "healthcheck_host_verdict": ("gauge", "Always 1: the host's verdict is the label"),
+    "healthcheck_host_findings": ("gauge", "Findings of the host per status"),
     "healthcheck_check_status": ("gauge", "Components of the check in its worst status (the label)"),
 }
 

@@ -5,7 +5,7 @@
     healthcheck_nvlink_links_active{gpu="3",host="gpu001"} 17.0
     healthcheck_ib_port_up{host="gpu001",port="mlx5_0/1"} 1.0
 
-Conversions to base units happen here (GB/s -> bytes/s, Gb/s -> bits/s); a missing or
+Conversions to base units happen here (GB/s -> bytes/s, Gb/s -> bytes/s: promtool wants bytes, not bits); a missing or
 non-numeric field gives no sample.
 """
 
@@ -26,7 +26,7 @@ METRICS.update({
     "healthcheck_nvlink_link_speed_min_bytes_per_second": ("gauge", "Slowest active NVLink link of the GPU"),
     "healthcheck_nvlink_errors_total": ("counter", "NVLink error counters by type, summed over the GPU's links"),
     "healthcheck_ib_port_up": ("gauge", "1 when the InfiniBand/RoCE port is ACTIVE"),
-    "healthcheck_ib_port_rate_bits_per_second": ("gauge", "InfiniBand/RoCE port rate"),
+    "healthcheck_ib_port_rate_bytes_per_second": ("gauge", "InfiniBand/RoCE port rate (signalling rate / 8)"),
     "healthcheck_ib_port_errors_total": ("counter", "Non-zero InfiniBand port error counters"),
     "healthcheck_nccl_busbw_bytes_per_second": ("gauge", "Peak nccl-tests bus bandwidth per node and test"),
     "healthcheck_hpl_flops": ("gauge", "Best HPL result per node in FLOP/s"),
@@ -105,7 +105,7 @@ def infiniband_samples(host: str, obs: Any) -> Iterable[Sample]:
             labels = {"host": host, "port": f"{dev.get('name')}/{port.get('port')}"}
             if port.get("state"):
                 yield Sample("healthcheck_ib_port_up", labels, float(port.get("state") == "ACTIVE"))
-            yield from _sample("healthcheck_ib_port_rate_bits_per_second", labels, port.get("rate_gbps"), 1e9)
+            yield from _sample("healthcheck_ib_port_rate_bytes_per_second", labels, port.get("rate_gbps"), 1e9 / 8)
             counters = {**(port.get("counters") or {}), **(port.get("hw_counters") or {})}
             for name in _IB_ERRORS:  # non-zero only: 8 counters x 12 ports x 1000 hosts = 96k series
                 if number(counters.get(name)):

@@ -71,3 +71,8 @@ class PerHostTransport:
 
     def run(self, host: Host, command: str, timeout_s: float, command_id: str = "adhoc") -> CommandResult:
         return self._for(host).run(host, command, timeout_s, command_id)
+
+    def close(self) -> None:
+        """Release what a transport holds across hosts (a running Slurm job step)."""
+        for transport in self.transports.values():
+            getattr(transport, "close", lambda: None)()

@@ -10,25 +10,31 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from healthcheck.model import CommandResult, Host, HostCollection
-from healthcheck.rundir import read_bundle
+from healthcheck.rundir import host_names, raw_dir, read_host
 
 
 class ReplayTransport:
+    """Reads each host's folder when that host is collected: memory stays flat in the bundle's size."""
+
     name = "replay"
 
     def __init__(self, bundle: Path) -> None:
         self.bundle = Path(bundle)
-        self.hosts = read_bundle(self.bundle)
+        self.raw = raw_dir(self.bundle)
+        self.names = frozenset(host_names(self.bundle))
+
+    def _read(self, name: str) -> HostCollection | None:
+        return read_host(self.raw / name) if name in self.names else None
 
     def collect(self, host: Host, commands: Sequence[object], deadline_s: float) -> HostCollection:
-        found = self.hosts.get(host.name)
+        found = self._read(host.name)
         if found is None:
             return HostCollection(host=host.name, results={},
                                   transport_error=f"host {host.name} is not in bundle {self.bundle}")
         return found
 
     def run(self, host: Host, command: str, timeout_s: float, command_id: str = "adhoc") -> CommandResult:
-        found = self.hosts.get(host.name)
+        found = self._read(host.name)
         if found and command_id in found.results:
             return found.results[command_id]
         return CommandResult(host=host.name, command_id=command_id,

@@ -4,12 +4,25 @@
     # ssh node 'sh -c <script>' prints, per command, a header line, exactly the announced
     # number of stdout then stderr bytes, and an END line:
     #   \n@@HC-3f9a BEGIN uname-r rc=0 out=18 err=0 outsize=18 errsize=0\n<18 bytes>\n@@HC-3f9a END uname-r\n
+    # or, for a command not started because a tool it depends on hung earlier on this node:
+    #   \n@@HC-3f9a NOTRUN nvidia-smi-topo tool=nvidia-smi hung_s=20 in=nvidia-smi-q-x\n
 
-Each command runs under ``timeout -k`` (when the node has it), with stdin from /dev/null, its
-stdout and stderr captured separately and capped on the node with ``head -c`` (so a runaway
-command cannot flood the orchestrator), and its exit code kept. Sections are printed as each
-command finishes, so a host that hangs later still yields the commands that completed.
-Lengths, not delimiters, frame the payload: node output cannot forge a section.
+Each command runs under one ``timeout -k`` (when the node has it) with stdin from /dev/null and
+its stdout and stderr written to two files on the node, never to the session's pipe: a descendant
+that outlives the command (``setsid sleep 200 &``, a process stuck in D state after SIGKILL)
+cannot hold the section open. The files are capped by ``ulimit -f`` in the command's own
+subshell (output past the cap is refused by the kernel; SIGXFSZ is ignored, so the tool sees a
+write error as on a full disk and nothing dumps core), their sizes are counted once, and the
+section is printed from them with ``head -c`` of exactly the announced length (a writer that is
+still appending cannot break the frame). Sections are printed as each command finishes, so a
+host that hangs later still yields what finished. Lengths, not delimiters, frame the payload:
+node output cannot forge a section. A command line of plain words is executed directly by
+``timeout``; anything else goes through ``sh -c``.
+
+A command declares the node tools it depends on (``Command.tools``); when one times out, later
+commands of the same tool are not started on that node (a NOTRUN section instead), so a hung
+``nvidia-smi`` costs one timeout per host, not one per command. A command that writes through a
+re-opened ``/dev/stdout`` with ``>`` truncates its own earlier output, as on any file.
 """
 
 from __future__ import annotations
@@ -24,30 +37,63 @@ from healthcheck.model import CommandResult
 
 TIMEOUT_RCS = (124, 137)  # GNU timeout: 124 after SIGTERM, 137 (128+9) after the -k SIGKILL
 
-_PRELUDE = r"""d=$(mktemp -d 2>/dev/null) || d=/tmp/healthcheck.$$
-mkdir -p "$d" && trap 'rm -rf "$d"' EXIT HUP INT TERM
-if command -v timeout >/dev/null 2>&1; then hc_to=1; else hc_to=; fi
+_PRELUDE = r"""d=$(mktemp -d 2>/dev/null) || { d=/tmp/healthcheck.$$; mkdir -m 700 "$d" 2>/dev/null; } || {
+  echo "healthcheck: cannot create a temporary directory on the node" >&2; exit 1; }
+trap 'rm -rf "$d"' EXIT; trap 'exit 129' HUP; trap 'exit 130' INT; trap 'exit 141' PIPE; trap 'exit 143' TERM
+hc_to=$(command -v timeout 2>/dev/null) || hc_to=
+hc_head=$(command -v head 2>/dev/null) || hc_head=head
+if [ -r "/proc/$$/fdinfo/0" ]; then hc_fdinfo=/proc/$$/fdinfo; else hc_fdinfo=; fi
+hc_hung='|'
+hc_size() {
+  hc_n=0; [ -s "$2" ] || return 0
+  if [ -n "$hc_fdinfo" ] && printf x >&"$1" 2>/dev/null && read -r hc_k hc_n <"$hc_fdinfo/$1"; then
+    hc_n=$((hc_n - 1)); return 0
+  fi
+  hc_n=$(LC_ALL=C wc -c <"$2") || hc_n=0; hc_n=$((hc_n))
+}
 hc_run() {
-  if [ -n "$hc_to" ]; then set -- "$1" timeout -k "$KILL" "$2" sh -c "$3"; else set -- "$1" sh -c "$3"; fi
-  hc_id=$1; shift; echo 255 >"$d/rc"
-  { { "$@" </dev/null; echo $? >"$d/rc"; } 2>&1 >&3 3>&- | head -c "$CAP1" >"$d/e"; } 3>&1 | head -c "$CAP1" >"$d/o"
-  os=$(wc -c <"$d/o" | tr -d ' '); es=$(wc -c <"$d/e" | tr -d ' ')
-  on=$os; [ "$on" -gt "$CAP" ] && on=$CAP; en=$es; [ "$en" -gt "$CAP" ] && en=$CAP
-  read -r hc_rc <"$d/rc" || hc_rc=255
-  printf '\n%s BEGIN %s rc=%s out=%s err=%s outsize=%s errsize=%s\n' "$M" "$hc_id" "$hc_rc" "$on" "$en" "$os" "$es"
-  head -c "$CAP" "$d/o"; head -c "$CAP" "$d/e"
+  hc_id=$1 hc_t=$2 hc_tools=$3; shift 3
+  for hc_tool in $hc_tools; do
+    case $hc_hung in *"|$hc_tool="*)
+      hc_r=${hc_hung#*"|$hc_tool="}; hc_r=${hc_r%%"|"*}
+      printf '\n%s NOTRUN %s tool=%s hung_s=%s in=%s\n' "$M" "$hc_id" "$hc_tool" "${hc_r%%@*}" "${hc_r#*@}"
+      return 0;;
+    esac
+  done
+  if [ -n "$hc_to" ]; then set -- "$hc_to" -k "$KILL" "$hc_t" "$@"; fi
+  hc_o=$d/$hc_id.o hc_e=$d/$hc_id.e
+  if ! { command exec 4>>"$hc_o" 5>>"$hc_e"; } 2>/dev/null; then
+    hc_r="healthcheck: cannot write the output files in the node's temporary directory (disk full?)"
+    printf '\n%s BEGIN %s rc=255 out=0 err=%s outsize=0 errsize=%s\n%s\n%s END %s\n' "$M" "$hc_id" "${#hc_r}" \
+      "${#hc_r}" "$hc_r" "$M" "$hc_id"
+    return 0
+  fi
+  (trap '' XFSZ; ulimit -f "$BLK" 2>/dev/null; exec "$@") </dev/null >&4 2>&5 4>&- 5>&-
+  hc_rc=$?
+  case $hc_rc in 124|137) for hc_tool in $hc_tools; do hc_hung="$hc_hung$hc_tool=$hc_t@$hc_id|"; done;; esac
+  hc_size 4 "$hc_o"; hc_os=$hc_n; hc_size 5 "$hc_e"; hc_es=$hc_n
+  exec 4>&- 5>&-
+  hc_on=$hc_os; [ "$hc_on" -gt "$CAP" ] && hc_on=$CAP
+  hc_en=$hc_es; [ "$hc_en" -gt "$CAP" ] && hc_en=$CAP
+  printf '\n%s BEGIN %s rc=%s out=%s err=%s outsize=%s errsize=%s\n' "$M" "$hc_id" "$hc_rc" "$hc_on" "$hc_en" \
+    "$hc_os" "$hc_es"
+  [ "$hc_on" -eq 0 ] || LC_ALL=C "$hc_head" -c "$hc_on" "$hc_o"
+  [ "$hc_en" -eq 0 ] || LC_ALL=C "$hc_head" -c "$hc_en" "$hc_e"
   printf '\n%s END %s\n' "$M" "$hc_id"
+  : >"$hc_o"; : >"$hc_e"
 }
 """
 
 
 @dataclass(frozen=True)
 class Command:
-    """One command to run on a node: stable id, shell line, timeout."""
+    """One command to run on a node: stable id, shell line, timeout, and the node tools it depends
+    on (``("nvidia-smi",)``): after one of them hung, the command is not started on that node."""
 
     id: str
     line: str
     timeout_s: float
+    tools: tuple[str, ...] = ()
 
 
 def new_marker() -> str:
@@ -55,22 +101,51 @@ def new_marker() -> str:
 
 
 _ID_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_TOOL_OK = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+_PLAIN_WORD = re.compile(r"^[A-Za-z0-9_./:,+@%=-]+$")
+# words that sh would not look up on PATH: such a line keeps its sh -c
+_SH_WORDS = frozenset({".", ":", "[", "[[", "alias", "bg", "break", "cd", "chdir", "command", "continue", "echo",
+                       "eval", "exec", "exit", "export", "false", "fc", "fg", "getopts", "hash", "jobs", "kill",
+                       "local", "printf", "pwd", "read", "readonly", "return", "set", "shift", "source", "test",
+                       "times", "trap", "true", "type", "ulimit", "umask", "unalias", "unset", "wait", "!", "{",
+                       "}", "case", "do", "done", "elif", "else", "esac", "fi", "for", "if", "in", "then", "until",
+                       "while"})
+
+
+def direct_argv(line: str) -> list[str] | None:
+    """The argv of a line of plain words (``nvidia-smi -q -x``) that ``timeout`` can exec without a
+    shell, or None when the line needs ``sh -c`` (quotes, expansions, redirections, builtins)."""
+    words = line.split(" ")
+    if not all(w and _PLAIN_WORD.match(w) for w in words) or "=" in words[0] or words[0] in _SH_WORDS:
+        return None
+    return words
 
 
 def build_script(commands: Sequence[Command], marker: str, cap: int, kill_after_s: float = 5.0) -> str:
     """The POSIX sh script that runs ``commands`` in order and frames their outputs."""
-    lines = [f"M={shlex.quote(marker)}; CAP={int(cap)}; CAP1={int(cap) + 1}; KILL={kill_after_s:g}",
-             _PRELUDE]
+    blocks = (int(cap) + 1 + 511) // 512  # ulimit -f counts 512-byte blocks: room for cap + 1 bytes
+    lines = [f"M={shlex.quote(marker)}; CAP={int(cap)}; BLK={blocks}; KILL={kill_after_s:g}", _PRELUDE]
     for cmd in commands:
         if not _ID_OK.match(cmd.id):
             raise ValueError(f"command id {cmd.id!r} is not a stable kebab-case id")
-        lines.append(f"hc_run {shlex.quote(cmd.id)} {cmd.timeout_s:g} {shlex.quote(cmd.line)}")
+        bad = [t for t in cmd.tools if not _TOOL_OK.match(t)]
+        if bad:
+            raise ValueError(f"command {cmd.id}: tool name {bad[0]!r} is not a plain lowercase name")
+        argv = direct_argv(cmd.line) or ["sh", "-c", cmd.line]
+        lines.append(f"hc_run {shlex.quote(cmd.id)} {cmd.timeout_s:g} {shlex.quote(' '.join(cmd.tools))} "
+                     + " ".join(shlex.quote(w) for w in argv))
     return "\n".join(lines) + "\n"
 
 
 _HEADER = re.compile(
     rb"BEGIN (?P<id>\S+) rc=(?P<rc>-?\d+) out=(?P<out>\d+) err=(?P<err>\d+)"
     rb" outsize=(?P<outsize>\d+) errsize=(?P<errsize>\d+)\n")
+_NOTRUN = re.compile(rb"NOTRUN (?P<id>\S+) tool=(?P<tool>\S+) hung_s=(?P<hung>[0-9.]+) in=(?P<cause>\S+)\n")
+_HEADER_MAX = 512  # a header line longer than this is garbage, not a header still arriving
+
+
+def not_run_reason(tool: str, hung_s: str, cause: str) -> str:
+    return f"not run: {tool} hung for {hung_s} s in {cause}"
 
 
 @dataclass
@@ -95,9 +170,10 @@ class FrameReader:
         pos = self.buffer.find(start_tag)
         if pos < 0:
             return None
-        header = _HEADER.match(self.buffer, pos + len(start_tag))
+        at = pos + len(start_tag)
+        header = _HEADER.match(self.buffer, at)
         if header is None:
-            return None  # header not complete yet (or garbage: the caller times out)
+            return self._not_run(at, now_s)
         out_n, err_n = int(header["out"]), int(header["err"])
         body = header.end()
         end_tag = f"\n{self.marker} END ".encode() + header["id"] + b"\n"
@@ -116,6 +192,22 @@ class FrameReader:
             stdout_truncated=int(header["outsize"]) > out_n,
             stderr_truncated=int(header["errsize"]) > err_n)
         del self.buffer[:total]
+        self.last_event_s = now_s
+        return result
+
+    def _not_run(self, at: int, now_s: float) -> CommandResult | None:
+        """A NOTRUN line at ``at``; None while it may still be arriving; FrameError for garbage."""
+        line = _NOTRUN.match(self.buffer, at)
+        if line is None:
+            newline = self.buffer.find(b"\n", at, at + _HEADER_MAX)
+            if newline >= 0 or len(self.buffer) - at >= _HEADER_MAX:
+                raise FrameError(f"{self.host}: garbage after the section marker: "
+                                 f"{bytes(self.buffer[at:at + 80])!r}")
+            return None  # header not complete yet
+        result = CommandResult(host=self.host, command_id=line["id"].decode(),
+                               not_run=not_run_reason(line["tool"].decode(), line["hung"].decode(),
+                                                      line["cause"].decode()))
+        del self.buffer[:line.end()]
         self.last_event_s = now_s
         return result
 

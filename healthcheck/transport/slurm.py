@@ -26,7 +26,7 @@ from healthcheck.defaults import DEFAULTS
 from healthcheck.model import CommandResult, Host, HostCollection
 from healthcheck.transport.process import pipe_reader, stop_group
 from healthcheck.transport.script import Command, build_script, new_marker
-from healthcheck.transport.stream import host_failure, read_framed
+from healthcheck.transport.stream import host_failure, read_framed, stuck
 
 _SRUN_ERROR = re.compile(r"^srun: error: (.+)$", re.MULTILINE)
 
@@ -68,14 +68,15 @@ class SlurmTransport:
             try:
                 collection = read_framed(host.name, commands, marker, pipe_reader(proc), deadline_s,
                                          byte_limit=2 * self.cap * max(1, len(commands)) + (1 << 20),
-                                         stderr_tail=lambda: _tail(err), started=started)
+                                         stderr_tail=lambda: _tail(err), started=started,
+                                         startup_s=self.alloc_wait_s, kill_after_s=self.kill_after_s)
             finally:  # srun ends by itself once the script has; not when the deadline passed
-                ended = collection is not None and "deadline" not in (collection.transport_error or "")
+                ended = collection is not None and not stuck(collection.transport_error)
                 stop_group(proc, self.kill_after_s, linger_s=self.kill_after_s if ended else 0.0)
             if collection.transport_error is None or any(r.transport_error is None
                                                          for r in collection.results.values()):
                 return collection  # complete, or partly collected: read_framed's message stands
-            if "deadline" in collection.transport_error:
+            if stuck(collection.transport_error):
                 return collection
             state = self._node_state(node)
             reason = describe_srun_failure(_tail(err).decode("utf-8", errors="replace"), proc.returncode,

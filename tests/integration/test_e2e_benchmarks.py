@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from healthcheck.results import expanded_document
 from tests.conftest import fixture_text
 
 pytestmark = pytest.mark.sshd
@@ -113,7 +114,7 @@ def healthcheck(*args: object, timeout: float = 120) -> subprocess.CompletedProc
 
 
 def bench_findings(run_dir: Path) -> dict[str, list[dict]]:
-    results = json.loads((run_dir / "results.json").read_text())
+    results = expanded_document(run_dir)
     return {name: [f for f in host["findings"] if f["check"].startswith("nccl.")]
             for name, host in results["hosts"].items()}
 
@@ -204,9 +205,9 @@ def test_acceptance_run_names_node03_and_replays_without_ssh(ssh_cluster_factory
     assert "Rank  8 Group  0 Pid   2315 on node01 device" in retest_out
     assert Counter(h for h in found for _ in launched(cluster, h)) == {"node01": 5, "node02": 2, "node03": 3,
                                                                       "node04": 2}
-    assert ("--np 16 --hostfile hostfile --map-by ppr:8:node --timeout 1800 -x NCCL_DEBUG=WARN --bind-to none "
-            "/opt/nccl-tests/build/all_reduce_perf -b 8G -e 16G -f 2 -g 1 -c 1 -n 20 -w 5") in launched(cluster,
-                                                                                                      "node03")
+    assert ("--np 16 --hostfile hostfile --map-by ppr:8:node --timeout 1800 -x NCCL_DEBUG=INFO "
+            "-x NCCL_DEBUG_SUBSYS=INIT,NET --bind-to none /opt/nccl-tests/build/all_reduce_perf -b 8G -e 16G -f 2 "
+            "-g 1 -c 1 -n 20 -w 5") in launched(cluster, "node03")
 
     # replay: the same benchmark verdicts from raw/_jobs, with every sshd stopped
     cluster.stop()
@@ -234,14 +235,14 @@ def test_bench_wrong_pair_fails_and_hung_job_errors(ssh_cluster_factory, tmp_pat
                                   host_vars={h.name: short for h in cluster.hosts})
     listing = healthcheck("bench", "--list")
     assert listing.returncode == 0 and [line.split()[0] for line in listing.stdout.splitlines()] == \
-        ["nccl", "hpl", "imb", "osu"]
+        ["nccl", "hpl", "imb", "osu", "sdc"]
 
     run_dir = tmp_path / "bench"
     proc = healthcheck("bench", "-i", inv, "-F", cluster.ssh_config, "--benchmarks", "nccl", "--plan", "acceptance",
                        "--pair-rounds", "2", "--launcher-host", "node01", "--run-dir", run_dir)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     found = bench_findings(run_dir)
-    results = json.loads((run_dir / "results.json").read_text())
+    results = expanded_document(run_dir)
     assert results["run"]["probes"] == []
 
     # the hung job is an ERROR for its host only; node04's other jobs still ran and passed
@@ -287,7 +288,7 @@ def test_imb_pairs_graded_against_the_ndr_profile_name_the_slow_node(ssh_cluster
     proc = healthcheck("bench", "-i", inv, "-F", cluster.ssh_config, "--benchmarks", "imb", "--plan", "acceptance",
                        "--run-dir", run_dir)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
-    results = json.loads((run_dir / "results.json").read_text())
+    results = expanded_document(run_dir)
     found = {name: [f for f in host["findings"] if f["check"].startswith("imb.")]
              for name, host in results["hosts"].items()}
 

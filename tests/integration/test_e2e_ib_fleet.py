@@ -7,7 +7,6 @@ ports, the majority version and the outlier host in results.json, and skip DCGM 
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from healthcheck.results import expanded_document
 from tests.conftest import fixture_text
 from tests.sshhosts import BASE_PATH
 
@@ -88,7 +88,7 @@ def test_ib_degraded_host_hung_mount_no_dcgmi_and_fleet_outliers(ssh_cluster_fac
                            "--run-dir", str(run_dir), "--probes", PROBES], capture_output=True, text=True,
                           timeout=180)
     assert (run_dir / "results.json").is_file(), proc.stderr
-    results = json.loads((run_dir / "results.json").read_text())
+    results = expanded_document(run_dir)
     assert proc.returncode == 1
 
     # node02: every bad port is named, with its measured rate
@@ -129,7 +129,7 @@ def test_ib_degraded_host_hung_mount_no_dcgmi_and_fleet_outliers(ssh_cluster_fac
     replay = subprocess.run([sys.executable, "-m", "healthcheck", "run", "--replay", str(run_dir),
                              "--run-dir", str(tmp_path / "replay"), "--probes", PROBES],
                             capture_output=True, text=True, timeout=120)
-    again = json.loads((tmp_path / "replay" / "results.json").read_text())
+    again = expanded_document(tmp_path / "replay")
     assert replay.returncode == 1
     for host in ("node01", "node02", "node03"):
         def bad(doc: dict, host: str = host) -> list[tuple[str, str, str]]:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from healthcheck.results import expanded_document
 from tests.conftest import fixture_text
 
 pytestmark = pytest.mark.sshd
@@ -60,7 +61,7 @@ def test_inactive_nvlink_and_xid79_named_in_results(ssh_cluster_factory, tmp_pat
         [sys.executable, "-m", "healthcheck", "run", "-i", str(inv), "-F", str(cluster.ssh_config),
          "--run-dir", str(run_dir), "--probes", "topology,nvlink,fabric,xid"],
         capture_output=True, text=True, timeout=180)
-    results = json.loads((run_dir / "results.json").read_text())
+    results = expanded_document(run_dir)
     assert proc.returncode == 1, proc.stderr[-2000:]
     hosts = results["hosts"]
     assert hosts["node01"]["verdict"] == "PASS", [f for f in hosts["node01"]["findings"] if f["status"] != "PASS"]

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from healthcheck.probes.dmon_parse import DEFAULT_FIELD_IDS
 
+from healthcheck.results import expanded_document
 from tests.conftest import fixture_text
 
 pytestmark = pytest.mark.sshd
@@ -61,7 +62,7 @@ def healthcheck(*args: object) -> subprocess.CompletedProcess[str]:
 
 
 def findings_of(run_dir: Path, prefix: str) -> dict[str, list[dict]]:
-    results = json.loads((run_dir / "results.json").read_text())
+    results = expanded_document(run_dir)
     return {name: [f for f in host["findings"] if f["check"].startswith(prefix)]
             for name, host in results["hosts"].items()}
 
@@ -101,7 +102,7 @@ def test_hw_slowdown_under_load_names_node02_gpu5(ssh_cluster_factory, tmp_path:
     meta = json.loads((run_dir / "raw" / "_telemetry" / "nccl-all_reduce_perf-node-node02" / "node02.json")
                       .read_text())
     assert meta["rc"] == 0 and meta["job"]["hosts"] == ["node02"] and meta["transport_error"] is None
-    results = json.loads((run_dir / "results.json").read_text())
+    results = expanded_document(run_dir)
     view = results["hosts"]["node02"]["observations"]["telemetry"]["jobs"][0]
     assert view["gpus"][5]["throttle_s"]["hw_slowdown"] == 10 and view["limits"] == {"gpu_temp_c": 89, "power_w": 700}
     assert results["hosts"]["node02"]["observations"]["dcgm_fields"]["rounds"] == 5

@@ -46,12 +46,14 @@ def _options(cluster) -> dict:
 def _profile() -> Profile:
     low = {"acceptable": 0.6, "warn": 0.5}
     return Profile(name="loopback-cpu", expectations={
-        # deliberately tiny: loopback TCP on 2 shared cores; the test checks the plumbing, not a cluster
-        "hpl.node.gflops": Expectation("hpl.node.gflops", "test: any positive rate", value=0.01,
-                                       unit="GFLOPS", bands=low),
+        # deliberately tiny: loopback TCP on 2 shared cores; the test checks the plumbing, not a cluster.
+        # HPCC is graded against the xhpl (CPU FP64) expectation; 0.01 is no Rpeak, so the above-peak
+        # ERROR (wrong expectation) is switched off for this test only.
+        "hpl.xhpl.node.gflops": Expectation("hpl.xhpl.node.gflops", "test: any positive rate", value=0.01,
+                                            unit="GFLOPS", bands=low),
         "hpcc.pingpong.latency_us": Expectation("hpcc.pingpong.latency_us", "test: loopback TCP",
                                                 op="le", value=100000.0, unit="us"),
-    })
+    }, settings={"benchmarks": {"hpl": {"above_peak_ratio": 1e12}}})
 
 
 def test_hpcc_across_two_ssh_hosts(ssh_cluster_factory, tmp_path: Path) -> None:

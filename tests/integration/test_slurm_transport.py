@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from healthcheck.results import expanded_document
 from tests.slurmd import SlurmdCluster, missing_tools
 
 pytestmark = [pytest.mark.slurm, pytest.mark.skipif(bool(missing_tools()),
@@ -52,18 +53,20 @@ def _run(slurm: SlurmdCluster, tmp_path: Path, hosts: dict, *extra: str) -> tupl
                           capture_output=True, text=True, timeout=180, env=env)
     results_file = run_dir / "results.json"
     assert results_file.is_file(), proc.stdout[-2000:] + proc.stderr[-2000:]
-    return proc.returncode, json.loads(results_file.read_text()), proc.stdout + proc.stderr
+    return proc.returncode, expanded_document(run_dir), proc.stdout + proc.stderr
 
 
 def _finding(results: dict, host: str, check: str) -> dict:
     return next(f for f in results["hosts"][host]["findings"] if f["check"] == check)
 
 
-def test_system_probe_through_srun_and_a_hung_command_times_out(slurm: SlurmdCluster, tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["step", "per-host"])
+def test_system_probe_through_srun_and_a_hung_command_times_out(slurm: SlurmdCluster, tmp_path: Path,
+                                                                mode: str) -> None:
     # node01 is reached under another inventory name through slurm_node (srun to that name would fail)
     hosts = {"node01.cluster.example": {"transport": "slurm", "slurm_node": "node01"},
              "node02": {"transport": "slurm"}}
-    _, results, out = _run(slurm, tmp_path, hosts)
+    _, results, out = _run(slurm, tmp_path, hosts, "--slurm-mode", mode)
     for host, node in (("node01.cluster.example", "node01"), ("node02", "node02")):
         hostname = _finding(results, host, "system.hostname")
         assert (hostname["status"], hostname["value"]) == ("PASS", node), out
@@ -83,32 +86,46 @@ def test_system_probe_through_srun_and_a_hung_command_times_out(slurm: SlurmdClu
     assert slurm.tool("squeue", "-h", check=False).stdout.strip() == ""
 
 
-def test_drained_and_unknown_nodes_are_prompt_reachability_errors(slurm: SlurmdCluster, tmp_path: Path) -> None:
+DRAINED = {
+    "per-host": ("Slurm refused an allocation on node02: node state drained (reason: gpu3 fell off the bus); "
+                 "srun: Unable to allocate resources: Requested nodes are busy"),
+    "step": "Slurm node node02 left out of the sweep's job step: node state drained (reason: gpu3 fell off the bus)",
+}
+UNKNOWN = {
+    "per-host": ("Slurm does not know node node09 (set the host var slurm_node?); "
+                 "srun: Unable to allocate resources: Invalid node name specified"),
+    "step": "Slurm does not know node node09 (set the host var slurm_node?)",
+}
+
+
+@pytest.mark.parametrize("mode", ["step", "per-host"])
+def test_drained_and_unknown_nodes_are_prompt_reachability_errors(slurm: SlurmdCluster, tmp_path: Path,
+                                                                  mode: str) -> None:
     slurm.tool("scontrol", "update", "NodeName=node02", "State=DRAIN", "Reason=gpu3 fell off the bus")
     try:
         # the inventory says ssh; --transport slurm overrides it for every host
         hosts = {"node01": {}, "node02": {}, "node09": {}}
-        rc, results, out = _run(slurm, tmp_path, hosts, "--transport", "slurm")
+        rc, results, out = _run(slurm, tmp_path, hosts, "--transport", "slurm", "--slurm-mode", mode)
     finally:
         slurm.tool("scontrol", "update", "NodeName=node02", "State=RESUME")
     assert rc == 1, out
     assert _finding(results, "node01", "system.hostname")["value"] == "node01"
     drained = _finding(results, "node02", "host.reachable")
     assert drained["status"] == "ERROR" and drained["source"] == "slurm"
-    assert drained["value"] == ("Slurm refused an allocation on node02: node state drained (reason: gpu3 fell "
-                                "off the bus); srun: Unable to allocate resources: Requested nodes are busy")
+    assert drained["value"] == DRAINED[mode]
     assert drained["remedy"].startswith("Check the node in Slurm")
     unknown = _finding(results, "node09", "host.reachable")
     assert unknown["status"] == "ERROR"
-    assert unknown["value"] == ("Slurm does not know node node09 (set the host var slurm_node?); "
-                                "srun: Unable to allocate resources: Invalid node name specified")
+    assert unknown["value"] == UNKNOWN[mode]
     for host in ("node02", "node09"):  # nothing ran there: reachability is the host's only finding
         assert [f["check"] for f in results["hosts"][host]["findings"]] == ["host.reachable"]
     assert slurm.tool("squeue", "-h", check=False).stdout.strip() == ""
 
 
-def test_node_busy_with_a_job_is_skipped_not_failed(slurm: SlurmdCluster, tmp_path: Path) -> None:
-    """A nightly sweep leaves nodes running someone's exclusive job alone: SKIP saying why, exit 0."""
+@pytest.mark.parametrize("mode", ["step", "per-host"])
+def test_node_busy_with_a_job_is_skipped_not_failed(slurm: SlurmdCluster, tmp_path: Path, mode: str) -> None:
+    """A nightly sweep leaves nodes running someone's exclusive job alone: SKIP saying why (not a fault, never
+    drained), but the node was not checked, so the run does not exit 0 (nothing checked is never PASS)."""
     job = slurm.tool("sbatch", "--parsable", "--exclusive", "-w", "node02", "-J", "someones-training",
                      f"--output={tmp_path / 'job.out'}",
                      "--wrap", "sleep 120").stdout.strip().split(";")[0]
@@ -117,11 +134,13 @@ def test_node_busy_with_a_job_is_skipped_not_failed(slurm: SlurmdCluster, tmp_pa
             if slurm.tool("squeue", "-h", "-j", job, "-o", "%T", check=False).stdout.strip() == "RUNNING":
                 break
             time.sleep(0.1)
-        rc, results, out = _run(slurm, tmp_path, {"node01": {"transport": "slurm"}, "node02": {"transport": "slurm"}})
+        rc, results, out = _run(slurm, tmp_path, {"node01": {"transport": "slurm"}, "node02": {"transport": "slurm"}},
+                                "--slurm-mode", mode)
     finally:
         slurm.tool("scancel", job, check=False)
     busy = _finding(results, "node02", "host.reachable")
     assert busy["status"] == "SKIP" and "running a job" in busy["message"] and "allocated" in busy["message"]
     assert results["hosts"]["node02"]["verdict"] == "SKIP"
     assert results["hosts"]["node01"]["verdict"] == "PASS"
-    assert rc == 0, out
+    assert rc == 1, out
+    assert "not checked (SKIP, exit code stays non-zero): node02" in out

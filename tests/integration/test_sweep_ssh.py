@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from healthcheck.pipeline import RunOptions, execute_run
-from healthcheck.results import load_results
+from healthcheck.results import expanded_document, load_results
 from healthcheck.rundir import FindingsLog
 
 pytestmark = pytest.mark.sshd
@@ -26,7 +26,7 @@ def _run(inv: Path, cluster, run_dir: Path, **kw) -> tuple[int, dict]:
         flag = "--" + key.replace("_", "-")
         args += [flag] if value is True else [flag, str(value)]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=120)
-    results = json.loads((run_dir / "results.json").read_text()) if (run_dir / "results.json").is_file() else {}
+    results = expanded_document(run_dir) if (run_dir / "results.json").is_file() else {}
     return proc.returncode, results
 
 
@@ -223,9 +223,10 @@ def test_dropped_connection_is_an_error_and_keeps_finished_commands(ssh_cluster_
     # Drop node01's connection: kill the per-connection sshd processes our test sshd forked.
     subprocess.run(["pkill", "-9", "-P", str(node01.proc.pid)], check=False)
     assert proc.wait(timeout=60) == 1
-    results = json.loads((run_dir / "results.json").read_text())
+    results = expanded_document(run_dir)
     reach = _finding(results, "node01", "host.reachable")
     assert reach["status"] == "ERROR" and "ended before all commands reported" in reach["message"]
+    assert "while running uname-r, for " in reach["message"]  # which command, and for how long
     assert _finding(results, "node01", "system.hostname")["status"] == "PASS"
     assert results["hosts"]["node02"]["verdict"] == "PASS"
 
@@ -236,7 +237,7 @@ def test_adhoc_hostlist_without_inventory(ssh_cluster_factory, tmp_path):
                            str(cluster.ssh_config), "--run-dir", str(tmp_path / "run"), "--probes", "system",
                            "--profile", "h100-sxm5-8x"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    results = expanded_document(tmp_path / "run")
     assert sorted(results["hosts"]) == ["node01", "node02", "node03"]
     assert {h["profile"] for h in results["hosts"].values()} == {"h100-sxm5-8x"}
 
@@ -256,7 +257,7 @@ def test_ctrl_c_finishes_hosts_in_flight_and_writes_partial_results(ssh_cluster_
         time.sleep(0.1)
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=60) == 130
-    results = json.loads((run_dir / "results.json").read_text())
+    results = expanded_document(run_dir)
     assert results["run"]["interrupted"] is True
     swept = [n for n, h in results["hosts"].items() if h["verdict"] == "PASS"]
     skipped = [n for n, h in results["hosts"].items()

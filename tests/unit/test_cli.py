@@ -10,6 +10,8 @@ from click.testing import CliRunner
 
 import healthcheck
 from healthcheck.cli import main
+from healthcheck.results import load_results
+from healthcheck.rundir import raw_dir
 
 
 @pytest.fixture
@@ -61,7 +63,9 @@ def test_local_run_then_replay_same_verdicts_and_strict(cli, tmp_path):
     replayed = json.loads((tmp_path / "b" / "results.json").read_text())
     assert replayed["run"]["mode"] == "replay"
     assert replayed["hosts"][host]["verdict"] == results["hosts"][host]["verdict"]
-    assert (tmp_path / "b" / "raw" / host / "uname-r.out").read_bytes() == \
+    # the replay references the bundle's raw outputs (raw/_source.json) instead of copying them
+    assert not (tmp_path / "b" / "raw" / host).exists()
+    assert (raw_dir(tmp_path / "b") / host / "uname-r.out").read_bytes() == \
            (tmp_path / "a" / "raw" / host / "uname-r.out").read_bytes()
 
 
@@ -81,13 +85,12 @@ def test_profiles_list_and_show(cli):
 
 def test_host_without_profile_is_graded_on_profile_free_checks(cli, tmp_path):
     result = cli.invoke(main, ["run", "--local", "--probes", "system,resources", "--run-dir", str(tmp_path / "r")])
-    results = json.loads((tmp_path / "r" / "results.json").read_text())
-    [host] = results["hosts"].values()
-    assert host["profile"] is None
-    by_check = {f["check"]: f for f in host["findings"]}
-    assert by_check["system.hostname"]["status"] == "PASS"
-    assert by_check["system.memory"]["status"] == "SKIP"
-    assert "profile (none)" in by_check["system.memory"]["message"]
+    [host] = load_results(tmp_path / "r").hosts.values()
+    assert host.profile is None
+    by_check = {f.check: f for f in host.findings}  # PASS findings live in the findings table
+    assert by_check["system.hostname"].status.value == "PASS"
+    assert by_check["system.memory"].status.value == "SKIP"
+    assert "profile (none)" in by_check["system.memory"].message
     assert result.exit_code == 0
     assert "no profile" in (tmp_path / "r" / "report.html").read_text()
 
@@ -145,3 +148,33 @@ def test_hosts_accepts_sinfo_style_multiline_nodesets(tmp_path):
 
     hosts, _ = _hosts(RunOptions(hostlist="gpu[001-002]\ngpu[010-011] login01\n"), [])
     assert [h.name for h in hosts] == ["gpu001", "gpu002", "gpu010", "gpu011", "login01"]
+
+
+@pytest.mark.parametrize(("hosts", "says"), [
+    ({"h100-node01": {}}, "'hosts' must be a list of host objects, got dict"),
+    (["h100-node01"], "hosts[0] must be an object with a 'name', got 'h100-node01'"),
+    ([{"name": "h100-node01", "adress": "10.0.0.1"}], "hosts[0] has unknown key(s) adress"),
+])
+def test_manifest_hosts_of_the_wrong_shape_is_a_usage_error(cli, tmp_path, hosts, says):
+    """The built-in sample's manifest with its ``hosts`` edited: one line on stderr, exit 2, no traceback."""
+    import shutil
+
+    bundle = tmp_path / "bundle"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "inventories" / "samples" / "h100-4node", bundle)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    (bundle / "manifest.json").write_text(json.dumps({**manifest, "hosts": hosts}))
+    result = cli.invoke(main, ["run", "--replay", str(bundle), "--run-dir", str(tmp_path / "r")])
+    assert result.exit_code == 2, result.output
+    assert says in result.output and "Traceback" not in result.output
+    assert len([line for line in result.output.splitlines() if line.startswith("healthcheck:")]) == 1
+
+
+def test_results_of_a_directory_without_results_json_is_a_usage_error(cli, tmp_path):
+    (tmp_path / "raw").mkdir()
+    result = cli.invoke(main, ["results", str(tmp_path)])
+    assert result.exit_code == 2
+    assert result.output.strip() == (f"healthcheck: {tmp_path} has no results.json (not a finished run directory; "
+                                     f"re-grade its raw outputs with: healthcheck run --replay {tmp_path})")
+    (tmp_path / "results.json").write_text("{not json")
+    broken = cli.invoke(main, ["results", str(tmp_path)])
+    assert broken.exit_code == 2 and "results.json" in broken.output and "Traceback" not in broken.output

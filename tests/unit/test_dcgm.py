@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from healthcheck.probes.dcgm import PROBE, evaluate_dcgm, parse_dcgm, render_commands
-from healthcheck.probes.dcgm_diag import parse_dcgmi_diag, severity_name
+from healthcheck.probes.dcgm_diag import parse_dcgmi_diag, report_level, severity_name
 from healthcheck.probes.dcgm_health import parse_dcgmi_discovery, parse_dcgmi_health
 
 from healthcheck.model import CommandResult, Host, Status
@@ -247,3 +247,18 @@ def test_acceptance_plan_reaches_the_diag_level_without_probe_options(tmp_path):
         manifest = json.loads((tmp_path / plan / "manifest.json").read_text())
         [diag] = [c for c in manifest["commands_by_profile"]["h100-sxm5-8x"] if c["id"] == "dcgmi-diag"]
         assert diag["line"].endswith(f"dcgmi diag -r {level} -j") and diag["timeout_s"] == timeout
+
+
+@pytest.mark.parametrize(("relpath", "level"), [
+    ("dcgmi/diag-r1-j-dcgm4.2.3-gb10-software-fail-persistence-off-sram-threshold-unreadable.txt", 1),
+    ("dcgmi/diag-r2-8x-a100-80gb-p4de-dcgm3.3.3-pass.txt", 2),
+    ("dcgmi/diag-r2-dcgm4.4.1-8x-b200-2901-pcie-fail-slurm-numa.txt", 2),
+    ("dcgmi/diag-r3-8x-h100-cuinit-system-not-yet-initialized-gpu-memory-fail.txt", 3),
+])
+def test_diag_level_comes_from_the_output_not_the_run_options(relpath: str, level: int):
+    """A bundle graded by a quick plan (-r 1) said '-r 1' for outputs that ran level 2 or 3."""
+    assert report_level(parse_dcgmi_diag(corpus_text(relpath))) == level
+    _, findings = run({"dcgmi-diag": (corpus_text(relpath), 0)}, 1)
+    summary = checks(findings, "dcgm.diag")[0]
+    assert summary.message.startswith(f"dcgmi diag -r {level} (")
+    assert ("the run options ask for -r 1" in summary.message) == (level != 1)

@@ -8,7 +8,7 @@ from healthcheck.probes.gpu import parse_gpu
 from healthcheck.probes.gpu_eval import evaluate_gpu
 
 from healthcheck.model import CommandResult, Host, Status
-from healthcheck.profiles import load_profile
+from healthcheck.profiles import EMPTY_PROFILE, load_profile
 from healthcheck.spec import EvalContext, ParseError
 from tests.conftest import corpus_text, fixture_text
 
@@ -105,3 +105,35 @@ def test_systemctl_without_systemd_is_error_only_where_fm_is_expected():
 def test_garbage_is_a_parse_error():
     with pytest.raises(ParseError, match="not a unit state"):
         parse_systemctl_is_active("Failed to connect to bus: No such file or directory\n")
+
+
+def _text_with_fabric(state: str, status: str) -> str:
+    """Real 8x H100 ``nvidia-smi -q`` (corpus, driver 535.161.08, every GPU Completed/Success) with GPU 0's
+    Fabric block set to what the driver prints while a GPU registers or after it failed (same layout)."""
+    text = corpus_text("nvidia-smi-q/h100-8gpu-drv535.161-gpud.txt")
+    block = "    Fabric\n        State                             : Completed\n" \
+            "        Status                            : Success\n"
+    assert block in text
+    return text.replace(block, block.replace("Completed", state).replace("Success", status), 1)
+
+
+@pytest.mark.parametrize(("state", "status", "says"), [
+    ("In Progress", "N/A", "reports fabric state 'In Progress': it has not finished joining the NVLink fabric"),
+    ("Not Started", "N/A", "reports fabric state 'Not Started': it has not started joining"),
+    ("Completed", "Insufficient Resources",  # an NVML error string, as nvidia-smi prints a failed status
+     "finished fabric registration with status 'Insufficient Resources': it failed to join"),
+])
+def test_gpu_not_in_the_fabric_is_warn_without_any_profile(state: str, status: str, says: str):
+    """No fabric expectation (no profile, or one without fabric.*): the GPU's own report still counts."""
+    obs = parse_fabric({"nvidia-smi-q": out("nvidia-smi-q", _text_with_fabric(state, status))})
+    for profile in ("l40s-pcie-4x", None):
+        context = ctx(profile) if profile else EvalContext(host=Host("gpu001"), profile=EMPTY_PROFILE)
+        findings = evaluate_fabric(obs, context)
+        [gpu0] = [f for f in findings if f.component == "gpu0" and f.status is not Status.SKIP]
+        assert (gpu0.check, gpu0.status, gpu0.value) == ("fabric.state", Status.WARN, state)
+        assert says in gpu0.message and gpu0.remedy
+        others = {f.status for f in findings if f.component != "gpu0" and f.check == "fabric.state"}
+        assert others == {Status.SKIP}  # Completed/Success and no expectation: nothing to grade
+    # with the NVSwitch profile it is graded as before: FAIL
+    [graded] = [f for f in evaluate_fabric(obs, ctx()) if f.component == "gpu0" and f.check == "fabric.state"]
+    assert graded.status is (Status.PASS if state == "Completed" else Status.FAIL)

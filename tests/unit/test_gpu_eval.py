@@ -77,9 +77,12 @@ def test_without_profile_widths_still_fail_and_thresholds_skip_once():
     ("nvidia-smi-q/ecc-sram-uncorrectable-volatile1-aggregate5-snippet.txt",
      ("gpu.ecc.sram_uncorrectable", "gpu0", "FAIL")),
     ("nvidia-smi-q/retired-pages-pending-blacklist-yes-snippet.txt", ("gpu.retired_pages.pending", "gpu0", "FAIL")),
+    # a flag is not a fault until the clocks agree: the snippet lacks the SM maximum and utilization (WARN);
+    # 535.161: hw_slowdown with SM at 86 of 1980 MHz (FAIL); 535.183: flags with SM at 1980 of 1980 MHz (WARN)
     ("nvidia-smi-q/v100-sxm2-32gb-dell-c4130-hw-power-brake-slowdown-active-382mhz-snippet.txt",
-     ("gpu.clock_events", "gpu0", "FAIL")),
-    ("nvidia-smi-q/h100-8gpu-drv535.183-gpud.txt", ("gpu.clock_events", "gpu2", "FAIL")),
+     ("gpu.clock_events", "gpu0", "WARN")),
+    ("nvidia-smi-q/h100-8gpu-drv535.161-gpud.txt", ("gpu.clock_events", "gpu0", "FAIL")),
+    ("nvidia-smi-q/h100-8gpu-drv535.183-gpud.txt", ("gpu.clock_events", "gpu2", "WARN")),
     ("nvidia-smi/rtx-geforce-drv525-fan-ERR.txt", ("gpu.fan", "gpu0", "FAIL")),
     ("nvidia-smi/h100-8gpu-drv560-persistence-off-fabricmanager-down.txt",
      ("gpu.persistence_mode", "gpu3", "WARN")),
@@ -230,3 +233,21 @@ def test_nightly_history_leaves_pcie_replay_growth_to_the_gpu_probe():
                 ("gpu001", "gpu.row_remap.correctable", "gpu0"): (1.0, "night1")}
     assert [(f.check, f.message) for f in growth_findings(ms, previous)] == [
         ("history.counter.growth", "gpu.row_remap.correctable gpu0 grew by 2 since run night1 (was 1, now 3)")]
+
+
+def test_slowdown_flags_at_full_clock_are_warn_and_the_finding_states_flag_and_clocks():
+    """Real 8x H100 (driver 535.183): GPU 2 idle (0 %, 39 C) with its SM clock at 1980 of 1980 MHz and
+    hw_power_brake/sw_thermal flags set, one nvidia-smi sample. NVML: these flags are also reported during
+    P-state or clock changes, so the flag alone is not a fault."""
+    findings = _grade("nvidia-smi-q", corpus_text("nvidia-smi-q/h100-8gpu-drv535.183-gpud.txt"))
+    [gpu2] = [f for f in findings if f.check == "gpu.clock_events" and f.component == "gpu2"]
+    assert gpu2.status is Status.WARN
+    assert gpu2.message.endswith("active clock event reasons: sw_power_cap, hw_power_brake_slowdown, "
+                                 "sw_thermal_slowdown; SM 1980 of 1980 MHz (100%: clocks not reduced), "
+                                 "0% utilization")
+    assert "the flag alone is not a fault" in gpu2.remedy
+    # the same flags with the clocks cut (the 535.161 capture: SM 86 of 1980 MHz) are a FAIL
+    cut = _grade("nvidia-smi-q", corpus_text("nvidia-smi-q/h100-8gpu-drv535.161-gpud.txt"))
+    statuses = {f.status for f in cut if f.check == "gpu.clock_events"}
+    assert statuses == {Status.FAIL}
+    assert "SM 86 of 1980 MHz (4%: clocks reduced)" in next(f for f in cut if f.check == "gpu.clock_events").message

@@ -12,6 +12,7 @@ from healthcheck.probes.gpu import parse_gpu
 from healthcheck import probes as registry
 from healthcheck.model import CommandResult, Host, Status
 from healthcheck.profiles import load_profile
+from healthcheck.results import load_results
 from healthcheck.spec import EvalContext, ParseError
 from tests.conftest import fixture_text
 
@@ -77,6 +78,6 @@ def test_sweep_over_ssh_hosts_with_one_faulty_gpu_node(ssh_cluster_factory, tmp_
     assert bad("node02") == {("gpu.row_remap.pending", "gpu2"), ("gpu.pcie.width", "gpu5"),
                              ("gpu.clock_events", "gpu6")}
     assert {"gpu.driver", "gpu.count"} <= {check for check, _ in bad("node03")}
-    table = hosts["node02"]["observations"]["gpu"]["gpus"]
+    table = load_results(run_dir, observations=True).hosts["node02"].observations["gpu"]["gpus"]
     assert len(table) == 8 and table[5]["pcie_width_current"] == 8 and table[2]["remap"]["pending"] is True
     assert (run_dir / "raw" / "node02" / "nvidia-smi-q-x.out").read_text().startswith("<?xml")

@@ -27,10 +27,10 @@ from tests.conftest import CORPUS, corpus_files, corpus_text, fixture_text
 LOOPBACK = CORPUS.parent / "research" / "hpcc-4host-loopback-output.txt"
 
 
-def _profile(gflops: float | None = None) -> Profile:
+def _profile(gflops: float | None = None, key: str = "hpl.xhpl.node.gflops") -> Profile:
     exp = {}
     if gflops is not None:
-        exp["hpl.node.gflops"] = Expectation("hpl.node.gflops", "test Rpeak", value=gflops, unit="GFLOPS")
+        exp[key] = Expectation(key, "test Rpeak", value=gflops, unit="GFLOPS")
     return Profile(name="test", expectations=exp)
 
 
@@ -170,3 +170,66 @@ def test_bad_fixture_folder_is_all_error_or_parse_error() -> None:
             continue
         statuses = {f.status for f in evaluate_hpl(_job(), result, _ctx(_profile(), "gpu001"))}
         assert statuses == {Status.ERROR}, path.name
+
+
+MXP = "hpl/hpl-mxp-24.3.0-a100-8gpu-fp16-sloppy2-result-passed.txt"
+WC0 = "hpl/hpl-nvidia-24.3.0-a100-80gb-1gpu-wc0-result-block-passed-snippet.txt"
+
+
+def test_each_flavour_is_graded_against_its_own_expectation() -> None:
+    """HPL-MxP on 8x A100 (878.8 TFLOPS mixed precision) was graded against the FP64 Rpeak (563 %, "excellent")."""
+    from healthcheck.profiles import load_profile
+
+    a100 = load_profile("a100-sxm4-80gb-8x")
+    mxp = evaluate_hpl(_job(("a100n1",)), parse_hpl(corpus_text(MXP)), _ctx(a100, "a100n1"))
+    assert not _by(mxp, "hpl.node.gflops")  # never against the FP64 Rpeak
+    [graded] = _by(mxp, "hpl.mxp.node.gflops")
+    assert graded.status is Status.PASS and graded.value == 878770.0
+    assert "= 35% of Rpeak 2496000 GFLOPS" in graded.message
+    # the FP64 flavours: HPL-NVIDIA against hpl.node.gflops, xhpl/HPCC against hpl.xhpl.node.gflops
+    nvidia = parse_hpl(corpus_text(WC0))
+    assert nvidia.flavor == "hpl-nvidia"
+    [fp64] = _by(evaluate_hpl(_job(), nvidia, _ctx(_profile(19500.0, "hpl.node.gflops"), "gpu001")),
+                 "hpl.node.gflops")
+    assert fp64.status is Status.PASS and "16980.0 GFLOPS = 87% of Rpeak 19500.0" in fp64.message
+    [skip] = _by(evaluate_hpl(_job(), nvidia, _ctx(_profile(19500.0, "hpl.xhpl.node.gflops"), "gpu001")),
+                 "hpl.node.gflops")
+    assert skip.status is Status.SKIP and "no expectation hpl.node.gflops" in skip.message
+
+
+@pytest.mark.parametrize(("path", "key", "rpeak"), [
+    (MXP, "hpl.mxp.node.gflops", 156000.0),   # the MxP key holding the FP64 Rpeak: 563 %
+    (WC0, "hpl.node.gflops", 9700.0),         # FP64 Rpeak of a smaller GPU: 175 %
+])
+def test_far_above_rpeak_is_an_error_never_excellent(path: str, key: str, rpeak: float) -> None:
+    result = parse_hpl(corpus_text(path))
+    findings = [f for f in evaluate_hpl(_job(), result, _ctx(_profile(rpeak, key), "gpu001"))
+                if f.check.endswith(".node.gflops")]
+    assert [f.status for f in findings] == [Status.ERROR]
+    assert "above the theoretical peak" in findings[0].message and "excellent" not in findings[0].message
+    assert findings[0].expected.startswith("<= 110% of ")
+
+
+def test_hpcc_pingpong_is_graded_against_the_imb_pingpong_expectations() -> None:
+    """HPCC's own PingPong used to be always SKIP (no profile has hpcc.pingpong.*)."""
+    result = parse_hpl(corpus_text("hpl/hpcc-1.4.2-sample-full-summary-pkb.txt"))
+    assert result.pingpong is not None and result.pingpong.max_latency_us == 0.384119
+    imb = Profile(name="ib", expectations={
+        "imb.pingpong.latency_us": Expectation("imb.pingpong.latency_us", "test", op="le", value=2.0, unit="us"),
+        "imb.pingpong.bandwidth_gbps": Expectation("imb.pingpong.bandwidth_gbps", "test", value=48, unit="GB/s")})
+    findings = {f.check: f for f in evaluate_hpl(_job(("n1", "n2"), "pair"), result, _ctx(imb, "n1", "n2"))
+                if f.host == "n1" and f.check.startswith("hpcc.pingpong")}
+    assert findings["hpcc.pingpong.latency"].status is Status.PASS
+    assert findings["hpcc.pingpong.bandwidth"].status is Status.FAIL  # 6.85 GB/s = 14 % of 48
+    assert findings["hpcc.pingpong.bandwidth"].value == 6.851
+    bare = evaluate_hpl(_job(("n1", "n2"), "pair"), result, _ctx(_profile(), "n1", "n2"))
+    latency = next(f for f in bare if f.check == "hpcc.pingpong.latency")
+    assert latency.status is Status.SKIP
+    assert "hpcc.pingpong.latency_us or imb.pingpong.latency_us" in latency.message
+
+
+def test_hpl_mxp_program_takes_the_problem_on_its_command_line() -> None:
+    program = hpl_program(_job(("a",)), _profile(), {"hpl.flavor": "hpl-mxp", "hpl.n": 380000, "hpl.nb": 4096})
+    assert program.argv == ("hpl-mxp.sh", "--n", "376832",  # N rounded down to a multiple of NB
+                             "--nb", "4096", "--nprow", "1", "--npcol", "1")
+    assert not program.input_files

@@ -264,3 +264,33 @@ def test_link_downed_growth_through_cli_previous_run(tmp_path):
     assert set(growth) == {("ib.counter_growth.link_downed", "mlx5_6/1"),
                            ("ib.counter_growth.symbol_error", "mlx5_0/1")}
     assert not [f for f in run(later, "run3") if f.check.startswith("ib.counter_growth.")]
+
+
+def test_ibstat_only_width_and_speed_unknown_are_not_graded_the_rate_is():
+    """ibstat prints no width or speed: with only ibstat, every healthy port used to be ERROR."""
+    _, findings = evaluate({"ibstat": corpus_text("ib/ibstat-h100-node-ib400-some-ports-down.txt")})
+    rates = by_check(findings, "ib.port.rate")
+    assert len(rates) == 8 and {f.status for f in rates} == {Status.PASS}
+    assert rates[0].message.endswith("rate 400 Gb/sec (width, speed not reported by ibstat: not graded)")
+    assert {f.status for f in by_check(findings, "ib.port.state")} == {Status.PASS}
+
+
+def test_ports_down_outside_the_fabric_are_named_never_dropped():
+    """Real H100 node: 8x MT4129 IB all Active, 4x MT4125 Ethernet of which mlx5_2, mlx5_7, mlx5_8 are Down."""
+    _, findings = evaluate({"ibstat": corpus_text("ib/ibstat-h100-node-ib400-some-ports-down.txt")})
+    other = {f.component: f for f in by_check(findings, "ib.port.other")}
+    assert set(other) == {"mlx5_2/1", "mlx5_7/1", "mlx5_8/1"}
+    assert {f.status for f in other.values()} == {Status.WARN}
+    assert other["mlx5_2/1"].message == ("mlx5_2/1 (Ethernet, HCA type MT4125 not in the profile): DOWN / Disabled")
+    assert by_check(findings, "ib.hca.count")[0].status is Status.PASS  # the 8 compute HCAs are all there
+
+
+def test_hcas_of_types_not_in_the_profile_are_named_in_the_count():
+    """Real A100 node (Azure): 9x MT4126, 8 IB ports Active at 200 Gb/s; the profile selects MT4123/MT4124."""
+    a100 = load_profile("a100-sxm4-80gb-8x")
+    _, findings = evaluate({"ibstat": corpus_text("ib/ibstat-a100-node-all-active.txt")}, profile=a100)
+    count = by_check(findings, "ib.hca.count")[0]
+    assert count.status is Status.ERROR and count.value == 0  # the profile's selector, not the node
+    assert "(9 HCAs seen, 0 of type MT4123/MT4124; not counted: mlx5_0 MT4126, mlx5_1 MT4126" in count.message
+    assert "add their CA type to ib.hca.type" in count.remedy
+    assert not [f for f in findings if f.status is Status.FAIL]

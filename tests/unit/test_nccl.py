@@ -170,7 +170,12 @@ def test_corruption_fails_whatever_the_bandwidth() -> None:
     assert [f.status for f in data] == [Status.FAIL, Status.FAIL]
     assert "#wrong 96 out-of-place / 32 in-place at 1048576 B" in data[0].message
     assert "out of bounds values: 4 FAILED" in data[0].message and data[0].component == "pair gpu-1-1-gpu-1-7"
-    assert _by(findings, "nccl.all_reduce.run")[0].status is Status.FAIL  # the "Test failure" lines
+    # one cause, one finding: the "Test failure common.cu:1189" lines after the #wrong row are its consequence
+    assert not _by(findings, "nccl.all_reduce.run")
+    assert "the run then exited with gpu-1-1: Test failure common.cu:1189, gpu-1-7: Test failure common.cu:1189" \
+        in data[0].message
+    assert {f.status for f in findings} <= {Status.FAIL, Status.PASS, Status.SKIP} and \
+        [f.check for f in findings if f.status is Status.FAIL] == ["nccl.all_reduce.data"] * 2
 
 
 def test_abort_and_launch_failures() -> None:

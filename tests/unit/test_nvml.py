@@ -14,6 +14,7 @@ from healthcheck.probes.nvml import collect_nvidia_smi, collect_nvml
 
 from healthcheck.model import Host, Status
 from healthcheck.profiles import load_profile
+from healthcheck.results import load_results
 from healthcheck.spec import EvalContext
 from tests.conftest import fixture_text
 
@@ -142,12 +143,17 @@ def test_healthy_gpus_through_the_real_import_path(monkeypatch):
 
 def test_nvml_faults_grade_like_nvidia_smi_ones():
     faulty = h100(1, RemappedRows=(0, 1, 1, 0), CurrPcieLinkWidth=8, CurrentClocksEventReasons=0x8 | 0x80,
+                  ClockInfo=86,  # the slowdown shows in the clocks (86 of 1980 MHz): a fault, not a bare flag
                   MemoryErrorCounter=lambda err, counter, loc: 3 if (err, loc) == (1, 7) else 0)
     obs = collect_nvml(fake_pynvml([h100(0), faulty]))
     bad = {(f.check, f.component, f.status) for f in evaluate_gpu(obs, _ctx()) if f.status is not Status.PASS}
     assert {("gpu.row_remap.pending", "gpu1", Status.FAIL), ("gpu.pcie.width", "gpu1", Status.FAIL),
             ("gpu.clock_events", "gpu1", Status.FAIL), ("gpu.ecc.sram_uncorrectable", "gpu1", Status.FAIL)} <= bad
     assert obs.gpus[1].clock_events == ("hw_slowdown", "hw_power_brake_slowdown")
+    at_max = h100(1, CurrentClocksEventReasons=0x8 | 0x80)  # same flags, SM clock at its 1980 MHz maximum
+    flags = [f for f in evaluate_gpu(collect_nvml(fake_pynvml([h100(0), at_max])), _ctx())
+             if f.check == "gpu.clock_events" and f.component == "gpu1"]
+    assert [f.status for f in flags] == [Status.WARN]
 
 
 def test_driver_not_loaded_at_init_is_a_node_error():
@@ -205,5 +211,6 @@ def test_local_run_grades_nvml_observations(monkeypatch, tmp_path):
     [host] = outcome.results.hosts.values()
     count = next(f for f in host.findings if f.check == "gpu.count")
     assert (count.status, count.value, count.source) == (Status.FAIL, 7, "nvml")
-    assert host.observations["gpu"]["source"] == "nvml"
-    assert len(host.observations["gpu"]["gpus"]) == 7
+    assert host.observations["gpu"]["source"] == "nvml"  # in memory: the key observations
+    full = load_results(tmp_path / "run", observations=True).hosts[host.name].observations
+    assert len(full["gpu"]["gpus"]) == 7

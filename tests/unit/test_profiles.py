@@ -52,3 +52,16 @@ def test_every_project_profile_loads_and_cites_sources():
 def test_unknown_profile():
     with pytest.raises(ProfileError, match="unknown profile 'nope'"):
         load_profile("nope")
+
+
+def test_sources_cite_public_documents_not_our_research_notes():
+    """Users do not have ../shared/research: every profile and Xid catalog source names the public document."""
+    from healthcheck.probes.xid import load_catalog
+
+    notes = ("hardware-expectations.md", "shared/research", "research/anchors", "research/hardware", "anchors-")
+    for name in available_profiles():
+        for key, exp in load_profile(name).expectations.items():
+            assert not any(n in exp.source for n in notes), (name, key, exp.source)
+    catalog = load_catalog()
+    texts = [catalog["source"], *(str(e.get("ref", "")) for e in catalog["xids"].values())]
+    assert not [t for t in texts if any(n in t for n in notes)]

@@ -153,6 +153,24 @@ def test_small_run_details_all_hosts_big_run_caps(tmp_path: Path, monkeypatch: p
     assert "3 further hosts need attention" in page
 
 
+def test_big_run_counts_passing_findings_per_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import healthcheck.reports.html as report_html
+
+    from healthcheck.model import Finding, Status
+    from healthcheck.results import HostResult, RunResults, write_results
+
+    found = [Finding("n1", "nvlink.links", Status.PASS, f"gpu{i} nvlink links 18 within == 18",
+                     component=f"gpu{i}") for i in range(8)]
+    found.append(Finding("n1", "gpu.count", Status.FAIL, "7 GPUs visible, expected 8", value=7, expected="== 8"))
+    write_results(tmp_path, RunResults({"id": "x"}, {"n1": HostResult("n1", found)}))
+    small = render_html(load_digest(tmp_path)).decode()
+    assert "gpu7 nvlink links 18 within == 18" in small  # a small run lists every passing finding
+    monkeypatch.setattr(report_html, "DETAIL_ALL_UP_TO", 0)
+    big = render_html(load_digest(tmp_path)).decode()
+    assert "7 GPUs visible, expected 8" in big and "gpu7 nvlink links 18 within" not in big
+    assert "<summary>8 passing</summary>" in big and "<code>nvlink.links</code> &times;8" in big
+
+
 def test_malformed_observations_and_empty_run_still_render(tmp_path: Path) -> None:
     from healthcheck.model import Finding, Status
     from healthcheck.results import HostResult, RunResults, write_results

@@ -284,7 +284,7 @@ def test_nvidia_smi_q_x_is_collected_once_for_every_reader():
     the old per-probe queries are gone (4 nvidia-smi calls in a default sweep, plus dcgm_fields'
     sampler when dcgmi is absent)."""
     readers = [p.name for p in registry.select(None) if "nvidia-smi-q-x" in p.commands({})]
-    assert sorted(readers) == ["assets", "fabric", "gpu", "versions", "xid"]
+    assert sorted(readers) == ["assets", "fabric", "gpu", "pci", "versions", "xid"]
     commands = plan_commands(registry.select(None), {}, 60.0)
     ids = [c.id for c in commands]
     assert ids.count("nvidia-smi-q-x") == 1
@@ -314,7 +314,7 @@ def test_catalog_is_complete_and_follows_policy():
     assert {c for c in (13, 31, 43, 45) if entries[c]["severity"] == "WARN"} == {13, 31, 43, 45}
     hard = (48, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140, *range(144, 151), 154)
     assert {c for c in hard if entries[c]["severity"] == "FAIL"} == set(hard)
-    assert entries[79]["action"] == "reboot node" and "hardware-expectations.md section 4" in catalog["source"]
+    assert entries[79]["action"] == "reboot node" and "docs.nvidia.com/deploy/xid-errors" in catalog["source"]
 
 
 def test_ignore_list_from_a_site_profile_yaml_and_bad_entries(tmp_path):
@@ -330,3 +330,41 @@ def test_ignore_list_from_a_site_profile_yaml_and_bad_entries(tmp_path):
     assert (bad.status, bad.value) == (Status.WARN, "x31") and "e.g. [13, 43]" in bad.remedy
     single = table(grade(obs, "2025-11-21T03:00:00+00:00", host_vars={"xid": {"ignore": 74}}))
     assert single[("xid.74", "gpu6")].status is Status.SKIP and ("xid.ignore", "node") not in single
+
+
+def test_contained_xid94_needing_no_reset_is_warn_restart_the_application():
+    """Real DGX H100 log (driver 550): Xid 48 DBE, Xid 63 remap, then Xid 94 'Contained: SM (0x1). RST: No, D-RST: No'.
+    The driver says no reset and no drain are needed: WARN, restart the app, and the node is not drained."""
+    from healthcheck.drain import DrainPolicy, plan_drain
+    from healthcheck.results import HostResult, RunResults
+
+    obs = observe(corpus_text("xid/xid48-63-94-contained-sm-h100-dgx-drv550-dmesg-grep.txt"), smi=None)
+    (g94,) = [g for g in obs.log.groups if g.code == 94]
+    assert g94.resets == ("RST: No, D-RST: No",)
+    findings = evaluate_xid(obs, EvalContext(host=Host("gpu001"), profile=load_profile("h100-sxm5-8x"),
+                                             options={"kernel_log_window_h": 24 * 365 * 20},
+                                             now=datetime(2030, 1, 1, tzinfo=timezone.utc)))
+    x94 = next(f for f in findings if f.check == "xid.94")
+    assert x94.status is Status.WARN
+    assert "; driver says RST: No, D-RST: No: contained, no reset needed x1 in the last" in x94.message
+    assert "action: restart app." in x94.message
+    assert x94.remedy.startswith("The driver contained the error and needs no GPU reset")
+    assert next(f for f in findings if f.check == "xid.48").status is Status.FAIL  # no fields: the catalog decides
+    plan = plan_drain(RunResults(run={"id": "r"}, hosts={"gpu001": HostResult("gpu001", findings=[x94])}),
+                      DrainPolicy())
+    assert not plan.decisions
+
+
+@pytest.mark.parametrize(("fields", "status", "action"), [
+    ("RST: Yes, D-RST: No", Status.FAIL, "reset GPU"),
+    ("RST: No, D-RST: Yes", Status.FAIL, "drain and reset"),
+])
+def test_reset_fields_that_ask_for_a_reset_or_drain_fail(fields: str, status: Status, action: str):
+    """The same real Xid 94 line with the fields set the other way (the driver's layout unchanged)."""
+    log = corpus_text("xid/xid48-63-94-contained-sm-h100-dgx-drv550-dmesg-grep.txt")
+    assert "RST: No, D-RST: No" in log
+    obs = observe(log.replace("RST: No, D-RST: No", fields), smi=None)
+    x94 = next(f for f in evaluate_xid(obs, EvalContext(
+        host=Host("gpu001"), profile=load_profile("h100-sxm5-8x"), options={"kernel_log_window_h": 24 * 365 * 20},
+        now=datetime(2030, 1, 1, tzinfo=timezone.utc))) if f.check == "xid.94")
+    assert x94.status is status and f"action: {action}" in x94.message and fields in x94.message

@@ -1,0 +1,132 @@
+"""The full findings table of a run, PASS included: ``findings.table.json.gz``, columnar and dictionary-encoded.
+
+    write_table(run_dir, results.findings())      # at the end of a run, beside results.json
+    by_host = read_table(run_dir)                 # {"gpu001": [Finding, ...], ...}
+    frame = findings_frame(run_dir)               # pandas: one row per finding
+    frame.groupby(["host", "status"], observed=True).size()
+
+Format ``healthcheck.findings-table/1`` (docs/results-schema.md): a gzip'd JSON object whose
+columns (``model.FINDING_FIELDS``) each list their distinct values once plus one code per row, the
+codes as base64 little-endian uint32. At 10,000 hosts the 1.2 M findings repeat a few thousand
+checks, components, units and remedies, so the table is a small fraction of the same findings as
+JSON objects, and it loads without building a dict per finding.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+from array import array
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from healthcheck.model import FINDING_FIELDS, Finding, Status
+
+TABLE = "findings.table.json.gz"
+SCHEMA = "healthcheck.findings-table/1"
+_OPTIONAL = {"observe": False}  # column -> value of every row in a table written before the column existed
+_MIXED = frozenset({"value", "expected"})  # JSON scalars of any type: True, 1 and 1.0 are three values
+
+
+class TableError(ValueError):
+    pass
+
+
+def _encode(values: Iterable[Any], mixed: bool) -> dict[str, Any]:
+    index: dict[Any, int] = {}
+    if mixed:
+        codes = array("I", (index.setdefault((v.__class__, v), len(index)) for v in values))
+        distinct = [v for _, v in index]
+    else:
+        codes = array("I", (index.setdefault(v, len(index)) for v in values))
+        distinct = list(index)
+    if codes.itemsize != 4:  # pragma: no cover - "I" is 4 bytes on every platform we run on
+        raise TableError("uint32 codes need a 4-byte array('I')")
+    if array("I", [1]).tobytes()[0] != 1:  # pragma: no cover - big-endian hosts
+        codes.byteswap()
+    return {"values": distinct, "codes": base64.b64encode(codes.tobytes()).decode("ascii")}
+
+
+def _decode_codes(column: dict[str, Any], rows: int) -> array:
+    codes = array("I")
+    codes.frombytes(base64.b64decode(column["codes"]))
+    if array("I", [1]).tobytes()[0] != 1:  # pragma: no cover - big-endian hosts
+        codes.byteswap()
+    if len(codes) != rows or (rows and max(codes) >= len(column["values"])):
+        raise TableError(f"column has {len(codes)} codes for {rows} rows or a code past its values")
+    return codes
+
+
+def write_table(run_dir: Path, findings: Iterable[Finding]) -> Path:
+    """Write every finding as the columnar table (atomically: temp file + rename)."""
+    rows = [f.to_row() for f in findings]
+    columns = {name: _encode((r[i] for r in rows), name in _MIXED) for i, name in enumerate(FINDING_FIELDS)}
+    path = Path(run_dir) / TABLE
+    tmp = path.with_name(path.name + ".tmp")
+    body = json.dumps({"schema": SCHEMA, "rows": len(rows), "columns": columns}, separators=(",", ":"))
+    tmp.write_bytes(gzip.compress(body.encode(), compresslevel=5, mtime=0))
+    tmp.replace(path)
+    return path
+
+
+def _load(run_dir: Path) -> tuple[int, dict[str, Any]]:
+    path = Path(run_dir) / TABLE
+    try:
+        doc = json.loads(gzip.decompress(path.read_bytes()))
+    except (OSError, EOFError, ValueError) as exc:
+        raise TableError(f"{path}: {exc}") from exc
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise TableError(f"{path}: schema {doc.get('schema') if isinstance(doc, dict) else None!r}, "
+                         f"expected {SCHEMA!r}")
+    columns = doc.get("columns") or {}
+    for name, default in _OPTIONAL.items():  # columns added later: tables written before them still read
+        if name not in columns and isinstance(doc.get("rows"), int):
+            columns[name] = _encode([default] * doc["rows"], False)
+    missing = [name for name in FINDING_FIELDS if name not in columns]
+    if missing:
+        raise TableError(f"{path}: missing columns {', '.join(missing)}")
+    return int(doc.get("rows") or 0), columns
+
+
+def read_table(run_dir: Path) -> dict[str, list[Finding]]:
+    """Every finding by host, in the order written. Raises ``TableError`` on a missing or bad file."""
+    rows, columns = _load(run_dir)
+    decoded = []
+    for name in FINDING_FIELDS:
+        values = columns[name]["values"]
+        if name == "status":
+            try:
+                values = [Status(v) for v in values]
+            except ValueError as exc:
+                raise TableError(f"status column: {exc}") from exc
+        decoded.append((values, _decode_codes(columns[name], rows)))
+    out: dict[str, list[Finding]] = {}
+    (hosts, host_codes), rest = decoded[0], decoded[1:]
+    for i in range(rows):
+        host = hosts[host_codes[i]]
+        out.setdefault(host, []).append(Finding(host, *(values[codes[i]] for values, codes in rest)))
+    return out
+
+
+def findings_frame(run_dir: Path) -> Any:
+    """The table as a pandas DataFrame: ``value``/``expected`` as objects, every other column categorical."""
+    import numpy as np
+    import pandas as pd
+
+    rows, columns = _load(run_dir)
+    data: dict[str, Any] = {}
+    for name in FINDING_FIELDS:
+        values = columns[name]["values"]
+        codes = np.frombuffer(base64.b64decode(columns[name]["codes"]), dtype="<u4").astype(np.int64)
+        if len(codes) != rows:
+            raise TableError(f"column {name} has {len(codes)} codes for {rows} rows")
+        if name in _MIXED:
+            data[name] = np.array(values, dtype=object)[codes] if values else np.array([None] * rows, dtype=object)
+            continue
+        keep = [v for v in values if v is not None]
+        remap = np.full(len(values), -1, dtype=np.int64)
+        remap[[i for i, v in enumerate(values) if v is not None]] = np.arange(len(keep))
+        data[name] = pd.Categorical.from_codes(remap[codes], categories=keep)
+    return pd.DataFrame(data)

@@ -1,0 +1,207 @@
+"""Error rates, not only totals: IB, NVLink and PCIe AER counters per hour between two collections.
+
+    counter-clock -> "1795000000\\n5c3e1c0e-...-boot-id\\n"   (``date -u +%s`` and the kernel's boot id)
+    ib-sysfs, nvidia-smi-nvlink-e, pcie-aer                  (the infiniband, nvlink and ras probes' commands)
+
+The previous collection comes from ``--previous RUN_DIR`` or, in ``healthcheck sweep``, the last recorded
+run (``ctx.previous["rates"]``: this probe's own observations of that run, node clock included). A rate is
+``(now - before) / hours between the two node clocks``, graded against ``rate.<family>.<counter>`` in the
+profile (per hour). A counter that went backwards (reset, driver reload, swapped part) or a changed boot id
+restarts the baseline: no rate, no negative or huge number, and a SKIP saying so. Check ids:
+
+  ``rate.ib.<counter>``       per port (``mlx5_0/1``): symbol_error, link_downed, ...
+  ``rate.nvlink.<counter>``   per link (``gpu3 link 5``): replay, recovery, crc
+  ``rate.aer.<counter>``      per PCI function: correctable, nonfatal, fatal
+  ``rate.baseline``           no previous collection, node rebooted, interval too short, counters reset
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from healthcheck.probes import register
+from healthcheck.probes.ib_parse import COUNTER_BITS, parse_ib_sysfs
+from healthcheck.probes.infiniband import COMMANDS as IB_COMMANDS
+from healthcheck.probes.nvlink import ERRORS_ID, parse_nvidia_smi_nvlink_e
+from healthcheck.probes.ras import COMMANDS as RAS_COMMANDS
+from healthcheck.probes.ras_parse import parse_aer_sysfs
+
+from healthcheck.grading import finding_from_expectation, with_note
+from healthcheck.model import CommandResult, Finding, Status
+from healthcheck.spec import EvalContext, ParseError, ProbeSpec
+
+CLOCK_ID = "counter-clock"
+COMMANDS = {CLOCK_ID: "date -u +%s; cat /proc/sys/kernel/random/boot_id", "ib-sysfs": IB_COMMANDS["ib-sysfs"],
+            ERRORS_ID: "nvidia-smi nvlink -e", "pcie-aer": RAS_COMMANDS["pcie-aer"]}
+SOURCES = {"ib": "ib-sysfs", "nvlink": ERRORS_ID, "aer": "pcie-aer"}
+MIN_INTERVAL_S = 60.0     # closer collections (a replay of the previous run itself) give no meaningful rate
+_BOOT_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_REMEDY = {
+    "ib": "Errors are accumulating on this port right now: check `mlxlink -d DEV -m` (BER, FEC), reseat or "
+          "replace the cable/transceiver and check the switch port; a link_downed rate is a flapping link",
+    "nvlink": "NVLink errors are accumulating: check the kernel log for Xid 74, run `dcgmi diag -r 3`; a rate "
+              "that persists after a GPU reset points at the GPU or baseboard (RMA)",
+    "aer": "PCIe errors are accumulating on this device: check `lspci -vvv -s BDF` link status, reseat the card, "
+           "riser or cable, update firmware; uncorrectable ones warrant draining the node",
+}
+
+Counters = Mapping[str, Mapping[str, Mapping[str, int]]]   # family -> component -> counter -> value
+
+
+@dataclass(frozen=True)
+class CounterSnapshot:
+    """Counters at one collection, with the node's clock and boot id."""
+
+    epoch_s: int | None
+    boot_id: str | None
+    counters: Counters = field(default_factory=dict)
+
+
+def parse_counter_clock(text: str) -> tuple[int, str | None]:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines or not lines[0].isdigit():
+        raise ParseError("counter-clock: first line is not `date +%s` epoch seconds", text)
+    boot = lines[1].lower() if len(lines) > 1 and _BOOT_ID.match(lines[1].lower()) else None
+    return int(lines[0]), boot
+
+
+def parse_rates(outputs: Mapping[str, CommandResult]) -> CounterSnapshot:
+    """The node clock and every counter this probe rates (sources that are absent are left out)."""
+    clock = outputs.get(CLOCK_ID)
+    epoch, boot = parse_counter_clock(clock.text) if clock is not None else (None, None)
+    counters: dict[str, dict[str, dict[str, int]]] = {}
+    for family, read in _READERS.items():
+        result = outputs.get(SOURCES[family])
+        if result is None:
+            continue
+        try:
+            values = read(result)
+        except ParseError:
+            continue  # the owning probe (infiniband, nvlink, ras) reports its unreadable output itself
+        if values is not None:
+            counters[family] = values
+    return CounterSnapshot(epoch_s=epoch, boot_id=boot, counters=counters)
+
+
+def _ib(result: CommandResult) -> dict[str, dict[str, int]] | None:
+    if "# ib-sysfs end" not in result.text:
+        return None
+    return {p.name: dict(p.counters) for d in parse_ib_sysfs(result.text) for p in d.ports if p.counters}
+
+
+def _nvlink(result: CommandResult) -> dict[str, dict[str, int]] | None:
+    if result.rc != 0:
+        return None
+    return {f"gpu{c.gpu} link {c.link}": {k: v for k in ("replay", "recovery", "crc")
+                                         if isinstance(v := getattr(c, k), int)}
+            for c in parse_nvidia_smi_nvlink_e(result.text)}
+
+
+def _aer(result: CommandResult) -> dict[str, dict[str, int]] | None:
+    if "# pcie-aer end" not in result.text:
+        return None
+    return {bdf: {"correctable": c.correctable, "nonfatal": c.nonfatal, "fatal": c.fatal}
+            for bdf, c in parse_aer_sysfs(result.text).items()}
+
+
+_READERS = {"ib": _ib, "nvlink": _nvlink, "aer": _aer}
+
+
+@dataclass(frozen=True)
+class Rate:
+    family: str
+    component: str
+    counter: str
+    delta: int
+    hours: float
+
+    @property
+    def per_hour(self) -> float:
+        return self.delta / self.hours
+
+
+def counter_rates(now: Counters, before: Counters, hours: float) -> tuple[list[Rate], list[str]]:
+    """Rates of every counter present in both snapshots, and the ``family component counter`` names
+    that went backwards (their baseline restarts: no rate). Pure."""
+    rates, reset = [], []
+    for family, components in sorted(now.items()):
+        for component, values in sorted(components.items()):
+            old = (before.get(family) or {}).get(component) or {}
+            for counter, value in sorted(values.items()):
+                prior = old.get(counter)
+                if not isinstance(prior, int) or isinstance(prior, bool):
+                    continue
+                if value < prior:
+                    reset.append(f"{component} {counter} ({prior} -> {value})")
+                    continue
+                rates.append(Rate(family, component, counter, value - prior, hours))
+    return rates, reset
+
+
+def previous_snapshot(previous: Any) -> CounterSnapshot | None:
+    """This probe's observations of the previous run (JSON form), or None."""
+    if not isinstance(previous, Mapping) or not isinstance(previous.get("epoch_s"), int):
+        return None
+    return CounterSnapshot(epoch_s=previous["epoch_s"], boot_id=previous.get("boot_id"),
+                           counters=previous.get("counters") or {})
+
+
+def _baseline(host: str, message: str) -> Finding:
+    return Finding(host=host, check="rate.baseline", status=Status.SKIP, source=CLOCK_ID, message=message)
+
+
+def evaluate_rates(obs: CounterSnapshot, ctx: EvalContext) -> list[Finding]:
+    host = ctx.host.name
+    keys = [k for k in ctx.profile.expectations if k.startswith("rate.")]
+    if not keys:
+        return [_baseline(host, f"profile {ctx.profile.name} has no rate.* thresholds: error rates not graded")]
+    if obs.epoch_s is None:
+        return [_baseline(host, "counter-clock was not collected (not in this bundle): no rates")]
+    before = previous_snapshot(ctx.previous.get("rates"))
+    if before is None or before.epoch_s is None:
+        return [_baseline(host, "no previous collection of this host (--previous, sweep history): "
+                                "this run is the baseline, rates start with the next one")]
+    if obs.boot_id and before.boot_id and obs.boot_id != before.boot_id:
+        return [_baseline(host, "the node rebooted since the previous collection (boot id changed): "
+                                "counters restarted, this run is the new baseline")]
+    seconds = obs.epoch_s - before.epoch_s
+    if seconds < MIN_INTERVAL_S:
+        return [_baseline(host, f"{seconds} s since the previous collection (node clock): too short for a "
+                                f"rate (at least {MIN_INTERVAL_S:g} s)")]
+    rates, reset = counter_rates(obs.counters, before.counters, seconds / 3600)
+    out = [_grade(host, r, ctx) for r in rates if ctx.profile.expect(f"rate.{r.family}.{r.counter}")]
+    bad = [f for f in out if f.status is not Status.PASS]
+    passed = len(out) - len(bad)
+    if passed:
+        bad.append(Finding(host=host, check="rate.counters", status=Status.PASS, value=passed, source=CLOCK_ID,
+                           message=f"{passed} error counters within their hourly rates over "
+                                   f"{seconds / 3600:.1f} h"))
+    if reset:
+        bad.append(_baseline(host, f"{len(reset)} counters went backwards (reset, driver reload or swapped "
+                                   f"part), baseline restarted: {', '.join(reset[:5])}"
+                                   + (f" (+{len(reset) - 5} more)" if len(reset) > 5 else "")))
+    return bad or [_baseline(host, "no counter present in both collections")]
+
+
+def _grade(host: str, rate: Rate, ctx: EvalContext) -> Finding:
+    check = f"rate.{rate.family}.{rate.counter}"
+    f = finding_from_expectation(host, check, ctx.profile.expect(check), round(rate.per_hour, 3),
+                                 source=SOURCES[rate.family], component=rate.component,
+                                 remedy=_REMEDY[rate.family], profile=ctx.profile)
+    if f.status is Status.PASS:
+        return f
+    bits = COUNTER_BITS.get(rate.counter) if rate.family == "ib" else None
+    note = " (the counter is saturated: the true rate is higher)" if bits and rate.delta >= (1 << bits) - 1 else ""
+    return with_note(f, f" [{rate.delta} in {rate.hours:.2f} h{note}]")
+
+
+PROBE = register(ProbeSpec(
+    name="rates",
+    description="IB, NVLink and PCIe AER error counters as hourly rates since the previous collection",
+    command_map=COMMANDS,
+    parse_fn=parse_rates,
+    evaluate_fn=evaluate_rates,
+))
