@@ -10,7 +10,7 @@
 ``--slurm-spool``, ``--limit``,
 ``--probes``, ``--skip-probes``, ``--xid-window``, ``--accept-new-host-keys``, ``--connect-timeout``,
 ``-F/--ssh-config``, ``--ssh-client``, ``-f/--forks``, ``--timeout`` and ``--profile`` and hands the command one
-``TargetOptions`` value instead of fourteen parameters.
+``TargetOptions`` value instead of a parameter for each.
 
 Environment variables (``HEALTHCHECK_<COMMAND>_<OPTION>``, click's ``auto_envvar_prefix``) may set
 values but never a flag that changes state or trust: those are declared with ``command_line_flag``
