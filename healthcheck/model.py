@@ -131,7 +131,7 @@ class Finding:
     def to_row(self) -> tuple[JSONScalar, ...]:
         """The fields in ``FINDING_FIELDS`` order, status as its text (the findings table's row)."""
         return (self.host, self.check, self.status.value, self.message, self.component, self.value,
-                self.expected, self.unit, self.remedy, self.source, self.observe)
+                self.expected, self.unit, self.remedy, self.source)
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> Finding:
@@ -153,7 +153,7 @@ def is_evidence(finding: Finding) -> bool:
 
 
 FINDING_FIELDS = ("host", "check", "status", "message", "component", "value", "expected", "unit", "remedy",
-                  "source", "observe")  # Finding's fields in order (the findings table's columns)
+                  "source")
 
 
 def host_verdict(findings: Iterable[Finding]) -> Status:
