@@ -134,7 +134,7 @@ def test_the_table_has_a_column_for_every_finding_field(tmp_path: Path) -> None:
 
     from healthcheck.model import FINDING_FIELDS
 
-    assert tuple(f.name for f in dataclasses.fields(Finding)) == (*FINDING_FIELDS, "observe")  # observe: optional column
+    assert tuple(f.name for f in dataclasses.fields(Finding)) == (*FINDING_FIELDS, "observe")
     observed = Finding("n1", "gpu.temp", Status.FAIL, "hot", observe=True)
     write_table(tmp_path, [observed, Finding("n1", "gpu.count", Status.PASS, "ok")])
     assert read_table(tmp_path)["n1"][0] == observed
