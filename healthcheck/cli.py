@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import enum
 import importlib
+import os
 import sys
+import threading
 from pathlib import Path
 
 import click
@@ -21,12 +23,15 @@ import healthcheck
 from healthcheck import benchmarks as bench_registry
 from healthcheck import probes as probe_registry
 from healthcheck.defaults import DEFAULTS
+from healthcheck.interrupt import exit_status
 from healthcheck.inventory import InventoryError, load_inventory
 from healthcheck.model import Status
 from healthcheck.pipeline import RunOptions, execute_run, render_reports
 from healthcheck.profiles import ProfileError
-from healthcheck.results import RunResults, load_results
+from healthcheck.recover import load_or_rebuild
+from healthcheck.results import RunResults, write_results
 from healthcheck.rundir import RunDirError
+from healthcheck.textsafe import printable
 
 EXTENSION_MODULES = ("healthcheck.cli_bench", "healthcheck.cli_drain", "healthcheck.cli_sweep")
 
@@ -37,7 +42,7 @@ class ExitCode(enum.IntEnum):
     USAGE = 2
 
 
-INTERRUPTED = 130  # like a shell after SIGINT
+INTERRUPTED = 130  # like a shell after SIGINT (143 after SIGTERM)
 SETUP_ERRORS = (InventoryError, ProfileError, RunDirError, FileNotFoundError, ValueError, KeyError)
 
 
@@ -57,10 +62,10 @@ def print_summary(results: RunResults, run_dir: Path) -> None:
     for name, host in results.hosts.items():
         bad = [f for f in host.findings if f.status in (Status.FAIL, Status.ERROR)]
         for f in bad[:5]:
-            message = " ".join(f.message.split())  # node output can carry newlines
-            click.echo(f"  {name:<16} {f.status.value:<5} {f.check:<28} {message}")
+            message = printable(" ".join(f.message.split()))  # node output: newlines, escapes, bidi
+            click.echo(f"  {printable(name):<16} {f.status.value:<5} {f.check:<28} {message}")
         if len(bad) > 5:
-            click.echo(f"  {name:<16} ... {len(bad) - 5} more")
+            click.echo(f"  {printable(name):<16} ... {len(bad) - 5} more")
     click.echo(f"run directory: {run_dir}")
     if (run_dir / "report.html").is_file():
         click.echo(f"report: {run_dir / 'report.html'}")
@@ -102,6 +107,8 @@ def main() -> None:
               help="Trust and record host keys never seen before (changed keys are still refused).")
 @click.option("--profile", help="Profile for every host (overrides the inventory).")
 @click.option("--limit", help="Only these hosts (comma-separated names).")
+@click.option("--max-hosts", type=click.IntRange(1), default=DEFAULTS.max_hosts, show_default=True,
+              help="Refuse an inventory or nodeset that expands to more hosts than this.")
 @click.option("--previous", type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Earlier run directory: error counters are compared against it.")
 @click.option("--output-cap", type=click.IntRange(1024), default=DEFAULTS.output_cap_bytes, show_default=True,
@@ -115,7 +122,7 @@ def run(inventory: Path | None, hostlist: str | None, replay: Path | None, local
         srun_args: tuple[str, ...], out: Path, run_dir: Path | None,
         forks: int, timeout_s: float, connect_timeout: float, deadline: float | None,
         probe_names: str | None, skip_probes: str | None, ssh_config: Path | None,
-        accept_new_host_keys: bool, profile: str | None, limit: str | None, previous: Path | None,
+        accept_new_host_keys: bool, profile: str | None, limit: str | None, max_hosts: int, previous: Path | None,
         output_cap: int, xid_window: float, benchmarks: str | None, plan: str, strict: bool) -> None:
     """Sweep the hosts of an inventory (or replay a bundle) and write a run directory."""
     if (local and (inventory or replay or hostlist)) or (inventory and hostlist) \
@@ -128,7 +135,7 @@ def run(inventory: Path | None, hostlist: str | None, replay: Path | None, local
         output_cap_bytes=output_cap, probes=_csv(probe_names), skip_probes=_csv(skip_probes) or (),
         ssh_config=ssh_config, accept_new_host_keys=accept_new_host_keys, transport=transport,
         srun_args=srun_args, profile=profile, limit=_csv(limit), previous=previous, progress=sys.stderr.isatty(),
-        benchmarks=_csv(benchmarks) or (), plan=plan,
+        benchmarks=_csv(benchmarks) or (), plan=plan, max_hosts=max_hosts,
         probe_options={"kernel_log_window_h": xid_window, "plan": plan})
     try:
         outcome = execute_run(opts)
@@ -136,19 +143,39 @@ def run(inventory: Path | None, hostlist: str | None, replay: Path | None, local
         click.echo(f"healthcheck: {exc.args[0] if isinstance(exc, KeyError) and exc.args else exc}", err=True)
         sys.exit(ExitCode.USAGE)
     print_summary(outcome.results, outcome.run_dir)
+    if outcome.fatal:
+        click.echo(f"healthcheck: the sweep stopped early: {outcome.fatal}; hosts not swept are marked "
+                   "ERROR (host.swept)", err=True)
+        _exit(ExitCode.USAGE)
     if outcome.interrupted:
-        click.echo("interrupted: hosts not swept are marked ERROR (host.swept)", err=True)
-        sys.exit(INTERRUPTED)
-    sys.exit(exit_code(outcome.results, strict))
+        click.echo(f"interrupted ({outcome.signal or 'SIGINT'}): hosts not swept are marked ERROR (host.swept)",
+                   err=True)
+        _exit(exit_status(outcome.signal))
+    _exit(exit_code(outcome.results, strict))
+
+
+def _exit(code: int) -> None:
+    """Exit; after an interrupt, host threads still waiting on a node must not hold the process
+    until their deadline (results and reports are written by now)."""
+    if any(t.name.startswith("hc-host") and t.is_alive() for t in threading.enumerate()):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(int(code))
+    sys.exit(code)
 
 
 @main.command()
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 def report(run_dir: Path) -> None:
-    """Re-render the reports of a run directory from its results.json."""
+    """Re-render the reports of a run directory from its results.json (rebuilt from findings.jsonl
+    when the run was killed before writing it)."""
     try:
+        results, note = load_or_rebuild(run_dir)
+        if note is not None:
+            click.echo(f"healthcheck: {note}; results.json written", err=True)
+            write_results(run_dir, results)
         written = render_reports(run_dir)
-    except (FileNotFoundError, ValueError) as exc:
+    except (OSError, ValueError) as exc:
         click.echo(f"healthcheck: {exc}", err=True)
         sys.exit(ExitCode.USAGE)
     for path in written:
@@ -237,8 +264,15 @@ def list_probes() -> None:
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--strict", is_flag=True)
 def show_results(run_dir: Path, strict: bool) -> None:
-    """Print the summary of a finished run; exit code as for run."""
-    results = load_results(run_dir)
+    """Print the summary of a finished run; exit code as for run. A run killed before it wrote
+    results.json is summarised from findings.jsonl."""
+    try:
+        results, note = load_or_rebuild(run_dir)
+    except RunDirError as exc:
+        click.echo(f"healthcheck: {exc}", err=True)
+        sys.exit(ExitCode.USAGE)
+    if note is not None:
+        click.echo(f"healthcheck: {note}", err=True)
     print_summary(results, run_dir)
     sys.exit(exit_code(results, strict))
 

@@ -9,9 +9,8 @@ gives the same verdicts. Raw outputs and findings are on disk as each host compl
 
 from __future__ import annotations
 
-import json
+import contextlib
 import platform
-import shutil
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -22,13 +21,15 @@ from typing import Any
 
 import healthcheck
 from healthcheck import probes as probe_registry
+from healthcheck.bundle import copy_bundle_rest, read_bundle, read_manifest_hosts
 from healthcheck.defaults import DEFAULTS
-from healthcheck.inventory import Inventory, expand_hostlist, load_inventory
+from healthcheck.interrupt import InterruptGuard
+from healthcheck.inventory import Inventory, check_host_names, expand_hostlist, load_inventory
 from healthcheck.model import Finding, Host, HostCollection, Status
 from healthcheck.profiles import EMPTY_PROFILE, Profile, available_profiles, load_profile
 from healthcheck.progress import ProgressDisplay
 from healthcheck.results import HostResult, RunResults, load_results, to_jsonable, write_results
-from healthcheck.rundir import FindingsLog, new_run_dir, read_bundle, write_collection, write_json
+from healthcheck.rundir import FindingsLog, RunDirError, new_run_dir, write_collection, write_json
 from healthcheck.runner import Runner, host_deadline, plan_commands
 from healthcheck.spec import Transport
 from healthcheck.stages import grade_host
@@ -65,6 +66,7 @@ class RunOptions:
     plan: str = "quick"
     probe_options: Mapping[str, Any] = field(default_factory=dict)
     render: bool = True                   # False: the caller renders the reports (``healthcheck sweep``)
+    max_hosts: int = DEFAULTS.max_hosts   # an inventory or nodeset expanding to more is a usage error
 
 
 @dataclass
@@ -73,6 +75,8 @@ class RunOutcome:
     results: RunResults
     report_error: str | None = None
     interrupted: bool = False
+    signal: str | None = None             # SIGINT or SIGTERM when interrupted by a signal
+    fatal: str | None = None              # the run directory became unwritable: the sweep stopped
 
 
 def _profile_search(opts: RunOptions) -> list[Path]:
@@ -85,11 +89,13 @@ def _profile_search(opts: RunOptions) -> list[Path]:
 def _hosts(opts: RunOptions, search: Sequence[Path]) -> tuple[list[Host], Inventory | None]:
     known = available_profiles(search)
     if opts.inventory is not None:
-        inv = load_inventory(opts.inventory, known_profiles=known)
+        inv = load_inventory(opts.inventory, known_profiles=known, max_hosts=opts.max_hosts)
         hosts = list(inv.hosts)
     elif opts.hostlist:
         inv = None
-        hosts = [Host(name=n) for n in expand_hostlist(opts.hostlist.split(), "--hosts")]  # sinfo: one line per state
+        names = expand_hostlist(opts.hostlist.split(), "--hosts", opts.max_hosts)  # sinfo: one line per state
+        check_host_names(names, "--hosts")  # before any connection
+        hosts = [Host(name=n) for n in names]
     elif opts.replay is not None:
         inv = None
         hosts = _replay_hosts(opts.replay)
@@ -111,11 +117,8 @@ def _hosts(opts: RunOptions, search: Sequence[Path]) -> tuple[list[Host], Invent
 
 def _replay_hosts(bundle: Path) -> list[Host]:
     """Hosts of a bundle: from its manifest when it is a run directory, else its raw/ folders."""
-    manifest = Path(bundle) / "manifest.json"
-    if manifest.is_file():
-        listed = json.loads(manifest.read_text()).get("hosts", [])
-        return [Host(**{**h, "vars": h.get("vars") or {}}) for h in listed]
-    return [Host(name=name) for name in read_bundle(bundle)]
+    listed = read_manifest_hosts(bundle)
+    return listed if listed is not None else [Host(name=name) for name in read_bundle(bundle)]
 
 
 def _load_profiles(hosts: Sequence[Host], search: Sequence[Path]) -> dict[str, Profile]:
@@ -143,7 +146,8 @@ def _manifest(opts: RunOptions, hosts: Sequence[Host], profiles: Mapping[str, Pr
 
 
 def execute_run(opts: RunOptions) -> RunOutcome:
-    """Run (or replay) a sweep and write the whole run directory. Raises only on bad setup."""
+    """Run (or replay) a sweep and write the whole run directory. Raises only on bad setup
+    (``RunDirError`` also when the run directory cannot be written at all)."""
     started = datetime.now(timezone.utc)
     clock = time.monotonic()
     search = _profile_search(opts)
@@ -162,37 +166,78 @@ def execute_run(opts: RunOptions) -> RunOutcome:
     mode = "replay" if opts.replay is not None else ("local" if opts.local else "ssh")
     transport = _transport(opts, mode, hosts)
     run_dir = new_run_dir(opts.out, opts.run_dir)
-    write_json(run_dir / "manifest.json", _manifest(opts, hosts, profiles, plans, mode, started))
+    _write_or_stop(run_dir, "manifest.json", lambda: write_json(
+        run_dir / "manifest.json", _manifest(opts, hosts, profiles, plans, mode, started)))
     log = FindingsLog(run_dir)
-    host_results, interrupted = _sweep(opts, mode, run_dir, hosts, profiles, selected, options, plans,
-                                       transport, log)
-    if opts.replay is not None:
-        _copy_job_outputs(Path(opts.replay), run_dir)
-    stages = () if interrupted else (  # after Ctrl-C: no benchmark launch, no fleet verdict on a partial fleet
-        ("benchmarks", lambda: _benchmarks(opts, mode, run_dir, hosts, profiles, transport, host_results)),
-        ("fleet", lambda: _fleet(host_results, hosts, profiles)))
-    for stage, run_stage in stages:
-        log.append(_guarded(stage, run_stage, host_results))
-    run_info = {"id": run_dir.name, "started": started.isoformat(timespec="seconds"),
-                "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "duration_s": round(time.monotonic() - clock, 3), "mode": mode,
-                "probes": [p.name for p in selected], "inventory": str(opts.inventory or ""),
-                "replay_of": str(opts.replay or ""), "version": healthcheck.__version__,
-                "profiles": sorted(profiles), "interrupted": interrupted}
-    ordered = {h.name: host_results[h.name] for h in hosts if h.name in host_results}
-    ordered.update({n: r for n, r in host_results.items() if n not in ordered})
-    results = RunResults(run=run_info, hosts=ordered)
-    write_results(run_dir, results)
-    return RunOutcome(run_dir=run_dir, results=results, report_error=_render(run_dir) if opts.render else None,
-                      interrupted=interrupted)
+    with InterruptGuard() as guard:
+        host_results, sweep_end = _sweep(opts, mode, run_dir, hosts, profiles, selected, options, plans,
+                                         transport, log, guard)
+        interrupted = sweep_end.interrupted
+        try:
+            if opts.replay is not None:
+                _bundle_problems(copy_bundle_rest(Path(opts.replay), run_dir), host_results, log)
+            stages = () if interrupted or sweep_end.fatal else (  # no benchmark launch, no fleet verdict
+                ("benchmarks", lambda: _benchmarks(opts, mode, run_dir, hosts, profiles, transport, host_results)),
+                ("fleet", lambda: _fleet(host_results, hosts, profiles)))
+            for stage, run_stage in stages:
+                _append(log, _guarded(stage, run_stage, host_results))
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM after the sweep: results are still written
+            guard.note(exc)
+            interrupted = True
+        guard.shield()
+        run_info = {"id": run_dir.name, "started": started.isoformat(timespec="seconds"),
+                    "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                    "duration_s": round(time.monotonic() - clock, 3), "mode": mode,
+                    "probes": [p.name for p in selected], "inventory": str(opts.inventory or ""),
+                    "replay_of": str(opts.replay or ""), "version": healthcheck.__version__,
+                    "profiles": sorted(profiles), "interrupted": interrupted,
+                    **({"signal": guard.signal} if guard.signal else {}),
+                    **({"stopped": sweep_end.fatal} if sweep_end.fatal else {})}
+        ordered = {h.name: host_results[h.name] for h in hosts if h.name in host_results}
+        ordered.update({n: r for n, r in host_results.items() if n not in ordered})
+        results = RunResults(run=run_info, hosts=ordered)
+        _write_or_stop(run_dir, "results.json", lambda: write_results(run_dir, results))
+        report_error = _render(run_dir) if opts.render else None
+    return RunOutcome(run_dir=run_dir, results=results, report_error=report_error, interrupted=interrupted,
+                      signal=guard.signal if interrupted else None, fatal=sweep_end.fatal)
+
+
+def _write_or_stop(run_dir: Path, what: str, write: Any) -> None:
+    """A write into the run directory itself; failing, it is a clean stop (``RunDirError``, exit 2)."""
+    try:
+        write()
+    except OSError as exc:
+        raise RunDirError(f"cannot write {what} in {run_dir}: {exc.strerror or exc}; what is already on disk "
+                          f"(raw/, findings.jsonl) is kept: free space and run `healthcheck results {run_dir}`"
+                          ) from exc
+
+
+def _append(log: FindingsLog, findings: Sequence[Finding]) -> None:
+    with contextlib.suppress(OSError):  # the findings are in memory and reach results.json
+        log.append(findings)
+
+
+@dataclass
+class SweepEnd:
+    interrupted: bool = False
+    fatal: str | None = None  # why the sweep stopped early (run directory unwritable)
 
 
 def _sweep(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host], profiles: Mapping[str, Profile],
            selected: Sequence[Any], options: Mapping[str, Any], plans: Mapping[str, Sequence[Command]],
-           transport: Transport, log: FindingsLog) -> tuple[dict[str, HostResult], bool]:
+           transport: Transport, log: FindingsLog, guard: InterruptGuard) -> tuple[dict[str, HostResult], SweepEnd]:
     """Collect and grade every host; each host's raw outputs and findings reach disk as it completes.
-    Returns the results and whether the sweep was interrupted (Ctrl-C)."""
+    A host whose raw outputs cannot be written gets a ``host.raw_write`` ERROR and the sweep goes on;
+    when ``findings.jsonl`` itself cannot be appended, the sweep stops (``SweepEnd.fatal``)."""
     previous = _previous_observations(opts.previous)
+    write_errors: dict[str, str] = {}
+    runner: Runner
+
+    def collected(collection: HostCollection) -> None:
+        try:
+            write_collection(run_dir, collection)
+        except (OSError, RunDirError) as exc:
+            write_errors[collection.host] = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
 
     def grade(host: Host, collection: HostCollection) -> HostResult:
         profile = profiles.get(host.profile or "", EMPTY_PROFILE)
@@ -200,7 +245,12 @@ def _sweep(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host], pr
         findings, observations = grade_host(host, collection, selected, profile,
                                             mode if mode == "replay" else host.transport,
                                             previous.get(host.name), options, preparsed)
-        log.append(findings)
+        if host.name in write_errors:
+            findings.append(raw_write_finding(host.name, run_dir, write_errors[host.name]))
+        try:
+            log.append(findings)
+        except OSError as exc:
+            runner.stop(f"{run_dir / 'findings.jsonl'} cannot be written: {exc.strerror or exc}")
         return HostResult(name=host.name, findings=findings, observations=observations,
                           profile=host.profile, group=host.group, address=host.address)
 
@@ -209,17 +259,44 @@ def _sweep(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host], pr
 
     with ProgressDisplay(total=len(hosts), enabled=opts.progress) as progress:
         runner = Runner(transport, lambda h: plans[h.profile if h.profile in plans else ""], opts.forks,
-                        deadline_for, listeners=[progress], on_collected=lambda c: write_collection(run_dir, c))
+                        deadline_for, listeners=[progress], on_collected=collected)
         results = runner.run(hosts, grade)
     if runner.interrupted:
-        for host in hosts:
-            if host.name not in results:
-                results[host.name] = HostResult(name=host.name, profile=host.profile, group=host.group, findings=[
-                    Finding(host=host.name, check="host.swept", status=Status.ERROR, expected="swept",
-                            message="not swept: the run was interrupted (Ctrl-C) before this host started",
-                            remedy="Rerun the sweep (--limit with the hosts left out)")])
-                log.append(results[host.name].findings)
-    return results, runner.interrupted
+        guard.shield()  # from here on a further signal only waits for results.json and the reports
+    why = (f"the run was interrupted ({guard.signal or 'SIGINT'})" if runner.interrupted
+           else f"the sweep stopped: {runner.stop_reason}")
+    for host in hosts:
+        if host.name not in results:
+            in_flight = host.name in runner.abandoned
+            results[host.name] = HostResult(name=host.name, profile=host.profile, group=host.group, findings=[
+                Finding(host=host.name, check="host.swept", status=Status.ERROR, expected="swept",
+                        message=f"not swept: {why} "
+                                + ("while this host was in flight; its outputs were not kept" if in_flight
+                                   else "before this host started"),
+                        remedy="Rerun the sweep (--limit with the hosts left out)")])
+            _append(log, results[host.name].findings)
+    return results, SweepEnd(interrupted=runner.interrupted, fatal=runner.stop_reason)
+
+
+def raw_write_finding(host: str, run_dir: Path, error: str) -> Finding:
+    return Finding(host=host, check="host.raw_write", status=Status.ERROR, value=error,
+                   expected=f"raw outputs written to {run_dir / 'raw' / host}",
+                   message=f"{host}: raw outputs not written ({error}); its findings are kept, its outputs are lost",
+                   remedy="Free space on the filesystem of the run directory (df -h), or fix the host name; "
+                          "rerun this host to get a replayable bundle")
+
+
+def _bundle_problems(refused: Sequence[str], host_results: dict[str, HostResult], log: FindingsLog) -> None:
+    """What a replay refused to copy from the bundle (links, special files) is an ERROR on every host."""
+    if not refused:
+        return
+    listed = "; ".join(refused[:5]) + (f"; and {len(refused) - 5} more" if len(refused) > 5 else "")
+    for name, result in host_results.items():
+        finding = Finding(host=name, check="replay.bundle", status=Status.ERROR, expected="regular files only",
+                          message=f"bundle entries refused (a bundle is untrusted, links are never followed): {listed}",
+                          remedy="Rebuild the bundle with the real files instead of links")
+        result.findings.append(finding)
+        _append(log, [finding])
 
 
 def _guarded(stage: str, run_stage: Any, host_results: dict[str, HostResult]) -> list[Finding]:
@@ -323,14 +400,6 @@ def _fleet(host_results: dict[str, HostResult], hosts: Sequence[Host],
     for f in findings:
         host_results[f.host].findings.append(f)
     return findings
-
-
-def _copy_job_outputs(bundle: Path, run_dir: Path) -> None:
-    """Replays keep the bundle's raw outputs beside the new results, so the new run is a bundle too."""
-    for host_dir in (bundle / "raw").glob("*") if (bundle / "raw").is_dir() else []:
-        target = run_dir / "raw" / host_dir.name
-        if host_dir.is_dir() and not target.exists():
-            shutil.copytree(host_dir, target)
 
 
 def render_reports(run_dir: Path) -> list[Path]:

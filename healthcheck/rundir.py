@@ -7,19 +7,22 @@
     <run>/results.json                       see healthcheck/results.py
 
 A hand-made bundle needs only ``raw/<host>/<command_id>.out``; a missing ``.rc`` reads as 0.
+Reading a bundle (untrusted input) is ``healthcheck/bundle.py``.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import shutil
 import threading
 from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from healthcheck.model import CommandResult, Finding, HostCollection
+from healthcheck.model import Finding, HostCollection
 
 HOST_META = "_host.json"
 
@@ -28,32 +31,74 @@ class RunDirError(ValueError):
     pass
 
 
+_MAX_SUFFIX = 1000
+_partial = itertools.count()
+
+
 def new_run_dir(out: Path | None, run_dir: Path | None) -> Path:
-    """``run_dir`` exactly (must be absent or empty), else ``out/<UTC timestamp>``."""
-    if run_dir is None:
+    """``run_dir`` exactly (must be absent or empty), else ``out/<UTC timestamp>[-N]``.
+
+    Created atomically and exclusively (``mkdir`` without exist_ok): two runs started in the same
+    second never share a directory, and of two runs given the same empty ``--run-dir`` one is refused."""
+    try:
+        if run_dir is not None:
+            return _claim(Path(run_dir))
+        parent = Path(out or "runs")
+        parent.mkdir(parents=True, exist_ok=True)
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        run_dir = Path(out or "runs") / stamp
-        suffix = 1
-        while run_dir.exists():
-            run_dir = Path(out or "runs") / f"{stamp}-{suffix}"
-            suffix += 1
-    run_dir = Path(run_dir)
-    if run_dir.exists() and any(run_dir.iterdir()):
-        raise RunDirError(f"run directory {run_dir} exists and is not empty")
-    (run_dir / "raw").mkdir(parents=True, exist_ok=True)
+        for suffix in range(_MAX_SUFFIX):
+            candidate = parent / (stamp if suffix == 0 else f"{stamp}-{suffix}")
+            try:
+                candidate.mkdir()
+            except FileExistsError:
+                continue
+            (candidate / "raw").mkdir()
+            return candidate
+        raise RunDirError(f"{parent}: {_MAX_SUFFIX} run directories named {stamp}* exist already")
+    except OSError as exc:
+        raise RunDirError(f"cannot create the run directory under {run_dir or out or 'runs'}: "
+                          f"{exc.strerror or exc}") from exc
+
+
+def _claim(run_dir: Path) -> Path:
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir()
+    except FileExistsError:
+        if not run_dir.is_dir() or any(run_dir.iterdir()):
+            raise RunDirError(f"run directory {run_dir} exists and is not empty") from None
+    try:
+        (run_dir / "raw").mkdir()  # exclusive: of two runs given the same empty directory, one wins
+    except FileExistsError:
+        raise RunDirError(f"run directory {run_dir} exists and is not empty (another run took it)") from None
     return run_dir
 
 
 def _safe_component(name: str) -> str:
-    if not name or name.startswith(".") or "/" in name or "\x00" in name:
+    if not isinstance(name, str) or not name or name.startswith(".") or "/" in name or "\x00" in name:
         raise RunDirError(f"unsafe name for a file in the run directory: {name!r}")
     return name
 
 
 def write_collection(run_dir: Path, collection: HostCollection) -> None:
-    """Write one host's raw outputs (exact bytes) and its metadata."""
-    folder = Path(run_dir) / "raw" / _safe_component(collection.host)
-    folder.mkdir(parents=True, exist_ok=True)
+    """Write one host's raw outputs (exact bytes) and its metadata into ``raw/<host>/``.
+
+    The folder is written under a temporary name (``raw/.partial-*``, which replay ignores) and
+    renamed into place when complete, so a killed run never leaves a half-written host folder
+    that a replay would grade. An ``OSError`` (disk full, name too long) leaves nothing behind."""
+    name = _safe_component(collection.host)
+    raw = Path(run_dir) / "raw"
+    tmp = raw / f".partial-{os.getpid()}-{next(_partial)}"
+    tmp.mkdir()
+    try:
+        _write_host_files(tmp, collection)
+        os.rename(tmp, raw / name)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _write_host_files(folder: Path, collection: HostCollection) -> None:
     meta: dict[str, Any] = {"transport_error": collection.transport_error, "busy": collection.busy,
                             "duration_s": collection.duration_s,
                             "collected_at": collection.collected_at, "commands": {}}
@@ -70,48 +115,6 @@ def write_collection(run_dir: Path, collection: HostCollection) -> None:
         (folder / f"{cid}.err").write_bytes(result.stderr)
         (folder / f"{cid}.rc").write_text("" if result.rc is None else f"{result.rc}\n")
     (folder / HOST_META).write_text(json.dumps(meta, indent=1) + "\n")
-
-
-def read_host(folder: Path) -> HostCollection:
-    """One host's outputs from a run directory or a hand-made bundle."""
-    host = folder.name
-    meta = json.loads((folder / HOST_META).read_text()) if (folder / HOST_META).is_file() else {}
-    flags = meta.get("commands", {})
-    results: dict[str, CommandResult] = {}
-    for out in sorted(folder.glob("*.out")):
-        cid = out.name[:-4]
-        rc_file, err_file = folder / f"{cid}.rc", folder / f"{cid}.err"
-        rc_text = rc_file.read_text().strip() if rc_file.is_file() else "0"
-        f = flags.get(cid, {})
-        results[cid] = CommandResult(
-            host=host, command_id=cid, stdout=out.read_bytes(),
-            stderr=err_file.read_bytes() if err_file.is_file() else b"",
-            rc=int(rc_text) if rc_text.lstrip("-").isdigit() else None,
-            duration_s=float(f.get("duration_s", 0.0)), timed_out=bool(f.get("timed_out", False)),
-            transport_error=f.get("transport_error"),
-            stdout_truncated=bool(f.get("stdout_truncated", False)),
-            stderr_truncated=bool(f.get("stderr_truncated", False)))
-    for cid, f in flags.items():  # commands that never produced output (host unreachable, deadline)
-        if cid not in results and f.get("transport_error"):
-            results[cid] = CommandResult(host=host, command_id=cid, timed_out=bool(f.get("timed_out")),
-                                         transport_error=f["transport_error"])
-    return HostCollection(host=host, results=results, transport_error=meta.get("transport_error"),
-                          busy=bool(meta.get("busy", False)),
-                          duration_s=float(meta.get("duration_s", 0.0)),
-                          collected_at=meta.get("collected_at", ""))
-
-
-def read_bundle(path: Path) -> dict[str, HostCollection]:
-    """Every host under ``path/raw`` (or ``path`` itself when it has no raw/ folder)."""
-    path = Path(path)
-    raw = path / "raw" if (path / "raw").is_dir() else path
-    if not raw.is_dir():
-        raise RunDirError(f"{path} is not a run directory or capture bundle (no raw/ folder)")
-    hosts = {d.name: read_host(d) for d in sorted(raw.iterdir())
-             if d.is_dir() and not d.name.startswith(("_", "."))}
-    if not hosts:
-        raise RunDirError(f"{raw} holds no host folders")
-    return hosts
 
 
 class FindingsLog:

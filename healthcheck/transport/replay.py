@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from healthcheck.bundle import read_bundle
 from healthcheck.model import CommandResult, Host, HostCollection
-from healthcheck.rundir import read_bundle
 
 
 class ReplayTransport:

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
+from healthcheck.bundle import read_bundle
 from healthcheck.model import CommandResult, Finding, HostCollection, Status
-from healthcheck.rundir import FindingsLog, RunDirError, new_run_dir, read_bundle, write_collection
+from healthcheck.rundir import FindingsLog, RunDirError, new_run_dir, write_collection
 
 
 def test_collection_round_trips_exact_bytes_and_flags(tmp_path):
