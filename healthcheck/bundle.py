@@ -178,11 +178,20 @@ def _raw_folder(path: Path) -> Path:
     raise RunDirError(f"{path} is not a run directory or capture bundle (no raw/<host>/<command_id>.out files)")
 
 
+def _written_by_a_run(path: Path) -> bool:
+    """The manifest of a run directory written by ``healthcheck run`` (not a hand-made bundle's)."""
+    try:
+        manifest = json.loads(read_regular(path / "manifest.json")[0].decode("utf-8"))
+    except (BundleFileError, UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    return isinstance(manifest, dict) and "healthcheck_version" in manifest
+
+
 def read_bundle(path: Path) -> dict[str, HostCollection]:
     """Every host under ``path/raw`` (or ``path`` itself when its folders hold ``*.out`` files)."""
     path = Path(path)
     raw = _raw_folder(path)
-    ours = _is_regular(path / "manifest.json")
+    ours = _written_by_a_run(path)
     hosts: dict[str, HostCollection] = {}
     for name, entry in sorted(_entries(raw).items()):
         if name.startswith((".", "_")):
