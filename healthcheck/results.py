@@ -125,6 +125,10 @@ def write_results(run_dir: Path, results: RunResults) -> Path:
     path = Path(run_dir) / "results.json"
     tmp = path.with_suffix(".json.tmp")
     # Compact separators keep the C encoder (indent= falls back to pure Python: minutes at 1000 hosts).
-    tmp.write_text(json.dumps(results.to_json(), separators=(",", ":")) + "\n")
-    tmp.replace(path)
+    try:
+        tmp.write_text(json.dumps(results.to_json(), separators=(",", ":")) + "\n")
+        tmp.replace(path)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # disk full: no half-written file left behind
+        raise
     return path

@@ -129,7 +129,9 @@ class FindingsLog:
         with self._lock:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             try:
-                os.write(fd, data)
+                view = memoryview(data)
+                while view:  # a full disk gives a short write, then ENOSPC: never a silent partial append
+                    view = view[os.write(fd, view):]
             finally:
                 os.close(fd)
 
@@ -147,5 +149,9 @@ class FindingsLog:
 
 def write_json(path: Path, obj: Any) -> None:
     tmp = Path(str(path) + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, default=str) + "\n")
-    tmp.replace(path)
+    try:
+        tmp.write_text(json.dumps(obj, indent=1, default=str) + "\n")
+        tmp.replace(path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
