@@ -68,7 +68,7 @@ def job_from_id(job_id: str, known: Sequence[str]) -> Job | None:
         rail, _, rest = rest.partition("-")
     if shape == "cluster":
         count, _, first = rest.partition("nodes-")
-        hosts = tuple([first, *[h for h in known if h != first]]) if count.isdigit() and first in known \
+        hosts = tuple([first, *[h for h in known if h != first]]) if count.isdecimal() and first in known \
             and int(count) == len(known) else None
     else:
         hosts = _split_hosts(rest, 1 if shape == "node" else 2, known)
@@ -88,7 +88,7 @@ def _rc(folder: Path, job_id: str, default: Any) -> tuple[int | None, str | None
         return None, f"refused raw/_jobs/{job_id}.rc: {exc}"
     if text == "" and default is None:
         return None, None
-    if text.lstrip("-").isdigit() and len(text) <= 11:
+    if text.lstrip("-").isdecimal() and len(text) <= 11:
         return int(text), None
     return None, f"malformed raw/_jobs/{job_id}.rc: {text[:40]!r} is not an exit code"
 

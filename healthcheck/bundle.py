@@ -94,7 +94,7 @@ def _rc(text: str, flags: Mapping[str, Any]) -> tuple[int | None, str | None]:
     text = text.strip()
     if text == "" and (flags.get("timed_out") or flags.get("transport_error")):
         return None, None  # our writer leaves it empty when the command never exited
-    if text.lstrip("-").isdigit() and len(text) <= 11 and -(2 ** 31) <= int(text) < 2 ** 31:
+    if text.lstrip("-").isdecimal() and len(text) <= 11 and -(2 ** 31) <= int(text) < 2 ** 31:
         return int(text), None
     return None, f"{text[:40]!r} is not an exit code"
 

@@ -10,6 +10,7 @@ Everything here round-trips through JSON (``to_json``/``from_json``) so any run 
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -120,6 +121,7 @@ class Finding:
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["status"] = self.status.value
+        out["value"], out["expected"] = json_safe(self.value), json_safe(self.expected)
         return out
 
     @classmethod
@@ -127,6 +129,18 @@ class Finding:
         known = {k: obj.get(k) for k in cls.__dataclass_fields__ if k in obj}
         known["status"] = Status(obj["status"])
         return cls(**known)
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with non-finite floats as the strings ``"nan"``, ``"inf"``, ``"-inf"``: JSON has no
+    NaN/Infinity (JavaScript's ``JSON.parse`` rejects Python's bare ``NaN``)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    return value
 
 
 def host_verdict(findings: Iterable[Finding]) -> Status:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from healthcheck.model import Finding, Status, host_verdict, worst
+from healthcheck.model import Finding, Status, host_verdict, json_safe, worst
 
 SCHEMA = "healthcheck.results/1"
 
@@ -32,6 +32,8 @@ _PLAIN = (str, int, float, bool, type(None))
 
 def to_jsonable(obj: Any) -> Any:
     """Observations (dataclasses, tuples, enums) as plain JSON values."""
+    if isinstance(obj, float):
+        return json_safe(obj)  # NaN/inf from a node: a string, never a bare NaN in results.json
     if isinstance(obj, _PLAIN) and not isinstance(obj, Status):
         return obj
     if isinstance(obj, list | tuple | set | frozenset):
@@ -126,7 +128,12 @@ def write_results(run_dir: Path, results: RunResults) -> Path:
     tmp = path.with_suffix(".json.tmp")
     # Compact separators keep the C encoder (indent= falls back to pure Python: minutes at 1000 hosts).
     try:
-        tmp.write_text(json.dumps(results.to_json(), separators=(",", ":")) + "\n")
+        doc = results.to_json()
+        try:
+            text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
+        except ValueError:  # a NaN that came in another way (an extension's observations): made safe here
+            text = json.dumps(json_safe(doc), separators=(",", ":"), allow_nan=False)
+        tmp.write_text(text + "\n")
         tmp.replace(path)
     except OSError:
         tmp.unlink(missing_ok=True)  # disk full: no half-written file left behind
