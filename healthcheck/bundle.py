@@ -79,7 +79,7 @@ def _host_meta(folder: Path, rel: str, entries: Mapping[str, os.DirEntry[str]]) 
     elif not all(_number(v) for v in [meta.get("duration_s", 0)]
                  + [c.get("duration_s", 0) for c in meta.get("commands", {}).values()]):
         why = "a 'duration_s' is not a number"
-    elif not all(isinstance(c.get("transport_error"), str | type(None)) for c in meta["commands"].values()):
+    elif not all(isinstance(c.get("transport_error"), str | type(None)) for c in meta.get("commands", {}).values()):
         why = "a command's 'transport_error' is not a string"
     return (meta, None) if why is None else ({}, f"malformed {rel}/{HOST_META}: {why}")
 
