@@ -69,6 +69,17 @@ def plan_benchmark(spec: BenchmarkSpec, hosts: Sequence[Host], profile: Profile,
                      pair_round_count=rounds, rails=rails, timeout_s=timeout)
 
 
+def first_pass(spec: BenchmarkSpec, group: Sequence[Host], profile: Profile,
+               options: Mapping[str, Any]) -> list[Job]:
+    """The planned jobs; for a rerun (option ``jobs``: Job records of an earlier run) exactly those
+    of this benchmark whose hosts are all in ``group``."""
+    if options.get("jobs") is None:
+        return plan_benchmark(spec, group, profile, options)
+    names = {h.name for h in group}
+    return [Job.from_json(dict(j)) for j in options["jobs"]
+            if j.get("benchmark") == spec.name and set(j.get("hosts") or ()) <= names]
+
+
 def _groups(hosts: Sequence[Host], profiles: Mapping[str, Profile]) -> list[tuple[Profile, list[Host]]]:
     groups: dict[str, tuple[Profile, list[Host]]] = {}
     for host in hosts:
@@ -125,18 +136,29 @@ def _waves(jobs: Sequence[Job]) -> list[list[Job]]:
 
 
 def _run_jobs(run_dir: Path, jobs: Sequence[Job], hosts: Mapping[str, Host], profile: Profile,
-              transport: Any, options: Mapping[str, Any], manifest: list[dict[str, Any]]) -> list[JobOutcome]:
+              transport: Any, options: Mapping[str, Any], manifest: list[dict[str, Any]],
+              listener: Any = None) -> list[JobOutcome]:
+    """Run ``jobs`` wave by wave; ``listener`` (``progress.JobProgress``) hears of each job's start and end."""
     outcomes: list[JobOutcome] = []
     parallel = int(options.get("parallel_jobs") or DEFAULTS.bench_parallel_jobs)
+    if listener is not None:
+        listener.on_jobs_planned(len(jobs))
+
+    def launch(j: Job) -> JobOutcome:
+        if listener is not None:
+            listener.on_job_start(j)
+        return _launch(j, hosts, profile, benchmarks.get(j.benchmark), transport, options)
+
     for wave in _waves(jobs):
         with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(wave)))) as pool:
             # telemetry (issue 9): single-node jobs run with a GPU field sampler on their node
             # (benchmarks/telemetry.py; off with the option telemetry=False), stored under raw/_telemetry/
-            done = list(pool.map(lambda j: sample_during(
-                run_dir, j, hosts, transport, profile, options,
-                lambda: _launch(j, hosts, profile, benchmarks.get(j.benchmark), transport, options)), wave))
+            done = list(pool.map(lambda j: sample_during(run_dir, j, hosts, transport, profile, options,
+                                                         lambda: launch(j)), wave))
         for outcome in done:
             store_outcome(run_dir, outcome, manifest)
+            if listener is not None:
+                listener.on_job_done(outcome)
         outcomes += done
     return outcomes
 
@@ -184,7 +206,7 @@ def _retest_jobs(graded: Sequence[tuple[JobOutcome, list[Finding]]], profile: Pr
 
 def execute_benchmarks(run_dir: Path, hosts: Sequence[Host], profiles: Mapping[str, Profile], transport: Any,
                        run_options: Mapping[str, Any], failed_hosts: set[str] | frozenset[str] = frozenset(),
-                       ) -> tuple[list[Finding], dict[str, dict[str, Any]]]:
+                       listener: Any = None) -> tuple[list[Finding], dict[str, dict[str, Any]]]:
     """Plan, launch and grade ``options["benchmarks"]`` over ``hosts``; store every job's raw output.
 
     Options: ``benchmarks`` (names), ``plan`` (quick | acceptance), ``launcher_host`` (an inventory
@@ -206,28 +228,33 @@ def execute_benchmarks(run_dir: Path, hosts: Sequence[Host], profiles: Mapping[s
                      for h in hosts if h not in eligible]
         for profile, group in _groups(eligible, profiles):
             done = _run_group(run_dir, spec, group, profile, by_name, transport,
-                              inventory_options(group[0], run_options), manifest)
+                              inventory_options(group[0], run_options), manifest, listener)
             outcomes += done
             covered = {h for o in done for h in o.job.hosts}
             findings += [Finding(host=h.name, check=f"{spec.name}.skipped", status=Status.SKIP,
-                                 source="benchmarks", message=f"{spec.name}: no job for this host (no partner "
-                                                              f"with profile {profile.name})")
+                                 source="benchmarks", message=_not_covered(spec.name, profile.name, run_options))
                          for h in group if h.name not in covered]
     graded_findings, observations = grade_outcomes(outcomes, hosts, profiles, run_options)
     # telemetry (issue 9): the series sampled during the jobs join the findings and observations
     return merge_telemetry(run_dir, hosts, profiles, findings + graded_findings, observations)
 
 
+def _not_covered(bench: str, profile: str, options: Mapping[str, Any]) -> str:
+    if options.get("jobs") is not None:
+        return f"{bench}: not rerun on this host (none of its jobs failed in the earlier run)"
+    return f"{bench}: no job for this host (no partner with profile {profile})"
+
+
 def _run_group(run_dir: Path, spec: BenchmarkSpec, group: Sequence[Host], profile: Profile,
                by_name: Mapping[str, Host], transport: Any, options: Mapping[str, Any],
-               manifest: list[dict[str, Any]]) -> list[JobOutcome]:
+               manifest: list[dict[str, Any]], listener: Any = None) -> list[JobOutcome]:
     """First-pass jobs of one benchmark over hosts sharing a profile, then retests of suspects."""
-    done = _run_jobs(run_dir, plan_benchmark(spec, group, profile, options), by_name, profile, transport,
-                     options, manifest)
+    done = _run_jobs(run_dir, first_pass(spec, group, profile, options), by_name, profile, transport,
+                     options, manifest, listener)
     if options.get("retest", True):
         graded = [(o, grade_job(o, spec, BenchContext(profile, by_name, options))[0]) for o in done]
         done += _run_jobs(run_dir, _retest_jobs(graded, profile, options), by_name, profile, transport,
-                          options, manifest)
+                          options, manifest, listener)
     return done
 
 

@@ -22,18 +22,28 @@ import click
 import healthcheck
 from healthcheck import benchmarks as bench_registry
 from healthcheck import probes as probe_registry
+from healthcheck.cli_options import (
+    TargetOptions,
+    check_source,
+    csv_list,
+    plan_option,
+    run_dir_options,
+    target_options,
+    verbose_option,
+)
+from healthcheck.console import summary_lines
 from healthcheck.defaults import DEFAULTS
 from healthcheck.interrupt import exit_status
 from healthcheck.inventory import InventoryError, load_inventory
 from healthcheck.model import Status
-from healthcheck.pipeline import RunOptions, execute_run, render_reports
+from healthcheck.pipeline import NothingToRerunError, execute_run, render_reports
 from healthcheck.profiles import ProfileError
 from healthcheck.recover import load_or_rebuild
 from healthcheck.results import RunResults, write_results
 from healthcheck.rundir import RunDirError
-from healthcheck.textsafe import printable
 
-EXTENSION_MODULES = ("healthcheck.cli_bench", "healthcheck.cli_drain", "healthcheck.cli_sweep")
+EXTENSION_MODULES = ("healthcheck.cli_bench", "healthcheck.cli_drain", "healthcheck.cli_sweep",
+                     "healthcheck.cli_assets")
 
 
 class ExitCode(enum.IntEnum):
@@ -51,98 +61,77 @@ def exit_code(results: RunResults, strict: bool) -> ExitCode:
     return ExitCode.FAILED if any(h.verdict in bad for h in results.hosts.values()) else ExitCode.OK
 
 
-def _csv(value: str | None) -> list[str] | None:
-    return [v.strip() for v in value.split(",") if v.strip()] if value else None
+_csv = csv_list  # the name cli_bench and cli_sweep import
 
 
-def print_summary(results: RunResults, run_dir: Path) -> None:
-    summary = results.summary()
-    counts = "  ".join(f"{k} {v}" for k, v in summary["by_verdict"].items() if v)
-    click.echo(f"verdict {summary['verdict']}: {summary['hosts']} hosts  {counts}")
-    for name, host in results.hosts.items():
-        bad = [f for f in host.findings if f.status in (Status.FAIL, Status.ERROR)]
-        for f in bad[:5]:
-            message = printable(" ".join(f.message.split()))  # node output: newlines, escapes, bidi
-            click.echo(f"  {printable(name):<16} {f.status.value:<5} {f.check:<28} {message}")
-        if len(bad) > 5:
-            click.echo(f"  {printable(name):<16} ... {len(bad) - 5} more")
-    click.echo(f"run directory: {run_dir}")
-    if (run_dir / "report.html").is_file():
-        click.echo(f"report: {run_dir / 'report.html'}")
+def print_summary(results: RunResults, run_dir: Path, verbose: bool = False) -> None:
+    """The folded console summary (``healthcheck.console``); ``verbose`` also lists hosts."""
+    for line in summary_lines(results, run_dir, verbose):
+        click.echo(line)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "HEALTHCHECK"})
 @click.version_option(healthcheck.__version__, prog_name="healthcheck")
-def main() -> None:
+@click.option("--profiles-dir", "profiles_dirs", multiple=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder of site hardware profiles, searched before the built-in ones by every command; "
+              "repeatable (env HEALTHCHECK_PROFILES_DIR, folders separated by ':').")
+def main(profiles_dirs: tuple[Path, ...]) -> None:
     """GPU-cluster health checks and acceptance tests."""
+    from healthcheck.profiles import set_site_dirs
+
+    set_site_dirs(profiles_dirs)
 
 
 @main.command()
-@click.option("-i", "--inventory", type=click.Path(path_type=Path), help="Inventory YAML.")
-@click.option("--hosts", "hostlist", help="Ad-hoc hosts instead of an inventory, as a nodeset "
-              "(gpu[001-016]); addresses and users come from ssh_config.")
+@target_options
 @click.option("--replay", type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Re-grade the raw outputs of a run directory or capture bundle (no SSH).")
+@click.option("--sample", is_flag=True, help="Replay the built-in sample capture (4 H100 nodes, one faulty): "
+              "the whole job on a fresh install, nothing to connect to.")
 @click.option("--local", is_flag=True, help="Check this machine only (no SSH).")
-@click.option("--transport", type=click.Choice(["ssh", "local", "slurm"]),
-              help="Transport for every host (overrides the inventory's transport vars); slurm runs the "
-              "checks through srun, the allocation waiting at most --connect-timeout.")
-@click.option("--srun-arg", "srun_args", multiple=True, metavar="ARG",
-              help="Extra srun argument for --transport slurm, repeatable (--srun-arg=--partition=gpu).")
-@click.option("--out", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
-              help="Parent folder; the run goes to OUT/<UTC timestamp>/.")
-@click.option("--run-dir", type=click.Path(path_type=Path), help="Exact run directory (absent or empty).")
-@click.option("-f", "--forks", type=click.IntRange(1, 4096), default=DEFAULTS.forks, show_default=True)
-@click.option("--timeout", "timeout_s", type=click.FloatRange(1), default=DEFAULTS.command_timeout_s,
-              show_default=True, help="Per-command timeout on the node, seconds.")
-@click.option("--connect-timeout", type=click.FloatRange(1), default=DEFAULTS.connect_timeout_s,
-              show_default=True)
+@run_dir_options
 @click.option("--deadline", type=click.FloatRange(1), help="Per-host deadline, seconds "
               "[default: sum of command timeouts + margin].")
-@click.option("--probes", "probe_names", help="Comma-separated probes (default: all).")
-@click.option("--skip-probes", help="Comma-separated probes to leave out.")
-@click.option("-F", "--ssh-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="ssh_config file [default: ~/.ssh/config].")
-@click.option("--accept-new-host-keys", is_flag=True,
-              help="Trust and record host keys never seen before (changed keys are still refused).")
-@click.option("--profile", help="Profile for every host (overrides the inventory).")
-@click.option("--limit", help="Only these hosts (comma-separated names).")
-@click.option("--max-hosts", type=click.IntRange(1), default=DEFAULTS.max_hosts, show_default=True,
-              help="Refuse an inventory or nodeset that expands to more hosts than this.")
 @click.option("--previous", type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Earlier run directory: error counters are compared against it.")
 @click.option("--output-cap", type=click.IntRange(1024), default=DEFAULTS.output_cap_bytes, show_default=True,
               help="Per-command stdout/stderr cap, bytes (marked truncated).")
-@click.option("--xid-window", type=click.FloatRange(0), default=DEFAULTS.kernel_log_window_h,
-              show_default=True, help="Kernel log look-back for Xid errors, hours.")
 @click.option("--benchmarks", help="Comma-separated benchmarks to run after probes (nccl,hpl,imb,osu).")
-@click.option("--plan", type=click.Choice(["quick", "acceptance"]), default="quick", show_default=True)
+@plan_option
 @click.option("--strict", is_flag=True, help="WARN counts as failure for the exit code.")
-def run(inventory: Path | None, hostlist: str | None, replay: Path | None, local: bool, transport: str | None,
-        srun_args: tuple[str, ...], out: Path, run_dir: Path | None,
-        forks: int, timeout_s: float, connect_timeout: float, deadline: float | None,
-        probe_names: str | None, skip_probes: str | None, ssh_config: Path | None,
-        accept_new_host_keys: bool, profile: str | None, limit: str | None, max_hosts: int, previous: Path | None,
-        output_cap: int, xid_window: float, benchmarks: str | None, plan: str, strict: bool) -> None:
+@click.option("--rerun-failed", "rerun_of", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Sweep again only the hosts whose verdict was FAIL or ERROR in this earlier run directory "
+                   "(their addresses from its manifest unless -i/--hosts is given), and its failed benchmark "
+                   "jobs; the report says 'was FAIL, now PASS' per host.")
+@verbose_option
+@click.option("--rerun-checks", is_flag=True, help="With --rerun-failed: run only the probes (and benchmark "
+              "jobs) that produced the FAIL/ERROR findings.")
+def run(target: TargetOptions, replay: Path | None, sample: bool, local: bool, out: Path, run_dir: Path | None,
+        deadline: float | None, previous: Path | None, output_cap: int, benchmarks: str | None, plan: str,
+        strict: bool, rerun_of: Path | None, verbose: bool, rerun_checks: bool) -> None:
     """Sweep the hosts of an inventory (or replay a bundle) and write a run directory."""
-    if (local and (inventory or replay or hostlist)) or (inventory and hostlist) \
-            or not (local or inventory or replay or hostlist):
-        raise click.UsageError("give -i/--inventory or --hosts NODESET, --replay DIR (optionally with -i "
-                               "to re-grade against another inventory), or --local")
-    opts = RunOptions(
-        inventory=inventory, hostlist=hostlist, replay=replay, local=local, out=out, run_dir=run_dir, forks=forks,
-        timeout_s=timeout_s, connect_timeout_s=connect_timeout, deadline_s=deadline,
-        output_cap_bytes=output_cap, probes=_csv(probe_names), skip_probes=_csv(skip_probes) or (),
-        ssh_config=ssh_config, accept_new_host_keys=accept_new_host_keys, transport=transport,
-        srun_args=srun_args, profile=profile, limit=_csv(limit), previous=previous, progress=sys.stderr.isatty(),
-        benchmarks=_csv(benchmarks) or (), plan=plan, max_hosts=max_hosts,
-        probe_options={"kernel_log_window_h": xid_window, "plan": plan})
+    if sample:
+        if replay or local or target.hostlist:
+            raise click.UsageError("--sample replays the built-in sample; give it without --replay, --local, --hosts")
+        from healthcheck.inventories import SAMPLE_BUNDLE
+
+        replay = SAMPLE_BUNDLE
+    check_source(target, replay, local, rerun_of=rerun_of)
+    if rerun_checks and rerun_of is None:
+        raise click.UsageError("--rerun-checks needs --rerun-failed RUN_DIR")
+    opts = target.run_options(
+        replay=replay, local=local, out=out, run_dir=run_dir, deadline_s=deadline, output_cap_bytes=output_cap,
+        previous=previous, progress=sys.stderr.isatty(), benchmarks=_csv(benchmarks) or (), plan=plan,
+        probe_options={"plan": plan}, rerun_of=rerun_of, rerun_checks=rerun_checks)
     try:
         outcome = execute_run(opts)
+    except NothingToRerunError as exc:
+        click.echo(f"healthcheck: {exc}")
+        sys.exit(ExitCode.OK)
     except (*SETUP_ERRORS, probe_registry.RegistryError, bench_registry.RegistryError) as exc:
         click.echo(f"healthcheck: {exc.args[0] if isinstance(exc, KeyError) and exc.args else exc}", err=True)
         sys.exit(ExitCode.USAGE)
-    print_summary(outcome.results, outcome.run_dir)
+    print_summary(outcome.results, outcome.run_dir, verbose)
     if outcome.fatal:
         click.echo(f"healthcheck: the sweep stopped early: {outcome.fatal}; hosts not swept are marked "
                    "ERROR (host.swept)", err=True)
@@ -188,7 +177,8 @@ def inventory() -> None:
 
 
 @inventory.command("show")
-@click.option("-i", "--inventory", "path", required=True, type=click.Path(path_type=Path))
+@click.option("-i", "--inventory", "path", required=True, type=click.Path(path_type=Path),
+              help="Inventory to expand (our YAML or an Ansible inventory).")
 def inventory_show(path: Path) -> None:
     """Print the expanded hosts with group, address, user, port and profile."""
     from healthcheck.profiles import available_profiles
@@ -228,7 +218,8 @@ def profiles_list(dirs: tuple[Path, ...]) -> None:
 
 @profiles.command("show")
 @click.argument("name")
-@click.option("--profiles-dir", "dirs", multiple=True, type=click.Path(path_type=Path))
+@click.option("--profiles-dir", "dirs", multiple=True, type=click.Path(path_type=Path),
+              help="Extra folder of profiles (searched before the project's).")
 def profiles_show(name: str, dirs: tuple[Path, ...]) -> None:
     """Print every expectation of a profile with its threshold and source."""
     import yaml
@@ -252,6 +243,25 @@ def profiles_show(name: str, dirs: tuple[Path, ...]) -> None:
         click.echo("\nsettings:\n" + yaml.safe_dump(dict(prof.settings), sort_keys=True))
 
 
+@profiles.command("validate")
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def profiles_validate(files: tuple[Path, ...]) -> None:
+    """Check profile files: unknown keys (with did-you-mean), wrong types, thresholds without a source.
+
+    Prints every problem as FILE: PROBLEM and exits 2 if there is any, else 0."""
+    from healthcheck.profiles import validate_profile_file
+
+    bad = 0
+    for path in files:
+        problems = validate_profile_file(path)
+        bad += bool(problems)
+        for problem in problems:
+            click.echo(f"{path}: {problem}", err=True)
+        if not problems:
+            click.echo(f"{path}: ok")
+    sys.exit(ExitCode.USAGE if bad else ExitCode.OK)
+
+
 @main.command("probes")
 def list_probes() -> None:
     """List the probes and the command ids they run."""
@@ -262,8 +272,9 @@ def list_probes() -> None:
 
 @main.command("results")
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--strict", is_flag=True)
-def show_results(run_dir: Path, strict: bool) -> None:
+@click.option("--strict", is_flag=True, help="WARN counts as failure for the exit code.")
+@verbose_option
+def show_results(run_dir: Path, strict: bool, verbose: bool) -> None:
     """Print the summary of a finished run; exit code as for run. A run killed before it wrote
     results.json is summarised from findings.jsonl."""
     try:
@@ -273,7 +284,7 @@ def show_results(run_dir: Path, strict: bool) -> None:
         sys.exit(ExitCode.USAGE)
     if note is not None:
         click.echo(f"healthcheck: {note}", err=True)
-    print_summary(results, run_dir)
+    print_summary(results, run_dir, verbose)
     sys.exit(exit_code(results, strict))
 
 

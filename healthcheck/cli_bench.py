@@ -17,16 +17,24 @@ import click
 
 from healthcheck import benchmarks as bench_registry
 from healthcheck.cli import SETUP_ERRORS, ExitCode, _csv, exit_code, print_summary
-from healthcheck.pipeline import RunOptions, execute_run
+from healthcheck.cli_options import (
+    TargetOptions,
+    check_source,
+    csv_list,
+    plan_option,
+    run_dir_options,
+    target_options,
+    verbose_option,
+)
+from healthcheck.pipeline import execute_run
 
 
 @click.command("bench")
-@click.option("-i", "--inventory", type=click.Path(path_type=Path), help="Inventory YAML.")
-@click.option("--out", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
-@click.option("--run-dir", type=click.Path(path_type=Path), help="Exact run directory (absent or empty).")
+@target_options
+@run_dir_options
 @click.option("--benchmarks", "names", default="nccl", show_default=True, help="Comma-separated: "
               "nccl,hpl,imb,osu.")
-@click.option("--plan", type=click.Choice(["quick", "acceptance"]), default="quick", show_default=True)
+@plan_option
 @click.option("--launcher", type=click.Choice(["mpirun", "srun"]), help="Override the profile's launcher.")
 @click.option("--launcher-host", help="Host that runs mpirun/srun ('local' = here) [default: each "
               "job's first node].")
@@ -34,17 +42,12 @@ from healthcheck.pipeline import RunOptions, execute_run
 @click.option("--per-rail", is_flag=True, help="Also run pair jobs per rail (HCA) from the profile.")
 @click.option("--no-retest", is_flag=True, help="Do not retest suspects against a known-good partner.")
 @click.option("--include-failed", is_flag=True, help="Benchmark hosts even when their probes failed.")
-@click.option("-F", "--ssh-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="ssh_config used to reach the hosts and the launcher host.")
-@click.option("--accept-new-host-keys", is_flag=True, help="Trust host keys seen for the first time.")
-@click.option("--profile", help="Profile for every host (overrides the inventory).")
-@click.option("--limit", help="Only these hosts (comma-separated names).")
 @click.option("--strict", is_flag=True, help="WARN counts as failure for the exit code.")
 @click.option("--list", "list_only", is_flag=True, help="List the benchmarks and exit.")
-def bench(inventory: Path | None, out: Path, run_dir: Path | None, names: str, plan: str,
+@verbose_option
+def bench(target: TargetOptions, out: Path, run_dir: Path | None, names: str, plan: str,
           launcher: str | None, launcher_host: str | None, pair_rounds: int | None, per_rail: bool,
-          no_retest: bool, include_failed: bool, ssh_config: Path | None, accept_new_host_keys: bool,
-          profile: str | None, limit: str | None, strict: bool, list_only: bool) -> None:
+          no_retest: bool, include_failed: bool, strict: bool, list_only: bool, verbose: bool) -> None:
     """Run nccl-tests, HPL, IMB or OSU across the cluster and grade them against the profiles.
 
     Plans: quick = nccl and HPL on every node alone, IMB/OSU on one round of node pairs;
@@ -60,22 +63,20 @@ def bench(inventory: Path | None, out: Path, run_dir: Path | None, names: str, p
         for spec in bench_registry.all_benchmarks():
             click.echo(f"{spec.name:<6} {spec.description}")
         return
-    if inventory is None:
-        raise click.UsageError("give -i/--inventory")
+    check_source(target, local_allowed=False)
     options = {"launcher_host": launcher_host, "pair_rounds": pair_rounds, "per_rail": per_rail,
                "retest": not no_retest, "skip_failed_hosts": not include_failed,
                **({"launcher": {"kind": launcher}} if launcher else {})}
-    opts = RunOptions(inventory=inventory, out=out, run_dir=run_dir, probes=[], ssh_config=ssh_config,
-                      accept_new_host_keys=accept_new_host_keys, profile=profile, limit=_csv(limit),
-                      benchmarks=_csv(names) or (), plan=plan, progress=sys.stderr.isatty(),
-                      probe_options={k: v for k, v in options.items() if v is not None})
+    opts = target.run_options(out=out, run_dir=run_dir, probes=csv_list(target.probe_names) or [],
+                              benchmarks=_csv(names) or (), plan=plan, progress=sys.stderr.isatty(),
+                              probe_options={k: v for k, v in options.items() if v is not None})
     try:
         bench_registry.select(list(opts.benchmarks))
         outcome = execute_run(opts)
     except (*SETUP_ERRORS, bench_registry.RegistryError) as exc:
         click.echo(f"healthcheck: {exc}", err=True)
         sys.exit(ExitCode.USAGE)
-    print_summary(outcome.results, outcome.run_dir)
+    print_summary(outcome.results, outcome.run_dir, verbose)
     sys.exit(exit_code(outcome.results, strict))
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import click
 
+from healthcheck.cli_options import command_line_flag
 from healthcheck.defaults import DEFAULTS
 from healthcheck.drain import ADVISORY_CHECKS, DrainPlan, DrainPolicy, plan_drain, with_fleet_state
 from healthcheck.inventory import Inventory, InventoryError, load_inventory
@@ -88,13 +89,24 @@ def _setup(run_dir: Path, scheduler: str, inventory_path: Path | None, policy: D
     return plan, make_controller(inventory, controller, ssh_config), fleet
 
 
-def _execute(actions: list[Action], controller: Controller, apply: bool, states_error: str | None) -> int:
-    """Print the actions as a script; with ``apply`` run them. Returns the exit code."""
+def _execute(actions: list[Action], controller: Controller, apply: bool, states_error: str | None,
+             comment_unchecked: bool = False) -> int:
+    """Print the actions as a script; with ``apply`` run them. Returns the exit code.
+
+    ``comment_unchecked`` (resume): when the scheduler's state could not be read, the dry-run prints
+    the commands commented out, says why, and exits 1, so piping the script to sh cannot resume a node
+    someone else drained."""
+    blocked = comment_unchecked and states_error is not None and not apply
     for a in actions:
         click.echo(f"# {a.host} (node {a.node}): {a.note}")
         for command in a.commands:
-            click.echo(command)
+            click.echo(f"# {command}" if blocked and a.unchecked else command)
     runnable = [a for a in actions if a.argvs and not a.skipped]
+    if blocked:
+        click.echo(f"# NOT RUNNABLE: the scheduler's state could not be read ({states_error}), so whose drain "
+                   f"each node carries is unknown; the {sum(len(a.argvs) for a in runnable)} command(s) above "
+                   "are commented out. Fix access to the scheduler and run again.")
+        return EXIT_FAILED
     if not apply:
         click.echo(f"# dry-run: nothing changed; --apply runs the {sum(len(a.argvs) for a in runnable)} "
                    "command(s) above" + (f" on {controller.where}" if controller.host else ""))
@@ -114,8 +126,8 @@ def _execute(actions: list[Action], controller: Controller, apply: bool, states_
 _common = [
     click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path)),
     click.option("--scheduler", type=click.Choice(["slurm", "kubernetes"]), default="slurm",
-                 show_default=True),
-    click.option("--apply", is_flag=True, help="Run the commands (default: print them only)."),
+                 show_default=True, help="slurm: scontrol drain/resume; kubernetes: kubectl cordon and taints."),
+    command_line_flag("--apply", help="Run the commands (default: print them only)."),
     click.option("-i", "--inventory", type=click.Path(exists=True, dir_okay=False, path_type=Path),
                  help="Inventory: node names (slurm_node/k8s_node vars), fleet size, controller host."),
     click.option("--controller", help="Host where scheduler commands run over SSH [default: the "
@@ -143,7 +155,7 @@ def _with_common(f):  # type: ignore[no-untyped-def]
 @_with_common
 @click.option("--max-fraction", type=click.FloatRange(0, 1), default=DEFAULTS.drain_max_fraction,
               show_default=True, help="Circuit breaker: most of the fleet drained in one go.")
-@click.option("--force", is_flag=True, help="Override the circuit breaker (too many nodes, broken run).")
+@command_line_flag("--force", help="Override the circuit breaker (too many nodes, broken run).")
 def drain(run_dir: Path, scheduler: str, apply: bool, inventory: Path | None, controller: str | None,
           ssh_config: Path | None, statuses: str, checks: str | None, ignore: str | None,
           advisory: str, max_fraction: float, force: bool) -> None:
@@ -183,7 +195,9 @@ def resume(run_dir: Path, scheduler: str, apply: bool, inventory: Path | None, c
     """Resume the nodes healthcheck drained that pass in RUN_DIR (dry-run unless --apply).
 
     Only nodes whose drain reason starts with "healthcheck:" (Kubernetes: only our own taints)
-    and that have no FAIL/ERROR in RUN_DIR. Exit codes: 0 done, 1 a command failed, 2 usage error.
+    and that have no FAIL/ERROR in RUN_DIR. When the scheduler's state cannot be read, the dry-run prints
+    the commands commented out with why. Exit codes: 0 done, 1 a command failed or the state could not
+    be read, 2 usage error.
     """
     plan, ctl, _fleet = _setup(run_dir, scheduler, inventory, _policy(statuses, checks, ignore, advisory),
                        DEFAULTS.drain_max_fraction, controller, ssh_config)
@@ -194,7 +208,7 @@ def resume(run_dir: Path, scheduler: str, apply: bool, inventory: Path | None, c
     states, error = read_states(sched, ctl, [r.node for r in refs])
     if error:
         click.echo(f"# state not read: {error}")
-    sys.exit(_execute(sched.resume_actions(refs, states), ctl, apply, error))
+    sys.exit(_execute(sched.resume_actions(refs, states), ctl, apply, error, comment_unchecked=True))
 
 
 COMMANDS = [drain, resume]

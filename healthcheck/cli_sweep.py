@@ -17,6 +17,7 @@ from pathlib import Path
 
 import click
 
+from healthcheck.cli_options import TargetOptions, check_source, plan_option, target_options, verbose_option
 from healthcheck.defaults import DEFAULTS
 from healthcheck.history import SweepLockedError
 from healthcheck.sweep import SweepRecord, run_sweep
@@ -33,6 +34,9 @@ def print_changes(record: SweepRecord) -> None:
         for item in changes[key]:
             checks = ", ".join(item["checks"][:4])
             click.echo(f"  {label:<9} {item['host']:<16} {item['verdict']:<5} {checks}")
+    for change in changes.get("assets") or ():
+        click.echo(f"  {'HARDWARE':<9} {change['host']:<16} {change['kind']:<15} {change['component']}: "
+                   f"{change['field']} {change['before'] or '-'} -> {change['after'] or '-'}")
     for f in record.findings:
         click.echo(f"  {'WARN':<9} {f.host:<16} {f.check:<28} {f.message}")
     if record.pruned:
@@ -40,23 +44,13 @@ def print_changes(record: SweepRecord) -> None:
 
 
 @click.command()
-@click.option("-i", "--inventory", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Inventory YAML (or --replay).")
+@target_options
 @click.option("--replay", type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Re-grade a capture bundle instead of sweeping over SSH.")
 @click.option("--history", "history_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="History directory: index, lock and run directories.")
-@click.option("-F", "--ssh-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="ssh_config used to reach the hosts.")
-@click.option("--profile", help="Profile for every host (overrides the inventory).")
-@click.option("--probes", "probe_names", help="Comma-separated probes (default: all).")
 @click.option("--benchmarks", help="Comma-separated benchmarks (nccl,hpl,imb,osu), after the probes.")
-@click.option("--plan", type=click.Choice(["quick", "acceptance"]), default="quick", show_default=True,
-              help="Benchmark plan (see healthcheck bench --help).")
-@click.option("-f", "--forks", type=click.IntRange(1, 4096), default=DEFAULTS.forks, show_default=True,
-              help="Hosts probed in parallel.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(1), default=DEFAULTS.command_timeout_s,
-              show_default=True, help="Per-command timeout in seconds.")
+@plan_option
 @click.option("--keep-days", type=click.FloatRange(0), default=DEFAULTS.history_keep_days, show_default=True,
               help="Retention: forget runs (index rows and HISTORY/runs/ directories) older than this.")
 @click.option("--baseline-runs", type=click.IntRange(1), default=DEFAULTS.regression_baseline_runs,
@@ -66,10 +60,10 @@ def print_changes(record: SweepRecord) -> None:
 @click.option("--fail-on", type=click.Choice(["any", "new"]), default="any", show_default=True,
               help="Exit 1 on any failing host, or only on hosts that newly fail.")
 @click.option("--strict", is_flag=True, help="WARN (regressions included) counts as failure.")
-def sweep(inventory: Path | None, replay: Path | None, history_dir: Path, ssh_config: Path | None,
-          profile: str | None, probe_names: str | None, benchmarks: str | None, plan: str, forks: int,
-          timeout_s: float,
-          keep_days: float, baseline_runs: int, drop_fraction: float, fail_on: str, strict: bool) -> None:
+@verbose_option
+def sweep(target: TargetOptions, replay: Path | None, history_dir: Path, benchmarks: str | None, plan: str,
+          keep_days: float, baseline_runs: int, drop_fraction: float, fail_on: str, strict: bool,
+          verbose: bool) -> None:
     """Nightly sweep: run, compare with the history, record, prune, report.
 
     Holds HISTORY/sweep.lock for the whole sweep; writes the run to HISTORY/runs/<stamp>/, adds
@@ -80,13 +74,9 @@ def sweep(inventory: Path | None, replay: Path | None, history_dir: Path, ssh_co
     sweep holds the lock (not started).
     """
     from healthcheck.cli import SETUP_ERRORS, ExitCode, _csv, exit_code, print_summary
-    from healthcheck.pipeline import RunOptions
-
-    if (inventory is None) == (replay is None):
-        raise click.UsageError("give exactly one of -i/--inventory or --replay")
-    opts = RunOptions(inventory=inventory, replay=replay, forks=forks, timeout_s=timeout_s,
-                      probes=_csv(probe_names), ssh_config=ssh_config, profile=profile,
-                      benchmarks=_csv(benchmarks) or (), plan=plan, progress=sys.stderr.isatty())
+    check_source(target, replay, local_allowed=False)
+    opts = target.run_options(replay=replay, benchmarks=_csv(benchmarks) or (), plan=plan,
+                              progress=sys.stderr.isatty(), probe_options={"plan": plan})
     try:
         results, run_dir, record = run_sweep(opts, history_dir, baseline_runs=baseline_runs,
                                              drop_fraction=drop_fraction, keep_days=keep_days)
@@ -96,7 +86,7 @@ def sweep(inventory: Path | None, replay: Path | None, history_dir: Path, ssh_co
     except SETUP_ERRORS as exc:
         click.echo(f"healthcheck: {exc}", err=True)
         sys.exit(ExitCode.USAGE)
-    print_summary(results, run_dir)
+    print_summary(results, run_dir, verbose)
     print_changes(record)
     if record.report_error:
         click.echo(f"healthcheck: reports not rendered ({record.report_error}); results.json is complete, "

@@ -37,10 +37,44 @@ from healthcheck.model import Host
 
 TOP_KEYS = ("defaults", "groups", "hosts", "controller")
 GROUP_KEYS = ("hosts", "vars")
-KNOWN_VARS = ("address", "user", "port", "profile", "transport", "slurm_node", "k8s_node", "rail", "benchmarks",
-              "xid_ignore", "mounts", "services", "labels", "extra")
+KNOWN_VARS = ("address", "user", "port", "profile", "transport", "slurm_node", "k8s_node", "benchmarks",
+              "xid_ignore", "mounts", "services", "extra")
 TRANSPORTS = ("ssh", "local", "slurm")
 MAX_NAME_LEN = 253  # a DNS name; it also names the host's folder in the run directory (255 bytes at most)
+
+
+def _str(v: Any) -> bool:
+    return isinstance(v, str) and v.strip() != ""
+
+
+def _str_list(v: Any) -> bool:
+    return isinstance(v, list) and all(_str(x) for x in v)
+
+
+def _port(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 < v < 65536
+
+
+def _xid_list(v: Any) -> bool:  # a list, one number or "13,43" (probes.xid reads all three)
+    return isinstance(v, int | str | list) and not isinstance(v, bool)
+
+
+# Each host var's accepted shape: (test, what the error says was expected). ``mounts: /tmp`` (a string
+# where a list is meant) is an error here, not a silently different check on the node.
+VAR_TYPES: dict[str, tuple[Any, str]] = {
+    "address": (_str, "a host name or IP address"),
+    "user": (_str, "a user name"),
+    "port": (_port, "a TCP port 1-65535"),
+    "profile": (_str, "a profile name"),
+    "transport": (lambda v: v in TRANSPORTS, f"one of {', '.join(TRANSPORTS)}"),
+    "slurm_node": (_str, "a Slurm node name"),
+    "k8s_node": (_str, "a Kubernetes node name"),
+    "benchmarks": (lambda v: isinstance(v, Mapping), "a mapping of benchmark settings (nccl: {...})"),
+    "xid_ignore": (_xid_list, "a list of Xid numbers"),
+    "mounts": (_str_list, "a list of mount points ([/scratch, /home])"),
+    "services": (_str_list, "a list of systemd unit names"),
+    "extra": (lambda v: isinstance(v, Mapping), "a mapping"),
+}
 
 
 class InventoryError(ValueError):
@@ -143,11 +177,10 @@ def _check_vars(raw: Any, where: str) -> dict[str, Any]:
             hint = difflib.get_close_matches(str(key), KNOWN_VARS, n=1)
             more = f" (did you mean {hint[0]!r}?)" if hint else f" (known: {', '.join(KNOWN_VARS)})"
             raise InventoryError(f"{where}: unknown var {key!r}{more}")
-    if "port" in raw and not (isinstance(raw["port"], int) and not isinstance(raw["port"], bool)
-                              and 0 < raw["port"] < 65536):
-        raise InventoryError(f"{where}: port {raw['port']!r} is not a TCP port")
-    if "transport" in raw and raw["transport"] not in TRANSPORTS:
-        raise InventoryError(f"{where}: transport {raw['transport']!r} is not one of {TRANSPORTS}")
+    for key, value in raw.items():
+        accepts, expected = VAR_TYPES[key]
+        if value is not None and not accepts(value):  # null: explicitly unset (profile: ~ on a login node)
+            raise InventoryError(f"{where}: {key} {value!r} is not {expected}")
     return dict(raw)
 
 
@@ -198,13 +231,18 @@ def parse_inventory(raw: Any, path: str, known_profiles: Sequence[str] | None = 
     if not placed:
         raise InventoryError(f"{path}: defines no hosts")
     hosts = tuple(_make_host(n, g, v) for n, (g, v) in placed.items())
+    return _check_profiles(Inventory(path=path, hosts=hosts, controller=raw.get("controller"), groups=groups),
+                           known_profiles)
+
+
+def _check_profiles(inv: Inventory, known_profiles: Sequence[str] | None) -> Inventory:
     if known_profiles is not None:
-        for h in hosts:
+        for h in inv.hosts:
             if h.profile is not None and h.profile not in known_profiles:
                 hint = difflib.get_close_matches(h.profile, known_profiles, n=1)
-                raise InventoryError(f"{path}: host {h.name!r} has unknown profile {h.profile!r}"
+                raise InventoryError(f"{inv.path}: host {h.name!r} has unknown profile {h.profile!r}"
                                      + (f" (did you mean {hint[0]!r}?)" if hint else ""))
-    return Inventory(path=path, hosts=hosts, controller=raw.get("controller"), groups=groups)
+    return inv
 
 
 class _LimitError(Exception):
@@ -248,7 +286,10 @@ class _BoundedLoader(yaml.SafeLoader):
 
 def load_inventory(path: Path, known_profiles: Sequence[str] | None = None,
                    max_hosts: int = DEFAULTS.max_hosts) -> Inventory:
-    """Read and check an inventory; every problem is one ``InventoryError`` naming the file."""
+    """Our YAML, or an Ansible inventory (``--list`` JSON, INI/YAML files: ``inventory_ansible``);
+    every problem is one ``InventoryError`` naming the file."""
+    from healthcheck.inventory_ansible import is_ours, load_ansible_inventory
+
     path = Path(path)
     if path.is_dir():
         raise InventoryError(f"inventory {path} is a directory, not a YAML file")
@@ -265,5 +306,12 @@ def load_inventory(path: Path, known_profiles: Sequence[str] | None = None,
     except OSError as exc:
         raise InventoryError(f"inventory {path} cannot be read: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:
-        raise InventoryError(f"{path}: not valid YAML: {exc}") from exc
+        if path.suffix in (".yaml", ".yml", ".json"):
+            raise InventoryError(f"{path}: not valid YAML: {exc}") from exc
+        raw = None  # an INI file: Ansible's format
+    if not is_ours(raw):
+        return _check_profiles(load_ansible_inventory(path, raw), known_profiles)
     return parse_inventory(raw, str(path), known_profiles, max_hosts)
+
+
+check_host_vars = _check_vars  # host vars from other inventory sources are checked the same way

@@ -14,22 +14,25 @@ import platform
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import healthcheck
 from healthcheck import probes as probe_registry
+from healthcheck.assetdiff import current_assets, reset_swapped
 from healthcheck.bundle import copy_bundle_rest, read_bundle, read_manifest_hosts
 from healthcheck.defaults import DEFAULTS
+from healthcheck.hostvars import host_profile, plan_key
 from healthcheck.interrupt import InterruptGuard
 from healthcheck.inventory import Inventory, check_host_names, expand_hostlist, load_inventory
 from healthcheck.model import Finding, Host, HostCollection, Status
 from healthcheck.profiles import EMPTY_PROFILE, Profile, available_profiles, load_profile
-from healthcheck.progress import ProgressDisplay
+from healthcheck.progress import JobProgress, ProgressDisplay
+from healthcheck.rerun import RerunPlan, plan_rerun, rerun_changes, rerun_record
 from healthcheck.results import HostResult, RunResults, load_results, to_jsonable, write_results
-from healthcheck.rundir import FindingsLog, RunDirError, new_run_dir, write_collection, write_json
+from healthcheck.rundir import FindingsLog, RunDirError, new_run_dir, update_latest, write_collection, write_json
 from healthcheck.runner import Runner, host_deadline, plan_commands
 from healthcheck.spec import Transport
 from healthcheck.stages import grade_host
@@ -66,6 +69,8 @@ class RunOptions:
     plan: str = "quick"
     probe_options: Mapping[str, Any] = field(default_factory=dict)
     render: bool = True                   # False: the caller renders the reports (``healthcheck sweep``)
+    rerun_of: Path | None = None          # earlier run dir: sweep only its FAIL/ERROR hosts (healthcheck.rerun)
+    rerun_checks: bool = False            # with rerun_of: only the probes (and jobs) that produced those findings
     max_hosts: int = DEFAULTS.max_hosts   # an inventory or nodeset expanding to more is a usage error
 
 
@@ -101,6 +106,8 @@ def _hosts(opts: RunOptions, search: Sequence[Path]) -> tuple[list[Host], Invent
         hosts = _replay_hosts(opts.replay)
     elif opts.local:
         inv, hosts = None, [Host(name=platform.node() or "localhost", transport="local")]
+    elif opts.rerun_of is not None:
+        inv, hosts = None, _replay_hosts(opts.rerun_of)  # the old run's hosts, addresses and vars
     else:
         raise ValueError("give an inventory (-i), --hosts NODESET, --replay DIR or --local")
     if opts.profile:
@@ -150,6 +157,7 @@ def execute_run(opts: RunOptions) -> RunOutcome:
     (``RunDirError`` also when the run directory cannot be written at all)."""
     started = datetime.now(timezone.utc)
     clock = time.monotonic()
+    opts, rerun = _apply_rerun(opts)
     search = _profile_search(opts)
     hosts, _inventory = _hosts(opts, search)
     profiles = _load_profiles(hosts, search)
@@ -162,8 +170,15 @@ def execute_run(opts: RunOptions) -> RunOutcome:
     options = {"kernel_log_window_h": DEFAULTS.kernel_log_window_h, "plan": opts.plan, **opts.probe_options}
     plans = {name: plan_commands(selected, {**options, "profile": prof}, opts.timeout_s)
              for name, prof in profiles.items()}
+    for host in hosts:  # hosts whose mounts/services vars refine their profile (healthcheck.hostvars)
+        if plan_key(host) not in plans:
+            prof = host_profile(host, profiles.get(host.profile or "", EMPTY_PROFILE))
+            plans[plan_key(host)] = plan_commands(selected, {**options, "profile": prof}, opts.timeout_s)
     plans[""] = plan_commands(selected, options, opts.timeout_s)
     mode = "replay" if opts.replay is not None else ("local" if opts.local else "ssh")
+    if rerun is not None and not hosts:
+        raise NothingToRerunError(f"--rerun-failed {rerun.of_dir}: none of its failing hosts "
+                                  f"({', '.join(rerun.hosts)}) is in the selected inventory or --limit")
     transport = _transport(opts, mode, hosts)
     run_dir = new_run_dir(opts.out, opts.run_dir)
     _write_or_stop(run_dir, "manifest.json", lambda: write_json(
@@ -196,7 +211,12 @@ def execute_run(opts: RunOptions) -> RunOutcome:
         ordered = {h.name: host_results[h.name] for h in hosts if h.name in host_results}
         ordered.update({n: r for n, r in host_results.items() if n not in ordered})
         results = RunResults(run=run_info, hosts=ordered)
+        if rerun is not None:
+            run_info["rerun_of"] = rerun.of_id
+            results.extra.update(rerun=rerun_record(rerun, results), changes=rerun_changes(rerun, results))
         _write_or_stop(run_dir, "results.json", lambda: write_results(run_dir, results))
+        if opts.run_dir is None:
+            update_latest(run_dir)
         report_error = _render(run_dir) if opts.render else None
     return RunOutcome(run_dir=run_dir, results=results, report_error=report_error, interrupted=interrupted,
                       signal=guard.signal if interrupted else None, fatal=sweep_end.fatal)
@@ -223,6 +243,30 @@ class SweepEnd:
     fatal: str | None = None  # why the sweep stopped early (run directory unwritable)
 
 
+class NothingToRerunError(ValueError):
+    """``--rerun-failed`` of a run where no selected host failed: nothing to do (not a usage error)."""
+
+
+def _apply_rerun(opts: RunOptions) -> tuple[RunOptions, RerunPlan | None]:
+    """With ``rerun_of``: the options limited to the old run's FAIL/ERROR hosts (and, with
+    ``rerun_checks``, to the probes and benchmark jobs behind those findings)."""
+    if opts.rerun_of is None:
+        return opts, None
+    plan = plan_rerun(opts.rerun_of, opts.rerun_checks, probe_registry.select(opts.probes, opts.skip_probes))
+    if not plan.hosts:
+        raise NothingToRerunError(f"nothing to rerun: no host FAILed or ERRORed in {opts.rerun_of}")
+    limit = [h for h in plan.hosts if opts.limit is None or h in opts.limit]
+    changes: dict[str, Any] = {"limit": limit}
+    if plan.probes is not None:
+        changes["probes"] = list(plan.probes)
+    elif opts.probes is None and plan.old_probes is not None:
+        changes["probes"] = list(plan.old_probes)  # the same probes as the run being rerun
+    if plan.jobs:
+        changes["benchmarks"] = list(dict.fromkeys([*opts.benchmarks, *plan.benchmarks]))
+        changes["probe_options"] = {**opts.probe_options, "jobs": [dict(j) for j in plan.jobs]}
+    return replace(opts, **changes), plan
+
+
 def _sweep(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host], profiles: Mapping[str, Profile],
            selected: Sequence[Any], options: Mapping[str, Any], plans: Mapping[str, Sequence[Command]],
            transport: Transport, log: FindingsLog, guard: InterruptGuard) -> tuple[dict[str, HostResult], SweepEnd]:
@@ -240,11 +284,14 @@ def _sweep(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host], pr
             write_errors[collection.host] = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
 
     def grade(host: Host, collection: HostCollection) -> HostResult:
-        profile = profiles.get(host.profile or "", EMPTY_PROFILE)
+        profile = host_profile(host, profiles.get(host.profile or "", EMPTY_PROFILE))
         preparsed = local_nvml_observations(selected) if host.transport == "local" and mode != "replay" else {}
+        before = previous.get(host.name)
+        if before and "assets" in before:  # a swapped GPU/HCA starts a fresh counter baseline
+            before, _ = reset_swapped(before, current_assets(collection.results), host.name)
         findings, observations = grade_host(host, collection, selected, profile,
                                             mode if mode == "replay" else host.transport,
-                                            previous.get(host.name), options, preparsed)
+                                            before, options, preparsed)
         if host.name in write_errors:
             findings.append(raw_write_finding(host.name, run_dir, write_errors[host.name]))
         try:
@@ -258,7 +305,7 @@ def _sweep(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host], pr
         return opts.deadline_s or host_deadline(commands, DEFAULTS.kill_after_s, DEFAULTS.host_deadline_margin_s)
 
     with ProgressDisplay(total=len(hosts), enabled=opts.progress) as progress:
-        runner = Runner(transport, lambda h: plans[h.profile if h.profile in plans else ""], opts.forks,
+        runner = Runner(transport, lambda h: plans.get(plan_key(h), plans[""]), opts.forks,
                         deadline_for, listeners=[progress], on_collected=collected)
         results = runner.run(hosts, grade)
     if runner.interrupted:
@@ -360,7 +407,9 @@ def _benchmarks(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host
         findings, observations = replay_benchmarks(run_dir, hosts, by_host, run_options)
     elif opts.benchmarks:
         failed = {name for name, r in host_results.items() if hard_failed(r)}
-        findings, observations = execute_benchmarks(run_dir, hosts, by_host, transport, run_options, failed)
+        with JobProgress(enabled=opts.progress) as progress:
+            findings, observations = execute_benchmarks(run_dir, hosts, by_host, transport, run_options, failed,
+                                                        listener=progress)
     else:
         return []
     for name, obs in observations.items():

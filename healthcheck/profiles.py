@@ -21,6 +21,8 @@ Every expectation must name its ``source``; a profile without one is rejected at
 
 from __future__ import annotations
 
+import difflib
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
@@ -32,6 +34,25 @@ import yaml
 
 OPS = ("eq", "ne", "ge", "gt", "le", "lt", "in", "match", "between")
 PROJECT_PROFILES = Path(str(files("healthcheck.inventories") / "profiles"))  # the built-in profiles
+SITE_DIRS_ENV = "HEALTHCHECK_PROFILES_DIR"  # os.pathsep-separated folders of site profiles
+_site_dirs: list[Path] = []
+
+
+def set_site_dirs(dirs: Iterable[Path]) -> None:
+    """Site profile folders (``healthcheck --profiles-dir DIR``), searched before every other folder."""
+    _site_dirs[:] = [Path(d) for d in dirs]
+
+
+def site_dirs() -> list[Path]:
+    """The site folders set by ``--profiles-dir``, else those of ``$HEALTHCHECK_PROFILES_DIR``."""
+    if _site_dirs:
+        return list(_site_dirs)
+    return [Path(p) for p in os.environ.get(SITE_DIRS_ENV, "").split(os.pathsep) if p.strip()]
+
+
+def search_path(search: Iterable[Path] = ()) -> list[Path]:
+    """Where profiles are looked up, first match wins: site folders, ``search``, then the built-in ones."""
+    return [*site_dirs(), *(Path(s) for s in search), PROJECT_PROFILES]
 
 
 class ProfileError(ValueError):
@@ -92,20 +113,62 @@ _EXPECTATION_KEYS = {"op", "value", "unit", "warn", "bands", "severity", "requir
 _PROFILE_KEYS = {"name", "description", "inherits", "expect", "settings", "known_issues"}
 
 
-def _parse_expectation(path: Path, key: str, raw: Any) -> Expectation:
+def _unknown_keys(keys: Iterable[Any], allowed: set[str]) -> list[str]:
+    """``'x' (did you mean 'y'?)`` for every key not in ``allowed``."""
+    out = []
+    for key in sorted(map(str, keys)):
+        if key in allowed:
+            continue
+        hint = difflib.get_close_matches(key, sorted(allowed), n=1)
+        more = f" (did you mean {hint[0]!r}?)" if hint else f" (allowed: {', '.join(sorted(allowed))})"
+        out.append(f"{key!r}{more}")
+    return out
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def expectation_problems(key: str, raw: Any) -> list[str]:
+    """Everything wrong with one ``expect`` entry: unknown keys, wrong types, no source."""
     if not isinstance(raw, Mapping):
-        raise ProfileError(f"{path}: expectation {key!r} must be a mapping, got {raw!r}")
-    unknown = set(raw) - _EXPECTATION_KEYS
-    if unknown:
-        raise ProfileError(f"{path}: expectation {key!r} has unknown keys {sorted(unknown)}")
-    if not raw.get("source"):
-        raise ProfileError(f"{path}: expectation {key!r} has no source (every number cites one)")
+        return [f"expectation {key!r} must be a mapping, got {raw!r}"]
+    problems = [f"expectation {key!r} has unknown key {k}" for k in _unknown_keys(raw, _EXPECTATION_KEYS)]
+    if not isinstance(raw.get("source"), str) or not raw["source"].strip():
+        problems.append(f"expectation {key!r} has no source (every threshold cites a datasheet or document)")
     op = raw.get("op", "ge")
+    value = raw.get("value")
     if op not in OPS:
-        raise ProfileError(f"{path}: expectation {key!r} has unknown op {op!r} (one of {OPS})")
+        problems.append(f"expectation {key!r} has unknown op {op!r} (one of {', '.join(OPS)})")
+    elif op == "between" and not (isinstance(value, list) and len(value) == 2 and all(map(_is_number, value))):
+        problems.append(f"expectation {key!r}: op between needs value [low, high], got {value!r}")
+    elif op == "in" and not isinstance(value, list):
+        problems.append(f"expectation {key!r}: op in needs a list value, got {value!r}")
+    elif op in ("ge", "gt", "le", "lt") and value is not None and not _is_number(value):
+        problems.append(f"expectation {key!r}: op {op} needs a number, got {type(value).__name__} {value!r}")
+    elif op == "match" and not isinstance(value, str):
+        problems.append(f"expectation {key!r}: op match needs a regular expression string, got {value!r}")
+    if "warn" in raw and raw["warn"] is not None and op in ("ge", "gt", "le", "lt") and not _is_number(raw["warn"]):
+        problems.append(f"expectation {key!r}: warn must be a number, got {raw['warn']!r}")
+    bands = raw.get("bands")
+    if bands is not None and not (isinstance(bands, Mapping) and all(_is_number(v) for v in bands.values())):
+        problems.append(f"expectation {key!r}: bands must map band names to fractions, got {bands!r}")
+    if str(raw.get("severity", "FAIL")).upper() not in ("FAIL", "WARN", "ERROR"):
+        problems.append(f"expectation {key!r} has bad severity {raw.get('severity')!r} (FAIL, WARN or ERROR)")
+    if "required" in raw and not isinstance(raw["required"], bool):
+        problems.append(f"expectation {key!r}: required must be true or false, got {raw['required']!r}")
+    for name in ("unit", "note"):
+        if raw.get(name) is not None and not isinstance(raw[name], str):
+            problems.append(f"expectation {key!r}: {name} must be a string, got {raw[name]!r}")
+    return problems
+
+
+def _parse_expectation(path: Path, key: str, raw: Any) -> Expectation:
+    problems = expectation_problems(key, raw)
+    if problems:
+        raise ProfileError(f"{path}: {problems[0]}")
+    op = raw.get("op", "ge")
     severity = str(raw.get("severity", "FAIL")).upper()
-    if severity not in ("FAIL", "WARN", "ERROR"):
-        raise ProfileError(f"{path}: expectation {key!r} has bad severity {severity!r}")
     return Expectation(key=key, source=str(raw["source"]), op=op, value=raw.get("value"),
                        unit=raw.get("unit"), warn=raw.get("warn"), bands=raw.get("bands"),
                        severity=severity, required=bool(raw.get("required", False)),
@@ -123,11 +186,11 @@ def _parse_known_issue(path: Path, raw: Any) -> KnownIssue:
 
 
 def find_profile_file(name: str, search: Sequence[Path]) -> Path:
-    for folder in [*search, PROJECT_PROFILES]:
+    for folder in search_path(search):
         candidate = Path(folder) / f"{name}.yaml"
         if candidate.is_file():
             return candidate
-    looked = [str(p) for p in [*search, PROJECT_PROFILES]]
+    looked = [str(p) for p in search_path(search)]
     raise ProfileError(f"unknown profile {name!r} (looked in {looked})")
 
 
@@ -142,9 +205,9 @@ def load_profile(name: str, search: Sequence[Path] = (), _seen: tuple[str, ...] 
         raise ProfileError(f"{path}: not valid YAML: {exc}") from exc
     if not isinstance(raw, Mapping):
         raise ProfileError(f"{path}: top level must be a mapping")
-    unknown = set(raw) - _PROFILE_KEYS
+    unknown = _unknown_keys(raw, _PROFILE_KEYS)
     if unknown:
-        raise ProfileError(f"{path}: unknown keys {sorted(unknown)} (allowed: {sorted(_PROFILE_KEYS)})")
+        raise ProfileError(f"{path}: unknown key {unknown[0]}")
     base = load_profile(raw["inherits"], search, (*_seen, name)) if raw.get("inherits") else None
     expectations = dict(base.expectations) if base else {}
     for key, item in (raw.get("expect") or {}).items():
@@ -168,6 +231,46 @@ def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, An
 
 def available_profiles(search: Iterable[Path] = ()) -> list[str]:
     names: set[str] = set()
-    for folder in [*search, PROJECT_PROFILES]:
+    for folder in search_path(search):
         names.update(p.stem for p in Path(folder).glob("*.yaml"))
     return sorted(names)
+
+
+def validate_profile_file(path: Path) -> list[str]:
+    """Every problem of one profile file (not just the first): unknown keys with a did-you-mean, wrong
+    types, thresholds without a source, broken known_issues, an ``inherits`` that does not load."""
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        return [f"cannot read: {exc}"]
+    except yaml.YAMLError as exc:
+        return [f"not valid YAML: {exc}"]
+    if not isinstance(raw, Mapping):
+        return ["top level must be a mapping (name, description, inherits, expect, settings, known_issues)"]
+    problems = [f"unknown key {k}" for k in _unknown_keys(raw, _PROFILE_KEYS)]
+    for name in ("name", "description", "inherits"):
+        if raw.get(name) is not None and not isinstance(raw[name], str):
+            problems.append(f"{name} must be a string, got {raw[name]!r}")
+    expect = raw.get("expect") or {}
+    if not isinstance(expect, Mapping):
+        problems.append(f"expect must be a mapping of check keys, got {type(expect).__name__}")
+        expect = {}
+    for key, item in expect.items():
+        problems.extend(expectation_problems(str(key), item))
+    if raw.get("settings") is not None and not isinstance(raw["settings"], Mapping):
+        problems.append(f"settings must be a mapping, got {type(raw['settings']).__name__}")
+    issues = raw.get("known_issues") or []
+    if not isinstance(issues, list):
+        problems.append("known_issues must be a list")
+        issues = []
+    for item in issues:
+        try:
+            _parse_known_issue(Path(path), item)
+        except (ProfileError, ValueError, TypeError) as exc:
+            problems.append(f"known_issues: {exc}")
+    if isinstance(raw.get("inherits"), str) and not problems:
+        try:
+            load_profile(raw["inherits"], [Path(path).resolve().parent])
+        except ProfileError as exc:
+            problems.append(f"inherits: {exc}")
+    return problems

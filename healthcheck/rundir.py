@@ -74,6 +74,24 @@ def _claim(run_dir: Path) -> Path:
     return run_dir
 
 
+LATEST = "latest"
+
+
+def update_latest(run_dir: Path) -> Path | None:
+    """Point ``<parent>/latest`` at ``run_dir`` (a relative symlink, swapped atomically with a rename,
+    so a reader of ``runs/latest/metrics.prom`` never sees it missing). A real file or folder named
+    ``latest`` is left alone (returns None)."""
+    run_dir = Path(run_dir)
+    link = run_dir.parent / LATEST
+    if link.exists() and not link.is_symlink():
+        return None
+    tmp = run_dir.parent / f".{LATEST}.{os.getpid()}.{threading.get_ident()}"
+    tmp.unlink(missing_ok=True)
+    os.symlink(run_dir.name, tmp)
+    os.replace(tmp, link)
+    return link
+
+
 def _safe_component(name: str) -> str:
     if not isinstance(name, str) or not name or name.startswith(".") or "/" in name or "\x00" in name:
         raise RunDirError(f"unsafe name for a file in the run directory: {name!r}")

@@ -14,7 +14,8 @@ What it adds to the run's ``results.json`` (the rest of the schema is unchanged)
        "recovered":     [{"host", "verdict", "was", "checks": [checks that failed before]}],
        "still_failing": [{"host", "verdict", "was", "checks", "new_checks",
                           "runs": consecutive failing runs, this one included}],
-       "new_hosts": [...], "missing_hosts": [...]}
+       "new_hosts": [...], "missing_hosts": [...],
+       "assets": [{"host", "kind", "component", "field", "before", "after"}]}  (healthcheck.assetdiff)
 
   (failing = verdict FAIL or ERROR; ``checks`` are the FAIL/ERROR check ids);
 - ``"trends"``: the key metrics of the last N runs (this one included), per host and metric id,
@@ -36,6 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from healthcheck.assetdiff import AssetChange, diff_assets, stale_counter_keys
 from healthcheck.defaults import DEFAULTS
 from healthcheck.history import RUNS_DIR, HistoryIndex, sweep_lock
 from healthcheck.model import Finding
@@ -60,6 +62,14 @@ class SweepRecord:
     findings: list[Finding] = field(default_factory=list)
     pruned: list[str] = field(default_factory=list)
     report_error: str | None = None
+
+
+def _asset_changes(previous_dir: str | None, results: RunResults) -> list[AssetChange]:
+    """Hardware changes since the previous recorded run (empty when its directory is gone)."""
+    if previous_dir is None or not (Path(previous_dir) / "results.json").is_file():
+        return []
+    return [c for c in diff_assets(load_results(Path(previous_dir)), results)
+            if c.kind not in ("host.added", "host.missing")]
 
 
 def latest_run_dir(history_dir: Path) -> Path | None:
@@ -113,7 +123,13 @@ def annotate_and_record(run_dir: Path, history_dir: Path, *,
         existing = index.seq_of(run_id)
         measurements = extract_measurements(results)
         added = regression_findings(measurements, index.baselines(existing, baseline_runs), drop_fraction)
-        added += growth_findings(measurements, index.previous_counters(existing))
+        previous_row = next(iter(index.runs(limit=1, before_seq=existing)), None)
+        swapped = _asset_changes(previous_row.run_dir if previous_row else None, results)
+        counters = index.previous_counters(existing)
+        assets_now = {n: h.observations.get("assets") or {} for n, h in results.hosts.items()}
+        for key in stale_counter_keys(swapped, assets_now, counters):
+            counters.pop(key)  # a swapped part's counters start over: no growth against the old part
+        added += growth_findings(measurements, counters)
         for f in added:
             results.hosts[f.host].findings.append(f)
         previous = next(iter(index.runs(limit=1, before_seq=existing)), None)
@@ -122,6 +138,7 @@ def annotate_and_record(run_dir: Path, history_dir: Path, *,
         still = [h for h, s in current.items() if s.failed and before and h in before and before[h].failed]
         streaks = {h: n + 1 for h, n in index.failing_streaks(still, existing).items()}
         changes = diff_verdicts(before, current, previous.run_id if previous else None, streaks)
+        changes["assets"] = [c.to_json() for c in swapped]
         seq = index.record(results, run_dir, measurements, seq=existing)
         trends = index.trends(trend_runs, upto_seq=seq)
         pruned = index.prune(keep_days, now or datetime.now(timezone.utc), keep_seq=seq,

@@ -36,6 +36,7 @@ BUILTIN = (
     "healthcheck.probes.ras",
     "healthcheck.probes.resources",
     "healthcheck.probes.versions",
+    "healthcheck.probes.assets",
     "healthcheck.probes.fleet",
 )
 

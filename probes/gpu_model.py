@@ -61,6 +61,10 @@ class GpuObservation:
     architecture: str | None = None
     vbios: str | None = None
     module_id: int | None = None
+    board_part_number: str | None = None     # assets: <board_part_number>, else <gpu_part_number>
+    inforom: Mapping[str, str] = field(default_factory=dict)    # assets: img_version, oem/ecc/pwr_object
+    platform: Mapping[str, str] = field(default_factory=dict)   # assets: platformInfo (chassis serial, slot)
+    board_id: str | None = None
     persistence_mode: str | None = None
     mig_current: str | None = None
     mig_pending: str | None = None
@@ -181,6 +185,8 @@ def _gpu(index: int, tree: Mapping[str, Any]) -> GpuObservation:
         index=index, bus_id=tree.get("@id") or r.text("pci/pci_bus_id"), name=r.text("product_name"),
         uuid=r.text("uuid"), serial=r.text("serial"), architecture=r.text("product_architecture"),
         vbios=r.text("vbios_version"), module_id=_first(r.int("gpu_module_id"), r.int("platformInfo/module_id")),
+        board_part_number=_first(r.text("board_part_number"), r.text("gpu_part_number")), board_id=r.text("board_id"),
+        inforom=_texts(r, "inforom_version"), platform=_texts(r, "platformInfo"),
         persistence_mode=r.text("persistence_mode"), mig_current=r.text("mig_mode/current_mig"),
         mig_pending=r.text("mig_mode/pending_mig"), mig_devices=len(tree.get("mig_devices") or ()),
         memory_total_mib=r.int("fb_memory_usage/total"), memory_used_mib=r.int("fb_memory_usage/used"),
@@ -273,6 +279,14 @@ def _clock_events(reasons: Any) -> tuple[str, ...]:
 def _sum(values: Any) -> int | None:
     present = [v for v in values if v is not None]
     return sum(present) if present else None
+
+
+def _texts(r: _Reader, section: str) -> dict[str, str]:
+    """A flat section (``inforom_version``, ``platformInfo``) as {leaf: text}, N/A leaves dropped."""
+    leaves = r.tree.get(section)
+    if not isinstance(leaves, Mapping):
+        return {}
+    return {k: v for k, v in ((k, r.text(f"{section}/{k}")) for k in leaves) if v}
 
 
 def _first(*values: Any) -> Any:

@@ -52,6 +52,7 @@ def render_markdown(digest: RunDigest) -> bytes:
         names = by_verdict[status]
         if names:
             lines.append(f"| {status.value} | {len(names)} | {md_code(fold(names), 2000)} |")
+    lines += rerun_lines(digest.document.get("rerun"))
     groups = digest.groups
     if groups:
         lines += ["", "### Findings (grouped across hosts)", ""]
@@ -63,6 +64,18 @@ def render_markdown(digest: RunDigest) -> bytes:
     if len(groups) > MAX_GROUPS:
         lines.append(f"- … and {len(groups) - MAX_GROUPS} more groups: see report.html")
     return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def rerun_lines(rerun: object) -> list[str]:
+    """``run --rerun-failed``: one line per host, "was FAIL, now PASS"."""
+    if not isinstance(rerun, dict) or not isinstance(rerun.get("hosts"), dict):
+        return []
+    lines = ["", f"### Rerun of {md_code(rerun.get('of', '?'))}", ""]
+    for name, states in sorted(rerun["hosts"].items()):
+        states = states if isinstance(states, dict) else {}
+        now = states.get("now") or "not swept"
+        lines.append(f"- {md_code(name)}: was {md_text(states.get('was'))}, now {md_text(now)}")
+    return lines
 
 
 def profiles(digest: RunDigest) -> list[str]:

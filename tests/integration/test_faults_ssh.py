@@ -98,7 +98,7 @@ def test_results_and_report_rebuild_after_sigkill(ssh_cluster_factory, tmp_path)
     assert shown.returncode == 1, shown.stderr
     assert "results.json missing: rebuilt from findings.jsonl (3 hosts" in shown.stderr
     assert shown.stdout.startswith("verdict ERROR: 3 hosts  PASS 2  ERROR 1")
-    assert "node03           ERROR host.swept" in shown.stdout
+    assert "ERROR host.swept node03 (1): not graded: the run ended (killed)" in shown.stdout
     report = subprocess.run([sys.executable, "-m", "healthcheck", "report", str(run_dir)], capture_output=True,
                             text=True, timeout=120, env=ENV)
     assert report.returncode == 0, report.stderr
@@ -142,7 +142,7 @@ def test_disk_full_mid_sweep_is_an_error_for_that_host_only(ssh_cluster_factory,
     [write] = [f for f in results["hosts"]["node02"]["findings"] if f["check"] == "host.raw_write"]
     assert write["status"] == "ERROR" and write["value"] == "No space left on device"
     assert sorted(p.name for p in (small_tmpfs / "run" / "raw").iterdir()) == ["node01", "node03"]
-    assert "node02           ERROR host.raw_write" in stdout
+    assert "ERROR host.raw_write node02 (1): node02: raw outputs not written (No space left on device)" in stdout
 
 
 def test_run_directory_full_at_the_end_is_a_clean_stop(ssh_cluster_factory, tmp_path, small_tmpfs):

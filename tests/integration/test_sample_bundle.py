@@ -18,7 +18,8 @@ def test_readme_first_command_replays_the_sample(tmp_path):
                            str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stderr
     assert proc.stdout.startswith("verdict FAIL: 4 hosts  PASS 2  WARN 1  FAIL 1")
-    [run_dir] = list(tmp_path.iterdir())
+    [run_dir] = [p for p in tmp_path.iterdir() if not p.is_symlink()]
+    assert (tmp_path / "latest").resolve() == run_dir  # runs/latest: the newest run
     results = json.loads((run_dir / "results.json").read_text())
     verdicts = {h: r["verdict"] for h, r in results["hosts"].items()}
     assert verdicts == {"h100-node01": "PASS", "h100-node02": "PASS", "h100-node03": "FAIL", "h100-node04": "WARN"}

@@ -205,3 +205,13 @@ def test_apply_over_ssh_on_the_inventory_controller(slurm, tmp_path, ssh_cluster
     assert "on ctl01" in out.output and "# applied gpu004 on ctl01: ok" in out.output
     assert node(slurm, "gpu004").reason == "healthcheck: FAIL gpu.ecc.dbe gpu3=1; FAIL xid.79 gpu3=1 run=remote1"
     assert cluster.host("ctl01").sessions() >= 2   # the state query, then the update
+
+
+def test_apply_and_force_from_the_environment_change_nothing(slurm, tmp_path):
+    """HEALTHCHECK_DRAIN_APPLY=1 left exported in a shell must not turn the dry-run into a drain."""
+    run_dir = write_run(tmp_path / "env", {"gpu002": [("gpu.count", "node")]})
+    env = {**slurm.env, "HEALTHCHECK_DRAIN_APPLY": "1", "HEALTHCHECK_DRAIN_FORCE": "1"}
+    out = CliRunner().invoke(main, ["drain", str(run_dir)], env=env, catch_exceptions=False)
+    assert out.exit_code == 0, out.output
+    assert "# dry-run: nothing changed; --apply runs the 1 command(s) above" in out.output
+    assert not node(slurm, "gpu002").drained

@@ -56,7 +56,7 @@ def sweep(history: Path, bundle_dir: Path, *extra: str):
 
 
 def latest_results(history: Path) -> dict:
-    runs = sorted((history / "runs").iterdir(), key=lambda p: p.stat().st_mtime)
+    runs = sorted((p for p in (history / "runs").iterdir() if not p.is_symlink()), key=lambda p: p.stat().st_mtime)
     return json.loads((runs[-1] / "results.json").read_text())
 
 
@@ -106,7 +106,8 @@ def test_three_replayed_nights(tmp_path):
     # Retention: a fourth sweep keeping 0 days forgets (and deletes) the three earlier runs.
     out4 = sweep(history, bundle(tmp_path / "n4", {}), "--keep-days", "0")
     assert out4.exit_code == 0, out4.output
-    assert [p.name for p in (history / "runs").iterdir()] == [latest_results(history)["run"]["id"]]
+    assert sorted(p.name for p in (history / "runs").iterdir()) == [latest_results(history)["run"]["id"], "latest"]
+    assert (history / "runs" / "latest").resolve().name == latest_results(history)["run"]["id"]
     assert "retention: forgot 3 run(s)" in out4.output
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from healthcheck.inventory import InventoryError, hostlist_size, load_inventory, parse_inventory
 
@@ -111,3 +112,19 @@ def test_max_hosts_can_be_raised_and_a_directory_is_refused(tmp_path: Path):
     with pytest.raises(InventoryError, match=f"inventory {tmp_path} is a directory, not a YAML file"):
         load_inventory(tmp_path)
     assert hostlist_size("r[1-2]n[01-10],x[0-10/2],y") == 27
+
+@pytest.mark.parametrize(("var", "value", "message"), [
+    ("mounts", "/tmp", "mounts '/tmp' is not a list of mount points ([/scratch, /home])"),
+    ("services", [1], "services [1] is not a list of systemd unit names"),
+    ("port", True, "port True is not a TCP port 1-65535"),
+    ("port", 70000, "port 70000 is not a TCP port 1-65535"),
+    ("xid_ignore", True, "xid_ignore True is not a list of Xid numbers"),
+    ("transport", "rsh", "transport 'rsh' is not one of ssh, local, slurm"),
+    ("address", 10, "address 10 is not a host name or IP address"),
+])
+def test_host_vars_are_type_checked(tmp_path: Path, var: str, value: object, message: str) -> None:
+    path = tmp_path / "inv.yaml"
+    path.write_text(yaml.safe_dump({"hosts": {"gpu001": {var: value}}}))
+    with pytest.raises(InventoryError) as exc:
+        load_inventory(path)
+    assert str(exc.value) == f"{path}: hosts.gpu001: {message}"

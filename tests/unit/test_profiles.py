@@ -29,8 +29,8 @@ def test_inheritance_settings_merge_and_known_issues(tmp_path):
 @pytest.mark.parametrize(("text", "message"), [
     ("expect:\n  gpu.count: {op: eq, value: 8}\n", "has no source"),
     ("expect:\n  gpu.count: {op: about, value: 8, source: s}\n", "unknown op 'about'"),
-    ("expect:\n  gpu.count: {op: eq, valu: 8, source: s}\n", "unknown keys ['valu']"),
-    ("expekt: {}\n", "unknown keys ['expekt']"),
+    ("expect:\n  gpu.count: {op: eq, valu: 8, source: s}\n", "unknown key 'valu' (did you mean 'value'?)"),
+    ("expekt: {}\n", "unknown key 'expekt' (did you mean 'expect'?)"),
     ("inherits: bad\n", "inheritance loop"),
 ])
 def test_malformed_profiles_are_rejected_naming_the_file(tmp_path, text, message):

@@ -128,3 +128,17 @@ def test_disk_full_mid_host_leaves_no_partial_folder(tmp_path):
         assert (run / "raw" / "n3" / "x.out").read_bytes() == b"ok\n"
     finally:
         subprocess.run(["umount", str(mnt)], check=True)
+
+def test_latest_symlink_is_relative_replaced_atomically_and_never_clobbers_a_folder(tmp_path):
+    from healthcheck.rundir import update_latest
+
+    first, second = new_run_dir(tmp_path, tmp_path / "20261122T031500Z"), new_run_dir(tmp_path, tmp_path / "b")
+    assert update_latest(first) == tmp_path / "latest"
+    assert os.readlink(tmp_path / "latest") == "20261122T031500Z"
+    update_latest(second)
+    assert os.readlink(tmp_path / "latest") == "b"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["20261122T031500Z", "b", "latest"]  # no temp link left
+    other = tmp_path / "elsewhere"
+    (other / "latest").mkdir(parents=True)
+    assert update_latest(new_run_dir(other, other / "r1")) is None
+    assert (other / "latest").is_dir() and not (other / "latest").is_symlink()

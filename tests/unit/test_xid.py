@@ -284,7 +284,7 @@ def test_nvidia_smi_q_x_is_collected_once_for_every_reader():
     the old per-probe queries are gone (4 nvidia-smi calls in a default sweep, plus dcgm_fields'
     sampler when dcgmi is absent)."""
     readers = [p.name for p in registry.select(None) if "nvidia-smi-q-x" in p.commands({})]
-    assert sorted(readers) == ["fabric", "gpu", "versions", "xid"]
+    assert sorted(readers) == ["assets", "fabric", "gpu", "versions", "xid"]
     commands = plan_commands(registry.select(None), {}, 60.0)
     ids = [c.id for c in commands]
     assert ids.count("nvidia-smi-q-x") == 1
