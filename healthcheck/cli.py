@@ -140,12 +140,12 @@ def run(target: TargetOptions, replay: Path | None, sample: bool, local: bool, o
         click.echo(f"interrupted ({outcome.signal or 'SIGINT'}): hosts not swept are marked ERROR (host.swept)",
                    err=True)
         _exit(exit_status(outcome.signal))
-    _exit(exit_code(outcome.results, strict))
+    sys.exit(exit_code(outcome.results, strict))
 
 
 def _exit(code: int) -> None:
-    """Exit; after an interrupt, host threads still waiting on a node must not hold the process
-    until their deadline (results and reports are written by now)."""
+    """Exit after an interrupt or a stop: host threads still waiting on a node must not hold the
+    process until their deadline (results and reports are written by now)."""
     if any(t.name.startswith("hc-host") and t.is_alive() for t in threading.enumerate()):
         sys.stdout.flush()
         sys.stderr.flush()

@@ -108,7 +108,7 @@ def test_results_and_report_rebuild_after_sigkill(ssh_cluster_factory, tmp_path)
     replay = subprocess.run([sys.executable, "-m", "healthcheck", "run", "--replay", str(run_dir), "--out",
                              str(tmp_path / "again")], capture_output=True, text=True, timeout=120, env=ENV)
     assert replay.returncode == 1, replay.stderr
-    [again] = list((tmp_path / "again").iterdir())
+    again = (tmp_path / "again" / "latest").resolve()
     verdicts = {n: h["verdict"] for n, h in json.loads((again / "results.json").read_text())["hosts"].items()}
     assert verdicts == {"node01": "PASS", "node02": "PASS", "node03": "ERROR"}
 
