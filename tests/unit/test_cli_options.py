@@ -16,7 +16,8 @@ from healthcheck.results import HostResult, RunResults, write_results
 
 SAMPLE = Path(__file__).resolve().parents[2] / "inventories" / "samples" / "h100-4node"
 COMMON = {"-i", "--hosts", "--transport", "--srun-arg", "--limit", "--probes", "--skip-probes", "--xid-window",
-          "--accept-new-host-keys", "--connect-timeout", "-F", "--forks", "--profile", "--timeout", "--plan"}
+          "--accept-new-host-keys", "--connect-timeout", "-F", "--forks", "--profile", "--timeout", "--plan",
+          "--max-hosts"}
 STATE_CHANGING = {"apply", "force", "accept_new_host_keys"}
 
 
@@ -40,7 +41,7 @@ def test_run_sweep_bench_share_one_definition_of_the_common_options():
             other = by_command[name][opt]
             assert (other.name, other.help, other.default, other.opts) == \
                    (first.name, first.help, first.default, first.opts), (name, opt)
-    assert len(TARGET_PARAMS) == len(set(TARGET_PARAMS)) == 14
+    assert len(TARGET_PARAMS) == len(set(TARGET_PARAMS)) == 15
 
 
 def test_every_option_of_every_command_has_help():
