@@ -14,12 +14,14 @@ Planning (``benchmarks.plan``), launching (``benchmarks.launch``), execution and
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from healthcheck.model import Finding, Host
 from healthcheck.profiles import Profile
+from healthcheck.spec import ParseError
 
 
 class RegistryError(KeyError):
@@ -79,6 +81,17 @@ class BenchmarkSpec:
 
 # A decimal or scientific number as benchmarks print it (1e+00, 476.53, .5, -nan handled by callers).
 NUMBER_RE = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+
+
+
+def finite(token: str, where: str = "") -> float:
+    """``float(token)`` for a number a tool printed; ``nan``/``inf`` (or 1e309) is no measurement:
+    ``ParseError`` naming the token, so the job is ERROR, never a FAIL on "nan GB/s"."""
+    value = float(token)
+    if not math.isfinite(value):
+        raise ParseError(f"non-finite number {token!r}{f' in {where}' if where else ''}", where or token)
+    return value
+
 
 _SPECS: dict[str, BenchmarkSpec] = {}
 

@@ -11,6 +11,7 @@ re-stated as PASS for the partner the attribution cleared, WARN when the link is
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -94,12 +95,30 @@ def grade_job(outcome: JobOutcome, spec: BenchmarkSpec, ctx: BenchContext) -> tu
         why = "; ".join(e.message for e in launcher[:3]) if launcher else f"unreadable output: {exc}"
         tail = (outcome.stderr.strip().splitlines() or [""])[-1][:200]
         return error(f"{why} (rc {outcome.rc}){f'; stderr: {tail}' if tail and not launcher else ''}"), None
-    findings = spec.evaluate(job, parsed, ctx)
+    except Exception as exc:  # a parser bug: this job is ERROR, every other job is still graded
+        return error(f"the {job.benchmark} parser crashed: {type(exc).__name__}: {exc} (a healthcheck bug: "
+                     f"attach raw/_jobs/{job.job_id}.out)"), None
+    try:
+        findings = spec.evaluate(job, parsed, ctx)
+    except Exception as exc:
+        return error(f"the {job.benchmark} evaluation crashed: {type(exc).__name__}: {exc} (a healthcheck bug: "
+                     f"attach raw/_jobs/{job.job_id}.out)"), None
     if outcome.rc not in (0, None) and not any(f.status in (Status.FAIL, Status.ERROR) for f in findings):
         launcher = "; ".join(e.message for e in parse_launcher_errors(text)[:3])
         findings += error(f"the launcher exited with rc {outcome.rc} although the output looked complete"
                           f"{f': {launcher}' if launcher else ''}")
     return findings, parsed
+
+
+def _metric(spec: BenchmarkSpec, parsed: Any) -> float | None:
+    """The job's headline number for the report; a metric that cannot be computed is None."""
+    if parsed is None:
+        return None
+    try:
+        value = spec.metric(parsed)
+    except Exception:  # the findings already say what is wrong with the output
+        return None
+    return value if isinstance(value, int | float) and math.isfinite(value) else None
 
 
 def job_ok(findings: Sequence[Finding]) -> bool:
@@ -142,7 +161,7 @@ def grade_outcomes(outcomes: Sequence[JobOutcome], hosts: Sequence[Host], profil
         summary = {"job_id": job.job_id, "test": job.test, "shape": job.shape, "hosts": list(job.hosts),
                    "rail": job.rail, "retest_of": job.retest_of, "rc": outcome.rc,
                    "duration_s": round(outcome.duration_s, 3),
-                   "metric": spec.metric(parsed) if parsed is not None else None,
+                   "metric": _metric(spec, parsed),
                    "status": worst((f.status for f in findings), default=Status.ERROR).value,
                    "result": to_jsonable(parsed) if parsed is not None and options.get("keep_parsed") else None}
         for h in job.hosts:

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from healthcheck.benchmarks import NUMBER_RE, BenchContext, BenchmarkSpec, Program, bench_setting, register
+from healthcheck.benchmarks import NUMBER_RE, BenchContext, BenchmarkSpec, Program, bench_setting, finite, register
 from healthcheck.benchmarks.bands import band_finding
 from healthcheck.benchmarks.launch import LauncherError, parse_launcher_errors
 from healthcheck.benchmarks.nccl import host_of
@@ -119,8 +119,8 @@ def parse_hpl(text: str) -> HplResult:
         line = line.rstrip()
         if m := _ROW.match(line.strip()):
             tests.append(HplTest(variant=m["tv"], n=int(m["n"]), nb=int(m["nb"]), p=int(m["p"]), q=int(m["q"]),
-                                 time_s=float(m["time"]), gflops=float(m["gflops"]),
-                                 gflops_per_gpu=float(m["per"]) if m["per"] else None))
+                                 time_s=finite(m["time"], line), gflops=finite(m["gflops"], line),
+                                 gflops_per_gpu=finite(m["per"], line) if m["per"] else None))
         elif m := _RESIDUAL.match(line):
             residual = _float(m["value"])
             mxp.update(residual=residual, passed=m["verdict"] == "PASSED")
@@ -130,8 +130,8 @@ def parse_hpl(text: str) -> HplResult:
             mxp.update(n=int(m[1]), nb=int(m[2]), p=int(m[3]), q=int(m[4]))
         elif (m := _MXP_GFLOPS.match(line)) and "residual" in mxp:
             tests.append(HplTest(variant="MxP", n=mxp.get("n", 0), nb=mxp.get("nb", 0), p=mxp.get("p", 0),
-                                 q=mxp.get("q", 0), time_s=None, gflops=float(m[1]),
-                                 gflops_per_gpu=float(m[2]), residual=mxp["residual"],
+                                 q=mxp.get("q", 0), time_s=None, gflops=finite(m[1], line),
+                                 gflops_per_gpu=finite(m[2], line), residual=mxp["residual"],
                                  residual_passed=mxp["passed"]))
         elif m := _CLOCK.search(line):
             gpu_warnings.append(HplGpuWarning(int(m[1]), m[2], m[3], "clock", float(m[4]), "MHz"))

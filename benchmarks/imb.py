@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from healthcheck.benchmarks import BenchContext, BenchmarkSpec, Program, bench_setting, register
+from healthcheck.benchmarks import BenchContext, BenchmarkSpec, Program, bench_setting, finite, register
 from healthcheck.benchmarks.bands import band_finding
 from healthcheck.benchmarks.launch import LauncherError, parse_launcher_errors
 from healthcheck.benchmarks.plan import Job
@@ -127,6 +127,8 @@ def _row(columns: list[str], tokens: list[str]) -> ImbRow | None:
         values = {_COLUMN_KEYS.get(c, c): float(t) for c, t in zip(columns, tokens, strict=True)}
     except ValueError:
         return None
+    for token in tokens:
+        finite(token, " ".join(tokens))  # a nan/inf in a result row: the job is ERROR, not graded
     mbytes = values.get("mbytes")
     return ImbRow(bytes=int(values["bytes"]) if "bytes" in values else None,
                   repetitions=int(values.get("repetitions", 0)), t_usec=values.get("t_usec"),

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from healthcheck.benchmarks import NUMBER_RE, BenchContext, BenchmarkSpec, Program, bench_setting, register
+from healthcheck.benchmarks import NUMBER_RE, BenchContext, BenchmarkSpec, Program, bench_setting, finite, register
 from healthcheck.benchmarks.bands import band_finding
 from healthcheck.benchmarks.launch import LauncherError, parse_launcher_errors
 from healthcheck.benchmarks.nccl_transport import NcclTransport, evaluate_nccl_transport, parse_nccl_transport
@@ -152,8 +152,9 @@ def parse_nccl_tests(text: str) -> NcclTestResult:
     failures: list[NcclMessage] = []
     for raw in text.splitlines():
         line = _PREFIX.sub("", raw, count=1).rstrip()
-        if "NCCL WARN" in line:
-            warnings.append(_message(line, _WARN.search(line)["msg"]))  # type: ignore[index]
+        if "NCCL WARN" in line:  # "NCCL WARN(oops)" (no space) is a warning too, its text after the tag
+            found = _WARN.search(line)
+            warnings.append(_message(line, found["msg"] if found else line.split("NCCL WARN", 1)[1].strip()))
             continue
         if line.lstrip().startswith("#"):
             _header_line(line.strip(), fields, devices)
@@ -188,7 +189,7 @@ def _header_line(line: str, fields: dict[str, Any], devices: list[NcclDevice]) -
     elif m := _OOB.match(line):
         fields["oob"], fields["oob_failed"] = int(m[1]), m[2] == "FAILED"
     elif m := _AVG.match(line):
-        fields["avg"] = float(m[1])
+        fields["avg"] = finite(m[1], line)
     elif m := _TESTS_VERSION.match(line):
         fields["tests_version"] = m[1]
     elif m := _TEST_NAME.match(line):
@@ -198,14 +199,14 @@ def _header_line(line: str, fields: dict[str, Any], devices: list[NcclDevice]) -
 
 
 def _wrong(token: str) -> float | None:
-    return None if token == "N/A" else float(token)
+    return None if token == "N/A" else finite(token, "#wrong")
 
 
 def _row(m: re.Match[str]) -> NcclRow:
     return NcclRow(size_bytes=int(m["size"]), count=int(m["count"]), dtype=m["type"],
-                   oop_time_us=float(m["t1"]), oop_algbw_gbps=float(m["a1"]), oop_busbw_gbps=float(m["b1"]),
-                   oop_wrong=_wrong(m["w1"]), ip_time_us=float(m["t2"]), ip_algbw_gbps=float(m["a2"]),
-                   ip_busbw_gbps=float(m["b2"]), ip_wrong=_wrong(m["w2"]))
+                   oop_time_us=finite(m["t1"], m[0]), oop_algbw_gbps=finite(m["a1"], m[0]),
+                   oop_busbw_gbps=finite(m["b1"], m[0]), oop_wrong=_wrong(m["w1"]), ip_time_us=finite(m["t2"], m[0]),
+                   ip_algbw_gbps=finite(m["a2"], m[0]), ip_busbw_gbps=finite(m["b2"], m[0]), ip_wrong=_wrong(m["w2"]))
 
 
 def _message(line: str, msg: str) -> NcclMessage:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from healthcheck.benchmarks import BenchContext, BenchmarkSpec, Program, bench_setting, register
+from healthcheck.benchmarks import BenchContext, BenchmarkSpec, Program, bench_setting, finite, register
 from healthcheck.benchmarks.bands import band_finding
 from healthcheck.benchmarks.imb import REMEDY
 from healthcheck.benchmarks.launch import LauncherError, parse_launcher_errors
@@ -73,9 +73,10 @@ def parse_osu(text: str) -> OsuResult:
         elif banner and columns and re.match(r"^\d+\s", line):
             try:
                 tokens = line.split()
-                rows.append((int(tokens[0]), tuple(float(t) for t in tokens[1:])))
+                values = tuple(float(t) for t in tokens[1:])
             except ValueError:
                 continue
+            rows.append((int(tokens[0]), tuple(finite(t, line) for t in tokens[1:]) if values else values))
     if banner is None:
         raise ParseError("no '# OSU MPI ... Test' banner in the output", text[:200])
     kind = next((k for needle, k in _KINDS if needle in banner["title"]), "other")

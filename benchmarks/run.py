@@ -15,6 +15,7 @@ is declared bad (``benchmarks.attribution``). ``profiles`` maps host names or pr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -39,6 +40,7 @@ from healthcheck.benchmarks.launch import (
     merge_launcher_settings,
 )
 from healthcheck.benchmarks.plan import Job, job_id, plan_jobs, retest_pairs, stage_of
+from healthcheck.benchmarks.stored import read_stored_jobs
 from healthcheck.benchmarks.telemetry import merge_telemetry, sample_during
 
 from healthcheck import benchmarks
@@ -177,27 +179,10 @@ def store_outcome(run_dir: Path, outcome: JobOutcome, manifest: list[dict[str, A
     tmp.replace(folder / "manifest.json")
 
 
-def load_outcomes(run_dir: Path) -> list[JobOutcome]:
-    """Every stored job of a run directory, in execution order (empty when none ran)."""
-    folder = Path(run_dir) / JOBS_DIR
-    manifest = folder / "manifest.json"
-    if not manifest.is_file():
-        return []
-    outcomes = []
-    for entry in json.loads(manifest.read_text()).get("jobs", []):
-        job = Job.from_json(entry["job"])
-        stem = folder / job.job_id
-
-        def read(suffix: str, stem: Path = stem) -> str:
-            path = stem.with_suffix(suffix)
-            return path.read_bytes().decode("utf-8", errors="replace") if path.is_file() else ""
-
-        outcomes.append(JobOutcome(job=job, launcher=entry.get("launcher", ""), command=entry.get("command", ""),
-                                   rc=entry.get("rc"), timed_out=bool(entry.get("timed_out")),
-                                   transport_error=entry.get("transport_error"),
-                                   duration_s=float(entry.get("duration_s") or 0.0),
-                                   stdout=read(".out"), stderr=read(".err")))
-    return outcomes
+def load_outcomes(run_dir: Path, known_hosts: Sequence[str] = ()) -> list[JobOutcome]:
+    """Every stored job of a run directory, in execution order (empty when none ran); see
+    ``benchmarks/stored.py`` for jobs without a manifest."""
+    return read_stored_jobs(run_dir, known_hosts)[0]
 
 
 # --- entry points -----------------------------------------------------------------------------
@@ -277,9 +262,13 @@ def _run_group(run_dir: Path, spec: BenchmarkSpec, group: Sequence[Host], profil
 
 def replay_benchmarks(run_dir: Path, hosts: Sequence[Host], profiles: Mapping[str, Profile],
                       options: Mapping[str, Any]) -> tuple[list[Finding], dict[str, dict[str, Any]]]:
-    """Re-grade the jobs stored under ``raw/_jobs/`` (no launch); hosts missing from ``hosts`` are added."""
-    outcomes = load_outcomes(run_dir)
-    known = {h.name for h in hosts}
+    """Re-grade the jobs stored under ``raw/_jobs/`` (no launch); hosts missing from ``hosts`` are added.
+    Job outputs that cannot be graded (no manifest and an id naming no known hosts) are an ERROR on
+    every host, never silently ignored."""
+    outcomes, problems = read_stored_jobs(run_dir, [h.name for h in hosts])
+    by_name = {h.name: h for h in hosts}
+    outcomes = [_with_ranks(o, by_name, profiles, options) for o in outcomes]
+    known = set(by_name)
     extra = sorted({n for o in outcomes for n in o.job.hosts} - known)
     findings, observations = grade_outcomes(outcomes, [*hosts, *(Host(n) for n in extra)], profiles, options)
     for bench in dict.fromkeys(o.job.benchmark for o in outcomes):  # hosts the original run left out
@@ -287,4 +276,20 @@ def replay_benchmarks(run_dir: Path, hosts: Sequence[Host], profiles: Mapping[st
         findings = [Finding(host=h.name, check=f"{bench}.skipped", status=Status.SKIP, source="benchmarks",
                             message=f"{bench} not run on this host in the original run (failed its probes or "
                                     "had no partner)") for h in hosts if h.name not in covered] + findings
+    findings += [Finding(host=h.name, check="benchmarks.replay", status=Status.ERROR, source="raw/_jobs",
+                         expected="every stored job output graded", message=problem,
+                         remedy="Keep raw/_jobs/manifest.json with the job outputs, or name the files "
+                                "<benchmark>-<test>-<shape>-<hosts>.out as healthcheck writes them")
+                 for problem in problems for h in hosts]
     return merge_telemetry(run_dir, hosts, profiles, findings, observations)  # telemetry (issue 9): replayed too
+
+
+def _with_ranks(outcome: JobOutcome, hosts: Mapping[str, Host], profiles: Mapping[str, Profile],
+                options: Mapping[str, Any]) -> JobOutcome:
+    """A job rebuilt from its id has no rank count: the profile's, as when it was planned."""
+    job = outcome.job
+    if job.ranks_per_host:
+        return outcome
+    profile = profile_for(hosts.get(job.hosts[0], Host(job.hosts[0])), profiles)
+    ranks = int(benchmarks.get(job.benchmark).ranks_per_host(profile, job.shape, options))
+    return dataclasses.replace(outcome, job=dataclasses.replace(job, ranks_per_host=ranks))

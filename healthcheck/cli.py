@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import enum
 import importlib
+import os
 import sys
+import threading
 from pathlib import Path
 
 import click
@@ -31,10 +33,12 @@ from healthcheck.cli_options import (
 )
 from healthcheck.console import summary_lines
 from healthcheck.defaults import DEFAULTS
+from healthcheck.interrupt import exit_status
 from healthcheck.inventory import InventoryError, load_inventory
 from healthcheck.pipeline import NothingToRerunError, execute_run, render_reports
 from healthcheck.profiles import ProfileError
-from healthcheck.results import RunResults, load_results
+from healthcheck.recover import load_or_rebuild
+from healthcheck.results import RunResults, write_results
 from healthcheck.rundir import RunDirError
 from healthcheck.verdicts import run_exit_status
 
@@ -48,7 +52,7 @@ class ExitCode(enum.IntEnum):
     USAGE = 2
 
 
-INTERRUPTED = 130  # like a shell after SIGINT
+INTERRUPTED = 130  # like a shell after SIGINT (143 after SIGTERM)
 SETUP_ERRORS = (InventoryError, ProfileError, RunDirError, FileNotFoundError, ValueError, KeyError)
 
 
@@ -138,10 +142,25 @@ def run(target: TargetOptions, replay: Path | None, sample: bool, local: bool, o
         click.echo(f"healthcheck: {exc.args[0] if isinstance(exc, KeyError) and exc.args else exc}", err=True)
         sys.exit(ExitCode.USAGE)
     print_summary(outcome.results, outcome.run_dir, verbose)
+    if outcome.fatal:
+        click.echo(f"healthcheck: the sweep stopped early: {outcome.fatal}; hosts not swept are marked "
+                   "ERROR (host.swept)", err=True)
+        _exit(ExitCode.USAGE)
     if outcome.interrupted:
-        click.echo("interrupted: hosts not swept are marked ERROR (host.swept)", err=True)
-        sys.exit(INTERRUPTED)
+        click.echo(f"interrupted ({outcome.signal or 'SIGINT'}): hosts not swept are marked ERROR (host.swept)",
+                   err=True)
+        _exit(exit_status(outcome.signal))
     sys.exit(exit_code(outcome.results, strict))
+
+
+def _exit(code: int) -> None:
+    """Exit after an interrupt or a stop: host threads still waiting on a node must not hold the
+    process until their deadline (results and reports are written by now)."""
+    if any(t.name.startswith("hc-host") and t.is_alive() for t in threading.enumerate()):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(int(code))
+    sys.exit(code)
 
 
 @main.command()
@@ -149,10 +168,15 @@ def run(target: TargetOptions, replay: Path | None, sample: bool, local: bool, o
 @click.option("--metrics-detail", is_flag=True, help="metrics.prom: also every check and the per-GPU, "
               "per-link and per-port series.")
 def report(run_dir: Path, metrics_detail: bool) -> None:
-    """Re-render the reports of a run directory from its results.json (old and new schema)."""
+    """Re-render the reports of a run directory from its results.json (old and new schema; rebuilt from
+    findings.jsonl when the run was killed before writing it)."""
     try:
+        results, note = load_or_rebuild(run_dir)
+        if note is not None:
+            click.echo(f"healthcheck: {note}; results.json written", err=True)
+            write_results(run_dir, results)
         written = render_reports(run_dir, metrics_detail=metrics_detail)
-    except (FileNotFoundError, ValueError) as exc:
+    except (OSError, ValueError) as exc:
         click.echo(f"healthcheck: {exc}", err=True)
         sys.exit(ExitCode.USAGE)
     for path in written:
@@ -263,16 +287,15 @@ def list_probes() -> None:
 @click.option("--strict", is_flag=True, help="WARN counts as failure for the exit code.")
 @verbose_option
 def show_results(run_dir: Path, strict: bool, verbose: bool) -> None:
-    """Print the summary of a finished run; exit code as for run."""
+    """Print the summary of a finished run; exit code as for run. A run killed before it wrote
+    results.json is summarised from findings.jsonl."""
     try:
-        results = load_results(run_dir)
-    except FileNotFoundError:
-        click.echo(f"healthcheck: {run_dir} has no results.json (not a finished run directory; "
-                   f"re-grade its raw outputs with: healthcheck run --replay {run_dir})", err=True)
+        results, note = load_or_rebuild(run_dir)
+    except RunDirError as exc:
+        click.echo(f"healthcheck: {exc}", err=True)
         sys.exit(ExitCode.USAGE)
-    except ValueError as exc:  # bad JSON or another schema
-        click.echo(f"healthcheck: {run_dir}/results.json: {exc}", err=True)
-        sys.exit(ExitCode.USAGE)
+    if note is not None:
+        click.echo(f"healthcheck: {note}", err=True)
     print_summary(results, run_dir, verbose)
     sys.exit(exit_code(results, strict))
 

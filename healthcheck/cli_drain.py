@@ -22,7 +22,7 @@ import click
 
 from healthcheck.cli_options import command_line_flag
 from healthcheck.defaults import DEFAULTS
-from healthcheck.drain import ADVISORY_CHECKS, DrainPlan, DrainPolicy, plan_drain
+from healthcheck.drain import ADVISORY_CHECKS, DrainPlan, DrainPolicy, plan_drain, with_fleet_state
 from healthcheck.inventory import Inventory, InventoryError, load_inventory
 from healthcheck.model import Host, Status
 from healthcheck.results import load_results
@@ -74,7 +74,8 @@ def _policy(statuses: str, checks: str | None, ignore: str | None, advisory: str
 
 def _setup(run_dir: Path, scheduler: str, inventory_path: Path | None, policy: DrainPolicy,
            max_fraction: float, controller: str | None,
-           ssh_config: Path | None) -> tuple[DrainPlan, Controller]:
+           ssh_config: Path | None) -> tuple[DrainPlan, Controller, list[str]]:
+    """The plan, the controller, and the scheduler names of the whole fleet (inventory or manifest)."""
     try:
         results = load_results(run_dir)
         inventory = load_inventory(inventory_path) if inventory_path else None
@@ -82,9 +83,11 @@ def _setup(run_dir: Path, scheduler: str, inventory_path: Path | None, policy: D
         click.echo(f"healthcheck: {exc}", err=True)
         sys.exit(EXIT_USAGE)
     hosts = list(inventory.hosts) if inventory else _manifest_hosts(run_dir)
-    plan = plan_drain(results, policy, node_names=node_names(hosts, scheduler),
+    names = node_names(hosts, scheduler)
+    plan = plan_drain(results, policy, node_names=names,
                       fleet_size=max(len(hosts), len(results.hosts)), max_fraction=max_fraction)
-    return plan, make_controller(inventory, controller, ssh_config)
+    fleet = sorted({names.get(h, h) for h in [*(h.name for h in hosts), *results.hosts]})
+    return plan, make_controller(inventory, controller, ssh_config), fleet
 
 
 def _execute(actions: list[Action], controller: Controller, apply: bool, states_error: str | None,
@@ -163,9 +166,13 @@ def drain(run_dir: Path, scheduler: str, apply: bool, inventory: Path | None, co
     someone else is left alone. Kubernetes: kubectl cordon, a healthcheck/<category> taint and
     labels. Exit codes: 0 done, 1 a command failed, 2 usage error, 3 refused by the circuit breaker.
     """
-    plan, ctl = _setup(run_dir, scheduler, inventory, _policy(statuses, checks, ignore, advisory), max_fraction,
-                       controller, ssh_config)
+    plan, ctl, fleet = _setup(run_dir, scheduler, inventory, _policy(statuses, checks, ignore, advisory),
+                              max_fraction, controller, ssh_config)
     sched = get_scheduler(scheduler)
+    # the whole fleet's state: nodes already drained or down (by anyone) count against the breaker
+    states, error = read_states(sched, ctl, fleet) if plan.decisions else (None, None)
+    if states is not None:
+        plan = with_fleet_state(plan, load_results(run_dir), sched.out_of_service(states), max_fraction=max_fraction)
     click.echo(f"# healthcheck drain: run {plan.run_id or run_dir.name}, {scheduler} on {ctl.where}, "
                f"{len(plan.decisions)} node(s) to drain, limit {plan.breaker.limit} "
                f"of {plan.breaker.fleet_size}")
@@ -176,7 +183,6 @@ def drain(run_dir: Path, scheduler: str, apply: bool, inventory: Path | None, co
             click.echo("# REFUSED: nothing drained (--force overrides)", err=True)
             sys.exit(EXIT_REFUSED)
         click.echo("# circuit breaker overridden by --force")
-    states, error = read_states(sched, ctl, [d.node for d in plan.decisions])
     if error:
         click.echo(f"# state not read: {error}")
     sys.exit(_execute(sched.drain_actions(plan.decisions, states), ctl, apply, error))
@@ -194,7 +200,7 @@ def resume(run_dir: Path, scheduler: str, apply: bool, inventory: Path | None, c
     the commands commented out with why. Exit codes: 0 done, 1 a command failed or the state could not
     be read, 2 usage error.
     """
-    plan, ctl = _setup(run_dir, scheduler, inventory, _policy(statuses, checks, ignore, advisory),
+    plan, ctl, _fleet = _setup(run_dir, scheduler, inventory, _policy(statuses, checks, ignore, advisory),
                        DEFAULTS.drain_max_fraction, controller, ssh_config)
     sched = get_scheduler(scheduler)
     refs = [NodeRef(h, plan.node(h)) for h in plan.passing]

@@ -10,7 +10,7 @@
 ``--slurm-spool``, ``--limit``,
 ``--probes``, ``--skip-probes``, ``--xid-window``, ``--accept-new-host-keys``, ``--connect-timeout``,
 ``-F/--ssh-config``, ``--ssh-client``, ``-f/--forks``, ``--timeout`` and ``--profile`` and hands the command one
-``TargetOptions`` value instead of fourteen parameters.
+``TargetOptions`` value instead of a parameter for each.
 
 Environment variables (``HEALTHCHECK_<COMMAND>_<OPTION>``, click's ``auto_envvar_prefix``) may set
 values but never a flag that changes state or trust: those are declared with ``command_line_flag``
@@ -70,6 +70,7 @@ class TargetOptions:
     forks: int = DEFAULTS.forks
     timeout_s: float = DEFAULTS.command_timeout_s
     profile: str | None = None
+    max_hosts: int = DEFAULTS.max_hosts
 
     def run_options(self, *, probe_options: dict[str, Any] | None = None, probes: Sequence[str] | None = None,
                     **more: Any) -> Any:
@@ -84,8 +85,7 @@ class TargetOptions:
             probes=probes if probes is not None else csv_list(self.probe_names),
             skip_probes=csv_list(self.skip_probes) or (), accept_new_host_keys=self.accept_new_host_keys,
             connect_timeout_s=self.connect_timeout, ssh_config=self.ssh_config, ssh_client=self.ssh_client,
-            forks=self.forks,
-            timeout_s=self.timeout_s, profile=self.profile,
+            forks=self.forks, timeout_s=self.timeout_s, profile=self.profile, max_hosts=self.max_hosts,
             probe_options={"kernel_log_window_h": self.xid_window, **(probe_options or {})}, **more)
 
 
@@ -130,10 +130,13 @@ _TARGET: list[Callable[[Any], Any]] = [
                  "by level)."),
     click.option("--profile", help="Hardware profile for every host (overrides the inventory); "
                  "`healthcheck profiles list` shows them."),
+    click.option("--max-hosts", type=click.IntRange(1), default=DEFAULTS.max_hosts, show_default=True,
+                 help="Refuse an inventory or nodeset that expands to more hosts than this (checked before "
+                      "expanding it)."),
 ]
 TARGET_PARAMS = ("inventory", "hostlist", "transport", "srun_args", "slurm_mode", "slurm_spool", "limit",
                  "probe_names", "skip_probes", "xid_window", "accept_new_host_keys", "connect_timeout", "ssh_config",
-                 "ssh_client", "forks", "timeout_s", "profile")
+                 "ssh_client", "forks", "timeout_s", "profile", "max_hosts")
 
 
 def target_options(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -21,6 +21,7 @@ from pathlib import Path
 from healthcheck.model import Finding, Status
 from healthcheck.reports.digest import fold, short_cited
 from healthcheck.results import RunResults
+from healthcheck.textsafe import printable
 from healthcheck.verdicts import unchecked_hosts
 
 MAX_GROUPS = 25
@@ -87,4 +88,4 @@ def summary_lines(results: RunResults, run_dir: Path, verbose: bool = False) -> 
     lines.append(f"run directory: {run_dir}")
     if (run_dir / "report.html").is_file():
         lines.append(f"report: {run_dir / 'report.html'}")
-    return lines
+    return [printable(line) for line in lines]  # node output: terminal escapes and bidi overrides shown

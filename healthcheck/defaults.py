@@ -24,6 +24,11 @@ class Defaults:
                                          # + this is stuck: ended, keeping what arrived
     output_cap_bytes: int = 4 * 1024 * 1024  # per command stream (stdout, stderr)
     kernel_log_window_h: float = 24.0    # Xid look-back window
+    max_hosts: int = 50_000              # hosts one inventory or nodeset may expand to (--max-hosts raises it)
+    inventory_max_bytes: int = 16 * 1024 * 1024  # an inventory file larger than this is refused
+    inventory_max_values: int = 1_000_000  # YAML values with aliases (*ref) expanded: bounds alias bombs
+    inventory_max_depth: int = 64        # YAML nesting depth
+    interrupt_grace_s: float = 10.0      # Ctrl-C/SIGTERM: hosts in flight get this long to finish
     drain_max_fraction: float = 0.10     # circuit breaker: most of the fleet drained at once
     drain_broken_run_fraction: float = 0.5  # a run with this share of ERROR hosts looks broken
     busbw_excellent: float = 0.80        # fraction of expected busbw

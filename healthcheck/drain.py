@@ -22,10 +22,11 @@ neither FAIL nor ERROR: an unreachable host has proven nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from healthcheck.defaults import DEFAULTS
@@ -76,6 +77,7 @@ class BreakerVerdict:
     reasons: tuple[str, ...] = ()
     limit: int = 0
     fleet_size: int = 0
+    already_out: tuple[str, ...] = ()    # nodes already drained or down, counted against the limit
 
 
 @dataclass(frozen=True)
@@ -190,6 +192,35 @@ def plan_drain(results: RunResults, policy: DrainPolicy | None = None, *,
                      breaker=breaker, node_names=names)
 
 
+def with_fleet_state(plan: DrainPlan, results: RunResults, out_of_service: Collection[str], *,
+                     max_fraction: float = DEFAULTS.drain_max_fraction,
+                     broken_fraction: float = DEFAULTS.drain_broken_run_fraction) -> DrainPlan:
+    """``plan`` with its breaker re-checked against the nodes the scheduler already has out of
+    service (drained or down, by us or by anyone; scheduler node names): they count against the
+    limit with the new ones, so nightly runs draining a few nodes each never add up to half the fleet."""
+    new = {d.node for d in plan.decisions}
+    already = sorted(set(out_of_service) - new)
+    breaker = _fleet_breaker(results, len(new), plan.breaker.fleet_size, max_fraction, broken_fraction, already)
+    return dataclasses.replace(plan, breaker=breaker)
+
+
+def _fleet_breaker(results: RunResults, to_drain: int, fleet_size: int, max_fraction: float,
+                   broken_fraction: float, already_out: Collection[str]) -> BreakerVerdict:
+    if not already_out:
+        return check_breaker(results, to_drain, fleet_size, max_fraction, broken_fraction)
+    base = check_breaker(results, 0, fleet_size, max_fraction, broken_fraction)
+    limit, out = base.limit, len(already_out)
+    reasons = list(base.reasons)
+    if to_drain and out + to_drain > limit:
+        shown = ", ".join(sorted(already_out)[:8]) + (f" and {out - 8} more" if out > 8 else "")
+        reasons.append(f"{to_drain} new + {out} already out of service ({shown}: drained or down, by "
+                       f"healthcheck or anyone) = {out + to_drain} nodes exceeds the limit of {limit} "
+                       f"({max_fraction:.0%} of a fleet of {fleet_size}); resume the repaired nodes first, "
+                       f"or check whether the fault is the fabric, the software or the test")
+    return BreakerVerdict(allowed=not reasons, reasons=tuple(reasons), limit=limit, fleet_size=fleet_size,
+                          already_out=tuple(sorted(already_out)))
+
+
 def drain_limit(fleet_size: int, max_fraction: float) -> int:
     """Most nodes drained in one go: ``floor(fraction * fleet)``, but at least one."""
     return max(1, math.floor(max_fraction * fleet_size + 1e-9))
@@ -198,7 +229,8 @@ def drain_limit(fleet_size: int, max_fraction: float) -> int:
 def check_breaker(results: RunResults, to_drain: int, fleet_size: int,
                   max_fraction: float = DEFAULTS.drain_max_fraction,
                   broken_fraction: float = DEFAULTS.drain_broken_run_fraction) -> BreakerVerdict:
-    """Refuse a plan that would drain too much of the fleet, or that comes from a broken run."""
+    """Refuse a plan that would drain too much of the fleet, or that comes from a broken run
+    (``with_fleet_state`` adds the nodes already out of service)."""
     reasons = []
     hosts = len(results.hosts)
     errors = sum(1 for h in results.hosts.values() if h.verdict is Status.ERROR)

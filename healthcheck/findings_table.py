@@ -26,8 +26,8 @@ from healthcheck.model import FINDING_FIELDS, Finding, Status
 
 TABLE = "findings.table.json.gz"
 SCHEMA = "healthcheck.findings-table/1"
-_OPTIONAL = {"observe": False}  # column -> value of every row in a table written before the column existed
 _MIXED = frozenset({"value", "expected"})  # JSON scalars of any type: True, 1 and 1.0 are three values
+OBSERVE = "observe"   # Finding.observe, an optional column (observe-only checks; tables written before it lack it)
 
 
 class TableError(ValueError):
@@ -61,8 +61,10 @@ def _decode_codes(column: dict[str, Any], rows: int) -> array:
 
 def write_table(run_dir: Path, findings: Iterable[Finding]) -> Path:
     """Write every finding as the columnar table (atomically: temp file + rename)."""
+    findings = list(findings)
     rows = [f.to_row() for f in findings]
     columns = {name: _encode((r[i] for r in rows), name in _MIXED) for i, name in enumerate(FINDING_FIELDS)}
+    columns[OBSERVE] = _encode((f.observe for f in findings), False)   # optional column: older tables lack it
     path = Path(run_dir) / TABLE
     tmp = path.with_name(path.name + ".tmp")
     body = json.dumps({"schema": SCHEMA, "rows": len(rows), "columns": columns}, separators=(",", ":"))
@@ -81,9 +83,6 @@ def _load(run_dir: Path) -> tuple[int, dict[str, Any]]:
         raise TableError(f"{path}: schema {doc.get('schema') if isinstance(doc, dict) else None!r}, "
                          f"expected {SCHEMA!r}")
     columns = doc.get("columns") or {}
-    for name, default in _OPTIONAL.items():  # columns added later: tables written before them still read
-        if name not in columns and isinstance(doc.get("rows"), int):
-            columns[name] = _encode([default] * doc["rows"], False)
     missing = [name for name in FINDING_FIELDS if name not in columns]
     if missing:
         raise TableError(f"{path}: missing columns {', '.join(missing)}")
@@ -102,11 +101,13 @@ def read_table(run_dir: Path) -> dict[str, list[Finding]]:
             except ValueError as exc:
                 raise TableError(f"status column: {exc}") from exc
         decoded.append((values, _decode_codes(columns[name], rows)))
+    observe = (columns[OBSERVE]["values"], _decode_codes(columns[OBSERVE], rows)) if OBSERVE in columns else None
     out: dict[str, list[Finding]] = {}
     (hosts, host_codes), rest = decoded[0], decoded[1:]
     for i in range(rows):
         host = hosts[host_codes[i]]
-        out.setdefault(host, []).append(Finding(host, *(values[codes[i]] for values, codes in rest)))
+        marked = bool(observe[0][observe[1][i]]) if observe is not None else False
+        out.setdefault(host, []).append(Finding(host, *(values[codes[i]] for values, codes in rest), observe=marked))
     return out
 
 

@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from healthcheck.assetdiff import current_assets, reset_swapped
+from healthcheck.bundle import read_host
 from healthcheck.defaults import DEFAULTS
 from healthcheck.hostvars import host_profile
 from healthcheck.model import Finding, Host, HostCollection, Status
 from healthcheck.observation_store import encode_observations, key_observations
 from healthcheck.profiles import EMPTY_PROFILE, Profile
-from healthcheck.rundir import encode_findings, read_host
+from healthcheck.rundir import encode_findings
 from healthcheck.spec import Probe
 from healthcheck.stages import grade_host
 

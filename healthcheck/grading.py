@@ -12,6 +12,7 @@ and what to do, so messages are never copy-pasted per check.
 from __future__ import annotations
 
 import fnmatch
+import math
 import re
 import statistics
 from collections.abc import Iterable, Mapping
@@ -70,7 +71,10 @@ def expected_text(exp: Expectation, threshold: Any = None) -> str:
 
 
 def grade(exp: Expectation, measured: Any) -> Status:
-    """PASS, WARN (only ``warn`` threshold violated) or the expectation's severity."""
+    """PASS, WARN (only ``warn`` threshold violated) or the expectation's severity. A non-finite
+    number (``nan``/``inf`` printed by a tool) is no measurement: ``GradingError``, graded ERROR."""
+    if isinstance(measured, float) and not math.isfinite(measured):
+        raise GradingError(f"the node reported {measured}, not a measurement")
     if exp.bands:
         return grade_bands(exp, float(measured))
     if not compare(exp.op, measured, exp.value):

@@ -24,7 +24,7 @@ import shutil
 import sqlite3
 import statistics
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -38,6 +38,7 @@ from healthcheck.results import RunResults
 INDEX_FILE = "history.sqlite"
 LOCK_FILE = "sweep.lock"
 RUNS_DIR = "runs"
+ORPHAN_MIN_AGE = timedelta(hours=1)  # an unrecorded run directory younger than this may still be running
 _PASSING = ("PASS", "WARN", "SKIP")
 
 _SCHEMA = """
@@ -159,9 +160,13 @@ class HistoryIndex:
             run_dir = Path(r.run_dir)
             if root is not None and run_dir.resolve().is_relative_to(root) and run_dir.resolve() != root:
                 shutil.rmtree(run_dir, ignore_errors=True)
+        orphans = _orphans(root, {Path(r.run_dir).resolve() for r in self.runs()}, min(cutoff, now - ORPHAN_MIN_AGE)) \
+            if root is not None and root.is_dir() else []
+        for run_dir in orphans:  # sweeps killed before they were recorded (SIGKILL, OOM, reboot)
+            shutil.rmtree(run_dir, ignore_errors=True)
         with self.db:
             self.db.executemany("DELETE FROM runs WHERE seq = ?", [(r.seq,) for r in old])
-        return [r.run_id for r in old]
+        return [r.run_id for r in old] + [p.name for p in orphans]
 
     # --- reading -------------------------------------------------------------------------
     def runs(self, limit: int | None = None, before_seq: int | None = None) -> list[RunRow]:
@@ -254,6 +259,23 @@ class HistoryIndex:
 
 def _now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _orphans(root: Path, recorded: set[Path], cutoff: datetime) -> list[Path]:
+    """Run directories under ``root`` that no recorded run points at, started before ``cutoff``
+    (the manifest's start time, else the folder's mtime). Links are never followed."""
+    found = []
+    for entry in sorted(root.iterdir()):
+        if entry.is_symlink() or not entry.is_dir() or entry.resolve() in recorded:
+            continue
+        started = None
+        with suppress(OSError, ValueError, AttributeError):
+            started = _parse_time(str(json.loads((entry / "manifest.json").read_text()).get("started", "")))
+        if started is None:
+            started = datetime.fromtimestamp(entry.stat().st_mtime, timezone.utc)
+        if started < cutoff:
+            found.append(entry)
+    return found
 
 
 def _parse_time(text: str) -> datetime | None:

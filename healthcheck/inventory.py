@@ -23,6 +23,7 @@ typo like ``adress`` never silently falls back to DNS. Free-form values go under
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ from typing import Any
 import yaml
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
+from healthcheck.defaults import DEFAULTS
 from healthcheck.model import Host
 
 TOP_KEYS = ("defaults", "groups", "hosts", "controller")
@@ -38,6 +40,7 @@ GROUP_KEYS = ("hosts", "vars")
 KNOWN_VARS = ("address", "user", "port", "profile", "transport", "slurm_node", "k8s_node", "benchmarks",
               "xid_ignore", "mounts", "services", "extra")
 TRANSPORTS = ("ssh", "local", "slurm")
+MAX_NAME_LEN = 253  # a DNS name; it also names the host's folder in the run directory (255 bytes at most)
 
 
 def _str(v: Any) -> bool:
@@ -92,14 +95,42 @@ class Inventory:
         raise KeyError(name)
 
 
-def expand_hostlist(expr: Any, where: str) -> list[str]:
-    """Expand ``gpu[001-004]``, ``a,b`` or a list of those; errors name the bad token."""
+_BRACKET = re.compile(r"\[([^\]]*)\]")
+_RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?(?:/\s*(\d+)\s*)?$")
+
+
+def hostlist_size(text: str) -> int:
+    """An upper bound of how many names ``text`` expands to, without expanding it (NodeSet takes
+    minutes for ``x[0-99999999]``). Malformed ranges count as 1: NodeSet then names the bad token."""
+    total = 0
+    for item in re.split(r",(?![^\[]*\])", text):  # top-level commas only
+        size = 1
+        for group in _BRACKET.findall(item):
+            count = 0
+            for part in group.split(","):
+                m = _RANGE.match(part)
+                if m is None:
+                    count += 1
+                    continue
+                first, last, step = int(m[1]), int(m[2] or m[1]), int(m[3] or 1)
+                count += max(0, last - first) // max(step, 1) + 1
+            size *= max(count, 1)
+        total += size
+    return total
+
+
+def expand_hostlist(expr: Any, where: str, max_hosts: int = DEFAULTS.max_hosts) -> list[str]:
+    """Expand ``gpu[001-004]``, ``a,b`` or a list of those; errors name the bad token. More than
+    ``max_hosts`` names is an error (checked before expanding)."""
     items = expr if isinstance(expr, list) else [expr]
     names: list[str] = []
     for item in items:
-        if not isinstance(item, str | int) or str(item).strip() == "":
+        if isinstance(item, bool) or not isinstance(item, str | int) or str(item).strip() == "":
             raise InventoryError(f"{where}: host entry {item!r} is not a hostname or hostlist")
         text = str(item).strip()
+        if len(names) + hostlist_size(text) > max_hosts:
+            raise InventoryError(f"{where}: hostlist {text[:80]!r} expands to {hostlist_size(text)} hosts, "
+                                 f"more than the limit of {max_hosts} (raise it with --max-hosts)")
         if "[" not in text and "," not in text:
             names.append(text)
             continue
@@ -110,10 +141,30 @@ def expand_hostlist(expr: Any, where: str) -> list[str]:
     return names
 
 
+def host_name_problem(name: Any) -> str | None:
+    """Why ``name`` cannot be a host name (it names a folder in the run directory and reaches ssh),
+    or None when it is fine."""
+    if not isinstance(name, str) or not name:
+        return f"host name {name!r} is not a non-empty string"
+    if len(name) > MAX_NAME_LEN or len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_LEN:
+        return f"host name {name[:40]!r}... is {len(name)} characters long (at most {MAX_NAME_LEN})"
+    if name.startswith((".", "-", "_")) or "/" in name or any(c.isspace() or ord(c) < 32 or ord(c) == 127
+                                                             for c in name):
+        return (f"host name {name!r} is not usable (no '/', whitespace, control characters, "
+                "or leading '.', '-' or '_')")
+    return None
+
+
+def check_host_names(names: Sequence[Any], where: str) -> None:
+    """Every name usable, else one ``InventoryError`` naming the first bad one (before any connection)."""
+    for name in names:
+        problem = host_name_problem(name)
+        if problem is not None:
+            raise InventoryError(f"{where}: {problem}")
+
+
 def _check_name(name: str, where: str) -> None:
-    if name.startswith((".", "-")) or "/" in name or any(c.isspace() or ord(c) < 32 for c in name):
-        raise InventoryError(f"{where}: host name {name!r} is not usable (no '/', whitespace, "
-                             "control characters, or leading '.'/'-')")
+    check_host_names([name], where)
 
 
 def _check_vars(raw: Any, where: str) -> dict[str, Any]:
@@ -141,7 +192,8 @@ def _make_host(name: str, group: str | None, values: Mapping[str, Any]) -> Host:
                 transport=values.get("transport", "ssh"), vars=extra)
 
 
-def parse_inventory(raw: Any, path: str, known_profiles: Sequence[str] | None = None) -> Inventory:
+def parse_inventory(raw: Any, path: str, known_profiles: Sequence[str] | None = None,
+                    max_hosts: int = DEFAULTS.max_hosts) -> Inventory:
     """Build an ``Inventory`` from parsed YAML; ``known_profiles`` enables the profile-name check."""
     if not isinstance(raw, Mapping):
         raise InventoryError(f"{path}: top level must be a mapping with {', '.join(TOP_KEYS)}")
@@ -161,7 +213,7 @@ def parse_inventory(raw: Any, path: str, known_profiles: Sequence[str] | None = 
         if "hosts" not in group:
             raise InventoryError(f"{where}: has no hosts")
         gvars = _check_vars(group.get("vars"), f"{where}.vars")
-        names = expand_hostlist(group["hosts"], where)
+        names = expand_hostlist(group["hosts"], where, max_hosts - len(placed))
         groups[str(gname)] = tuple(names)
         for name in names:
             _check_name(name, where)
@@ -172,7 +224,7 @@ def parse_inventory(raw: Any, path: str, known_profiles: Sequence[str] | None = 
     for expr, hvars in (raw.get("hosts") or {}).items():
         where = f"{path}: hosts.{expr}"
         values = _check_vars(hvars, where)
-        for name in expand_hostlist(expr, where):
+        for name in expand_hostlist(expr, where, max_hosts - len(placed)):
             _check_name(name, where)
             group, base = placed.get(name, (None, dict(defaults)))
             placed[name] = (group, {**base, **values})
@@ -193,22 +245,73 @@ def _check_profiles(inv: Inventory, known_profiles: Sequence[str] | None) -> Inv
     return inv
 
 
-def load_inventory(path: Path, known_profiles: Sequence[str] | None = None) -> Inventory:
-    """Our YAML, or an Ansible inventory (``--list`` JSON, INI/YAML files: ``inventory_ansible``)."""
+class _LimitError(Exception):
+    pass
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader with bounds: nesting depth, and the number of values once aliases are expanded
+    (a few hundred bytes of nested ``*ref`` lists otherwise expand to 10^8 values in the manifest
+    and the report)."""
+
+    depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self.depth += 1
+        try:
+            if self.depth > DEFAULTS.inventory_max_depth:
+                raise _LimitError(f"YAML nested deeper than {DEFAULTS.inventory_max_depth} levels")
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+    def compose_document(self) -> Any:
+        node = super().compose_document()
+        sizes: dict[int, int] = {}
+
+        def expanded(n: yaml.Node) -> int:  # depth is bounded above, so recursion is too
+            if id(n) not in sizes:
+                children = n.value if isinstance(n.value, list) else []
+                flat = [c for pair in children for c in pair] if isinstance(n, yaml.MappingNode) else children
+                sizes[id(n)] = 1 + sum(expanded(c) for c in flat)
+                if sizes[id(n)] > DEFAULTS.inventory_max_values:
+                    raise _LimitError(f"YAML expands to more than {DEFAULTS.inventory_max_values} values "
+                                      "(aliases included): an alias bomb?")
+            return sizes[id(n)]
+
+        if node is not None:
+            expanded(node)
+        return node
+
+
+def load_inventory(path: Path, known_profiles: Sequence[str] | None = None,
+                   max_hosts: int = DEFAULTS.max_hosts) -> Inventory:
+    """Our YAML, or an Ansible inventory (``--list`` JSON, INI/YAML files: ``inventory_ansible``);
+    every problem is one ``InventoryError`` naming the file."""
     from healthcheck.inventory_ansible import is_ours, load_ansible_inventory
 
     path = Path(path)
+    if path.is_dir():
+        raise InventoryError(f"inventory {path} is a directory, not a YAML file")
     try:
-        raw = yaml.safe_load(path.read_text())
+        if path.stat().st_size > DEFAULTS.inventory_max_bytes:
+            raise InventoryError(f"inventory {path} is larger than {DEFAULTS.inventory_max_bytes} bytes")
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_BoundedLoader)  # a SafeLoader subclass
     except FileNotFoundError as exc:
         raise InventoryError(f"inventory {path} does not exist") from exc
+    except _LimitError as exc:
+        raise InventoryError(f"{path}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise InventoryError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    except OSError as exc:
+        raise InventoryError(f"inventory {path} cannot be read: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:
         if path.suffix in (".yaml", ".yml", ".json"):
             raise InventoryError(f"{path}: not valid YAML: {exc}") from exc
         raw = None  # an INI file: Ansible's format
     if not is_ours(raw):
         return _check_profiles(load_ansible_inventory(path, raw), known_profiles)
-    return parse_inventory(raw, str(path), known_profiles)
+    return parse_inventory(raw, str(path), known_profiles, max_hosts)
 
 
 check_host_vars = _check_vars  # host vars from other inventory sources are checked the same way

@@ -28,7 +28,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from healthcheck.inventory import KNOWN_VARS, TOP_KEYS, Inventory, InventoryError, check_host_vars
+from healthcheck.inventory import (
+    KNOWN_VARS,
+    TOP_KEYS,
+    Inventory,
+    InventoryError,
+    check_host_names,
+    check_host_vars,
+)
 from healthcheck.model import Host
 
 ANSIBLE_INVENTORY = "ansible-inventory"
@@ -99,6 +106,7 @@ def _first_groups(raw: Mapping[str, Any]) -> dict[str, str]:
 
 def host_from_vars(name: str, group: str | None, hostvars: Mapping[str, Any], where: str) -> Host:
     """One Ansible host's variables as our ``Host`` (see the module docstring for the mapping)."""
+    check_host_names([name], where)  # it names a folder in the run directory and reaches ssh
     ours: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     for key, value in hostvars.items():

@@ -34,7 +34,7 @@ from typing import Any
 from healthcheck.inventory import load_inventory
 from healthcheck.pipeline import RunOptions, RunOutcome, execute_run
 from healthcheck.profiles import available_profiles
-from healthcheck.rundir import HOST_META, write_json
+from healthcheck.rundir import HOST_META, RAW_SOURCE, write_json
 
 PREFER = ("newest", "newest-reachable", "last")
 HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")
@@ -200,6 +200,7 @@ def merge_bundles(sources: Sequence[Path], run_dir: Path, *, inventory: Path | N
         graded = sorted({p for c in chosen.values() for p in c.probes}) or None
         outcome = execute_run(RunOptions(replay=staging, run_dir=run_dir, inventory=inventory, profile=profile,
                                          probes=list(probes) if probes else graded, render=render))
+        _adopt_raw(staging, run_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     provenance = {name: {"source": str(c.folder), "collected_at": c.collected_at, "reachable": c.reachable}
@@ -255,3 +256,14 @@ def _host_entry(name: str, entry: dict[str, Any] | None, known_profiles: set[str
     if isinstance(entry.get("vars"), dict):
         out["vars"] = {str(k): v for k, v in entry["vars"].items() if isinstance(v, str | int | float | bool | list)}
     return out
+
+
+def _adopt_raw(staging: Path, run_dir: Path) -> None:
+    """The replay referenced the staging bundle's raw/ (``rundir.reference_raw``); move those checked
+    copies into the run itself, so the merged run is a self-contained bundle once staging is gone."""
+    raw = run_dir / "raw"
+    raw.mkdir(exist_ok=True)
+    for entry in sorted((staging / "raw").iterdir()):
+        if not (raw / entry.name).exists():
+            entry.rename(raw / entry.name)
+    (raw / RAW_SOURCE).unlink(missing_ok=True)

@@ -10,6 +10,7 @@ Everything here round-trips through JSON (``to_json``/``from_json``) so any run 
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -124,14 +125,15 @@ class Finding:
     def to_json(self) -> dict[str, Any]:
         # Every field is a JSON scalar: a plain dict, not ``asdict``'s recursive deep copy (5-10x slower).
         return {"host": self.host, "check": self.check, "status": self.status.value, "message": self.message,
-                "component": self.component, "value": self.value, "expected": self.expected, "unit": self.unit,
+                "component": self.component, "value": json_safe(self.value), "expected": json_safe(self.expected),
+                "unit": self.unit,
                 "remedy": self.remedy, "source": self.source,
                 **({"observe": True} if self.observe else {})}  # written only when set
 
     def to_row(self) -> tuple[JSONScalar, ...]:
         """The fields in ``FINDING_FIELDS`` order, status as its text (the findings table's row)."""
         return (self.host, self.check, self.status.value, self.message, self.component, self.value,
-                self.expected, self.unit, self.remedy, self.source, self.observe)
+                self.expected, self.unit, self.remedy, self.source)
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> Finding:
@@ -153,7 +155,19 @@ def is_evidence(finding: Finding) -> bool:
 
 
 FINDING_FIELDS = ("host", "check", "status", "message", "component", "value", "expected", "unit", "remedy",
-                  "source", "observe")  # Finding's fields in order (the findings table's columns)
+                  "source")
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with non-finite floats as the strings ``"nan"``, ``"inf"``, ``"-inf"``: JSON has no
+    NaN/Infinity (JavaScript's ``JSON.parse`` rejects Python's bare ``NaN``)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    return value
 
 
 def host_verdict(findings: Iterable[Finding]) -> Status:

@@ -28,6 +28,7 @@ from healthcheck.model import Finding, Status
 from healthcheck.pipeline import RunOptions, execute_run
 from healthcheck.results import RunResults
 from healthcheck.rundir import RunDirError, _safe_component
+from healthcheck.selection import SelectionError
 
 NOT_HEALTHY = (Status.FAIL, Status.ERROR)
 STALE_AFTER_S = 900.0
@@ -97,8 +98,9 @@ def run_node(opts: NodeOptions) -> NodeOutcome:
     spool = Path(opts.spool)
     spool.mkdir(parents=True, exist_ok=True)
     remove_stale(spool, host)
-    staging = spool / f".{host}.tmp-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
+    holder = spool / f".{host}.tmp-{os.getpid()}"  # staging/<host>: the run id is the host name
+    shutil.rmtree(holder, ignore_errors=True)
+    staging = holder / host
     timeout_s = opts.timeout_s if opts.budget_s is None else min(opts.timeout_s, max(1.0, opts.budget_s))
     deadline_s = None if opts.budget_s is None else 2 * opts.budget_s + DEFAULTS.kill_after_s
     run_opts = RunOptions(inventory=opts.inventory, hostlist=None if opts.inventory else host,
@@ -108,14 +110,17 @@ def run_node(opts: NodeOptions) -> NodeOutcome:
                           probe_options={"kernel_log_window_h": DEFAULTS.kernel_log_window_h, "plan": "quick",
                                          **opts.probe_options})
     try:
-        outcome = execute_run(run_opts)
+        try:
+            outcome = execute_run(run_opts)
+        except SelectionError as exc:  # --limit of one host: say it the node-mode way
+            raise RunDirError(f"host {host} is not in inventory {opts.inventory} (give --host or add it)") from exc
         if host not in outcome.results.hosts:
             raise RunDirError(f"host {host} is not in inventory {opts.inventory} (give --host or add it)")
         if opts.prom_file is not None:
             write_textfile(staging, Path(opts.prom_file))
         bundle = _swap_in(staging, spool / host)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(holder, ignore_errors=True)
     return NodeOutcome(host=host, bundle=bundle, results=outcome.results, left_out=left_out)
 
 

@@ -9,6 +9,7 @@ gives the same verdicts. Raw outputs and findings are on disk as each host compl
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import shutil
 import sys
@@ -21,11 +22,13 @@ from typing import Any
 
 import healthcheck
 from healthcheck import probes as probe_registry
+from healthcheck.bundle import copy_bundle_rest, read_manifest_hosts, validate_bundle
 from healthcheck.defaults import DEFAULTS
 from healthcheck.gradepool import Graded, GradeJob, grade_collection, grade_hosts, worker_count
 from healthcheck.grading import apply_observe
 from healthcheck.hostvars import host_profile, plan_key
-from healthcheck.inventory import Inventory, expand_hostlist, load_inventory
+from healthcheck.interrupt import InterruptGuard
+from healthcheck.inventory import Inventory, check_host_names, expand_hostlist, load_inventory
 from healthcheck.model import Finding, Host, HostCollection, Status
 from healthcheck.nodetools import bounded, hang_finding
 from healthcheck.observation_store import (
@@ -40,6 +43,7 @@ from healthcheck.rerun import RerunPlan, plan_rerun, rerun_changes, rerun_record
 from healthcheck.results import HostResult, RunResults, load_results, to_jsonable, write_results
 from healthcheck.rundir import (
     FindingsLog,
+    RunDirError,
     host_names,
     new_run_dir,
     raw_dir,
@@ -49,7 +53,7 @@ from healthcheck.rundir import (
     write_json,
 )
 from healthcheck.runner import Runner, host_deadline, plan_commands
-from healthcheck.selection import limit_hosts, limit_names, manifest_hosts
+from healthcheck.selection import limit_hosts, limit_names
 from healthcheck.spec import Transport
 from healthcheck.transport import Command, PerHostTransport, open_transport
 from healthcheck.verdicts import nothing_checked
@@ -95,6 +99,9 @@ class RunOptions:
     rerun_of: Path | None = None          # earlier run dir: sweep only its FAIL/ERROR hosts (healthcheck.rerun)
     rerun_checks: bool = False            # with rerun_of: only the probes (and jobs) that produced those findings
     metrics_detail: bool = False          # metrics.prom: every check and the per-GPU/link/port series
+    copy_raw: bool = False                # replay: copy the bundle's raw/ (a bundle about to be deleted) instead of
+                                          # referencing it (raw/_source.json)
+    max_hosts: int = DEFAULTS.max_hosts   # an inventory or nodeset expanding to more is a usage error
 
 
 @dataclass
@@ -103,6 +110,8 @@ class RunOutcome:
     results: RunResults
     report_error: str | None = None
     interrupted: bool = False
+    signal: str | None = None             # SIGINT or SIGTERM when interrupted by a signal
+    fatal: str | None = None              # the run directory became unwritable: the sweep stopped
 
 
 def _profile_search(opts: RunOptions) -> list[Path]:
@@ -115,11 +124,13 @@ def _profile_search(opts: RunOptions) -> list[Path]:
 def _hosts(opts: RunOptions, search: Sequence[Path]) -> tuple[list[Host], Inventory | None]:
     known = available_profiles(search)
     if opts.inventory is not None:
-        inv = load_inventory(opts.inventory, known_profiles=known)
+        inv = load_inventory(opts.inventory, known_profiles=known, max_hosts=opts.max_hosts)
         hosts = list(inv.hosts)
     elif opts.hostlist:
         inv = None
-        hosts = [Host(name=n) for n in expand_hostlist(opts.hostlist.split(), "--hosts")]  # sinfo: one line per state
+        names = expand_hostlist(opts.hostlist.split(), "--hosts", opts.max_hosts)  # sinfo: one line per state
+        check_host_names(names, "--hosts")  # before any connection
+        hosts = [Host(name=n) for n in names]
     elif opts.replay is not None:
         inv = None
         hosts = _replay_hosts(opts.replay)
@@ -142,10 +153,9 @@ def _hosts(opts: RunOptions, search: Sequence[Path]) -> tuple[list[Host], Invent
 
 def _replay_hosts(bundle: Path) -> list[Host]:
     """Hosts of a bundle: from its manifest when it is a run directory, else its raw/ folders."""
-    manifest = Path(bundle) / "manifest.json"
-    if manifest.is_file():
-        return manifest_hosts(manifest)
-    return [Host(name=name) for name in host_names(bundle)]
+    validate_bundle(bundle)  # a parent folder of runs, links, a folder without outputs: usage errors
+    listed = read_manifest_hosts(bundle)
+    return listed if listed is not None else [Host(name=name) for name in host_names(bundle)]
 
 
 def _load_profiles(hosts: Sequence[Host], search: Sequence[Path]) -> dict[str, Profile]:
@@ -173,7 +183,8 @@ def _manifest(opts: RunOptions, hosts: Sequence[Host], profiles: Mapping[str, Pr
 
 
 def execute_run(opts: RunOptions) -> RunOutcome:
-    """Run (or replay) a sweep and write the whole run directory. Raises only on bad setup."""
+    """Run (or replay) a sweep and write the whole run directory. Raises only on bad setup
+    (``RunDirError`` also when the run directory cannot be written at all)."""
     started = datetime.now(timezone.utc)
     clock = time.monotonic()
     opts, rerun = _apply_rerun(opts)
@@ -200,44 +211,89 @@ def execute_run(opts: RunOptions) -> RunOutcome:
                                   f"({', '.join(rerun.hosts)}) is in the selected inventory or --limit")
     run_dir = new_run_dir(opts.out, opts.run_dir)
     transport = _transport(opts, mode, hosts, run_dir, lambda h: plans.get(plan_key(h), plans[""]))
-    write_json(run_dir / "manifest.json", _manifest(opts, hosts, profiles, plans, mode, started))
+    _write_or_stop(run_dir, "manifest.json", lambda: write_json(
+        run_dir / "manifest.json", _manifest(opts, hosts, profiles, plans, mode, started)))
     log = FindingsLog(run_dir)
-    try:
-        host_results, interrupted = _sweep(opts, mode, run_dir, hosts, profiles, selected, options, plans,
-                                           transport, log)
-    finally:
-        getattr(transport, "close", lambda: None)()
-    if opts.replay is not None:
-        reference_raw(run_dir, Path(opts.replay))
-        _copy_job_outputs(Path(opts.replay), run_dir)
     evidence: list[dict[str, Any]] = []
-    stages = () if interrupted else (  # after Ctrl-C: no benchmark launch, no fleet verdict on a partial fleet
-        ("evidence", lambda: _evidence(opts, mode, run_dir, hosts, host_results, evidence)),
-        ("benchmarks", lambda: _benchmarks(opts, mode, run_dir, hosts, profiles, transport, host_results)),
-        ("fleet", lambda: _fleet(host_results, hosts, profiles)))
-    for stage, run_stage in stages:
-        log.append(_observe(_guarded(stage, run_stage, host_results), hosts, profiles))
-    for host in host_results.values():  # benchmark and fleet findings too: observe-only marks in one place
-        host.findings = _observe(host.findings, hosts, profiles)
-    log.append(nothing_checked(host_results))  # the one place the "nothing checked is never PASS" rule is applied
-    run_info = {"id": run_dir.name, "started": started.isoformat(timespec="seconds"),
-                "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "duration_s": round(time.monotonic() - clock, 3), "mode": mode,
-                "probes": [p.name for p in selected], "inventory": str(opts.inventory or ""),
-                "replay_of": str(opts.replay or ""), "version": healthcheck.__version__,
-                "profiles": sorted(profiles), "interrupted": interrupted}
-    ordered = {h.name: host_results[h.name] for h in hosts if h.name in host_results}
-    ordered.update({n: r for n, r in host_results.items() if n not in ordered})
-    results = RunResults(run=run_info, hosts=ordered, extra={"evidence": evidence} if opts.collect_evidence else {})
-    if rerun is not None:
-        run_info["rerun_of"] = rerun.of_id
-        results.extra.update(rerun=rerun_record(rerun, results), changes=rerun_changes(rerun, results))
-    write_results(run_dir, results)
-    if opts.run_dir is None:
-        update_latest(run_dir)
-    return RunOutcome(run_dir=run_dir, results=results,
-                      report_error=_render(run_dir, results, opts.metrics_detail) if opts.render else None,
-                      interrupted=interrupted)
+    with InterruptGuard() as guard:
+        try:
+            host_results, sweep_end = _sweep(opts, mode, run_dir, hosts, profiles, selected, options, plans,
+                                             transport, log, guard)
+        finally:
+            getattr(transport, "close", lambda: None)()
+        interrupted = sweep_end.interrupted
+        try:
+            if opts.replay is not None:
+                _keep_bundle_outputs(opts, run_dir, host_results, log)
+            stages = () if interrupted or sweep_end.fatal else (  # no benchmark launch, no fleet verdict
+                ("evidence", lambda: _evidence(opts, mode, run_dir, hosts, host_results, evidence)),
+                ("benchmarks", lambda: _benchmarks(opts, mode, run_dir, hosts, profiles, transport, host_results)),
+                ("fleet", lambda: _fleet(host_results, hosts, profiles)))
+            for stage, run_stage in stages:
+                _append(log, _observe(_guarded(stage, run_stage, host_results), hosts, profiles))
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM after the sweep: results are still written
+            guard.note(exc)
+            interrupted = True
+        guard.shield()
+        for host in host_results.values():  # benchmark and fleet findings too: observe-only marks in one place
+            host.findings = _observe(host.findings, hosts, profiles)
+        _append(log, nothing_checked(host_results))  # the one place "nothing checked is never PASS" is applied
+        run_info = {"id": run_dir.name, "started": started.isoformat(timespec="seconds"),
+                    "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                    "duration_s": round(time.monotonic() - clock, 3), "mode": mode,
+                    "probes": [p.name for p in selected], "inventory": str(opts.inventory or ""),
+                    "replay_of": str(opts.replay or ""), "version": healthcheck.__version__,
+                    "profiles": sorted(profiles), "interrupted": interrupted,
+                    **({"signal": guard.signal} if guard.signal else {}),
+                    **({"stopped": sweep_end.fatal} if sweep_end.fatal else {})}
+        ordered = {h.name: host_results[h.name] for h in hosts if h.name in host_results}
+        ordered.update({n: r for n, r in host_results.items() if n not in ordered})
+        results = RunResults(run=run_info, hosts=ordered,
+                             extra={"evidence": evidence} if opts.collect_evidence else {})
+        if rerun is not None:
+            run_info["rerun_of"] = rerun.of_id
+            results.extra.update(rerun=rerun_record(rerun, results), changes=rerun_changes(rerun, results))
+        _write_or_stop(run_dir, "results.json", lambda: write_results(run_dir, results))
+        if opts.run_dir is None:
+            update_latest(run_dir)
+        report_error = _render(run_dir, results, opts.metrics_detail) if opts.render else None
+    return RunOutcome(run_dir=run_dir, results=results, report_error=report_error, interrupted=interrupted,
+                      signal=guard.signal if interrupted else None, fatal=sweep_end.fatal)
+
+
+def _keep_bundle_outputs(opts: RunOptions, run_dir: Path, host_results: dict[str, HostResult],
+                         log: FindingsLog) -> None:
+    """A replay's run directory is a bundle too: host outputs are referenced (``raw/_source.json``), or
+    copied when the bundle is about to be deleted (``copy_raw``); benchmark jobs and telemetry
+    (``raw/_*``: few files) are copied. Links and special files are refused, never followed."""
+    bundle = Path(opts.replay or "")
+    if opts.copy_raw:
+        shutil.copytree(raw_dir(bundle), run_dir / "raw", dirs_exist_ok=True, symlinks=True)
+        return
+    reference_raw(run_dir, bundle)
+    refused = copy_bundle_rest(bundle, run_dir, only=lambda name: name.startswith("_"))
+    _bundle_problems(refused, host_results, log)
+
+
+def _write_or_stop(run_dir: Path, what: str, write: Any) -> None:
+    """A write into the run directory itself; failing, it is a clean stop (``RunDirError``, exit 2)."""
+    try:
+        write()
+    except OSError as exc:
+        raise RunDirError(f"cannot write {what} in {run_dir}: {exc.strerror or exc}; what is already on disk "
+                          f"(raw/, findings.jsonl) is kept: free space and run `healthcheck results {run_dir}`"
+                          ) from exc
+
+
+def _append(log: FindingsLog, findings: Sequence[Finding]) -> None:
+    with contextlib.suppress(OSError):  # the findings are in memory and reach results.json
+        log.append(findings)
+
+
+@dataclass
+class SweepEnd:
+    interrupted: bool = False
+    fatal: str | None = None  # why the sweep stopped early (run directory unwritable)
 
 
 class NothingToRerunError(ValueError):
@@ -266,16 +322,25 @@ def _apply_rerun(opts: RunOptions) -> tuple[RunOptions, RerunPlan | None]:
 
 def _sweep(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host], profiles: Mapping[str, Profile],
            selected: Sequence[Any], options: Mapping[str, Any], plans: Mapping[str, Sequence[Command]],
-           transport: Transport, log: FindingsLog) -> tuple[dict[str, HostResult], bool]:
+           transport: Transport, log: FindingsLog, guard: InterruptGuard) -> tuple[dict[str, HostResult], SweepEnd]:
     """Collect and grade every host; each host's raw outputs and findings reach disk as it completes.
-    Returns the results and whether the sweep was interrupted (Ctrl-C)."""
+    A host whose raw outputs cannot be written gets a ``host.raw_write`` ERROR and the sweep goes on;
+    when ``findings.jsonl`` itself cannot be appended, the sweep stops (``SweepEnd.fatal``)."""
     previous = _previous_observations(opts.previous)
+    write_errors: dict[str, str] = {}
+    runner: Runner
     store = ObservationStore(run_dir)
     if mode == "replay" and opts.replay is not None:
         bundle = Path(opts.replay)
         job = GradeJob(raw_dir(bundle), frozenset(host_names(bundle)), selected, profiles, options, previous)
-        return _replay_sweep(opts, hosts, job, log, store)
+        return _replay_sweep(opts, hosts, job, log, store, guard)
     job = GradeJob(run_dir / "raw", frozenset(), selected, profiles, options, previous)
+
+    def collected(collection: HostCollection) -> None:
+        try:
+            write_collection(run_dir, collection)
+        except (OSError, RunDirError) as exc:
+            write_errors[collection.host] = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
 
     def grade(host: Host, collection: HostCollection) -> HostResult:
         preparsed, hung = {}, []
@@ -286,7 +351,12 @@ def _sweep(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host], pr
                                                      source="nvml", consequence="GPUs graded from nvidia-smi -q -x")]
         findings, observations = grade_collection(job, host, collection, host.transport, preparsed)
         findings[1:1] = hung
-        log.append(findings)
+        if host.name in write_errors:
+            findings.append(raw_write_finding(host.name, run_dir, write_errors[host.name]))
+        try:
+            log.append(findings)
+        except OSError as exc:
+            runner.stop(f"{run_dir / 'findings.jsonl'} cannot be written: {exc.strerror or exc}")
         return HostResult(name=host.name, findings=findings, observations=key_observations(observations),
                           observations_at=store.append(encode_observations(host.name, observations)),
                           profile=host.profile, group=host.group, address=host.address)
@@ -296,25 +366,58 @@ def _sweep(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host], pr
 
     with ProgressDisplay(total=len(hosts), enabled=opts.progress) as progress:
         runner = Runner(transport, lambda h: plans.get(plan_key(h), plans[""]), opts.forks,
-                        deadline_for, listeners=[progress], on_collected=lambda c: write_collection(run_dir, c))
+                        deadline_for, listeners=[progress], on_collected=collected)
         results = runner.run(hosts, grade)
     if runner.interrupted:
-        _not_swept(hosts, results, log)
-    return results, runner.interrupted
+        guard.shield()  # from here on a further signal only waits for results.json and the reports
+    why = (f"the run was interrupted ({guard.signal or 'SIGINT'})" if runner.interrupted
+           else f"the sweep stopped: {runner.stop_reason}")
+    for host in hosts:
+        if host.name not in results:
+            in_flight = host.name in runner.abandoned
+            results[host.name] = HostResult(name=host.name, profile=host.profile, group=host.group, findings=[
+                Finding(host=host.name, check="host.swept", status=Status.ERROR, expected="swept",
+                        message=f"not swept: {why} "
+                                + ("while this host was in flight; its outputs were not kept" if in_flight
+                                   else "before this host started"),
+                        remedy="Rerun the sweep (--limit with the hosts left out)")])
+            _append(log, results[host.name].findings)
+    return results, SweepEnd(interrupted=runner.interrupted, fatal=runner.stop_reason)
 
 
-def _not_swept(hosts: Sequence[Host], results: dict[str, HostResult], log: FindingsLog) -> None:
+def raw_write_finding(host: str, run_dir: Path, error: str) -> Finding:
+    return Finding(host=host, check="host.raw_write", status=Status.ERROR, value=error,
+                   expected=f"raw outputs written to {run_dir / 'raw' / host}",
+                   message=f"{host}: raw outputs not written ({error}); its findings are kept, its outputs are lost",
+                   remedy="Free space on the filesystem of the run directory (df -h), or fix the host name; "
+                          "rerun this host to get a replayable bundle")
+
+
+def _bundle_problems(refused: Sequence[str], host_results: dict[str, HostResult], log: FindingsLog) -> None:
+    """What a replay refused to copy from the bundle (links, special files) is an ERROR on every host."""
+    if not refused:
+        return
+    listed = "; ".join(refused[:5]) + (f"; and {len(refused) - 5} more" if len(refused) > 5 else "")
+    for name, result in host_results.items():
+        finding = Finding(host=name, check="replay.bundle", status=Status.ERROR, expected="regular files only",
+                          message=f"bundle entries refused (a bundle is untrusted, links are never followed): {listed}",
+                          remedy="Rebuild the bundle with the real files instead of links")
+        result.findings.append(finding)
+        _append(log, [finding])
+
+
+def _not_swept(hosts: Sequence[Host], results: dict[str, HostResult], log: FindingsLog, why: str) -> None:
     for host in hosts:
         if host.name not in results:
             results[host.name] = HostResult(name=host.name, profile=host.profile, group=host.group, findings=[
                 Finding(host=host.name, check="host.swept", status=Status.ERROR, expected="swept",
-                        message="not swept: the run was interrupted (Ctrl-C) before this host started",
+                        message=f"not swept: {why} before this host started",
                         remedy="Rerun the sweep (--limit with the hosts left out)")])
-            log.append(results[host.name].findings)
+            _append(log, results[host.name].findings)
 
 
 def _replay_sweep(opts: RunOptions, hosts: Sequence[Host], job: GradeJob, log: FindingsLog,
-                  store: ObservationStore) -> tuple[dict[str, HostResult], bool]:
+                  store: ObservationStore, guard: InterruptGuard) -> tuple[dict[str, HostResult], SweepEnd]:
     """Grade a bundle in worker processes (``healthcheck.gradepool``); the raw outputs stay in the
     bundle (``raw/_source.json`` points at them) and only results come back to this process."""
     by_name = {h.name: h for h in hosts}
@@ -322,7 +425,8 @@ def _replay_sweep(opts: RunOptions, hosts: Sequence[Host], job: GradeJob, log: F
 
     def done(graded: Graded) -> None:
         host = by_name[graded.host]
-        log.append_lines(graded.lines)
+        with contextlib.suppress(OSError):  # the findings are in memory and reach results.json
+            log.append_lines(graded.lines)
         results[host.name] = HostResult(name=host.name, findings=graded.findings, observations=graded.key,
                                         observations_at=store.append(graded.member), profile=host.profile,
                                         group=host.group, address=host.address)
@@ -332,10 +436,12 @@ def _replay_sweep(opts: RunOptions, hosts: Sequence[Host], job: GradeJob, log: F
     with ProgressDisplay(total=len(hosts), enabled=opts.progress) as progress:
         try:
             grade_hosts(job, hosts, worker_count(len(hosts), opts.grade_workers), done)
-        except KeyboardInterrupt:
-            _not_swept(hosts, results, log)
-            return results, True
-    return results, False
+        except KeyboardInterrupt as exc:
+            guard.note(exc)
+            guard.shield()
+            _not_swept(hosts, results, log, f"the run was interrupted ({guard.signal or 'SIGINT'})")
+            return results, SweepEnd(interrupted=True)
+    return results, SweepEnd()
 
 
 def _evidence(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host],
@@ -480,16 +586,6 @@ def _fleet(host_results: dict[str, HostResult], hosts: Sequence[Host],
     for f in findings:
         host_results[f.host].findings.append(f)
     return findings
-
-
-def _copy_job_outputs(bundle: Path, run_dir: Path) -> None:
-    """Replays copy the bundle's benchmark jobs (``raw/_jobs``, ``raw/_telemetry``: few files) beside the
-    new results; host outputs are referenced (``rundir.reference_raw``), so the new run is a bundle too."""
-    raw = raw_dir(bundle)
-    for job_dir in raw.glob("_*") if raw.is_dir() else []:
-        target = run_dir / "raw" / job_dir.name
-        if job_dir.is_dir() and not target.exists():
-            shutil.copytree(job_dir, target)
 
 
 def render_reports(run_dir: Path, results: RunResults | None = None, metrics_detail: bool = False) -> list[Path]:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from healthcheck.findings_table import TableError, read_table, write_table
-from healthcheck.model import Finding, Status, host_verdict, worst
+from healthcheck.model import Finding, Status, host_verdict, json_safe, worst
 from healthcheck.observation_store import (
     STORE,
     ObservationStore,
@@ -52,6 +52,8 @@ _FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # dataclass -> field names (``da
 
 def to_jsonable(obj: Any) -> Any:
     """Observations (dataclasses, tuples, enums) as plain JSON values."""
+    if isinstance(obj, float):
+        return json_safe(obj)  # NaN/inf from a node: a string, never a bare NaN in results.json
     if isinstance(obj, _PLAIN) and not isinstance(obj, Status):
         return obj
     if isinstance(obj, list | tuple | set | frozenset):
@@ -227,6 +229,15 @@ def write_results(run_dir: Path, results: RunResults) -> Path:
     path = Path(run_dir) / "results.json"
     tmp = path.with_suffix(".json.tmp")
     # Compact separators keep the C encoder (indent= falls back to pure Python: minutes at 1000 hosts).
-    tmp.write_text(json.dumps(results.to_json(), separators=(",", ":")) + "\n")
-    tmp.replace(path)
+    try:
+        doc = results.to_json()
+        try:
+            text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
+        except ValueError:  # a NaN that came in another way (an extension's observations): made safe here
+            text = json.dumps(json_safe(doc), separators=(",", ":"), allow_nan=False)
+        tmp.write_text(text + "\n")
+        tmp.replace(path)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # disk full: no half-written file left behind
+        raise
     return path

@@ -8,20 +8,23 @@
     <run>/results.json                       see healthcheck/results.py
 
 A hand-made bundle needs only ``raw/<host>/<command_id>.out``; a missing ``.rc`` reads as 0.
+Reading a bundle (untrusted input) is ``healthcheck/bundle.py``.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
+import shutil
 import threading
 from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from healthcheck.model import CommandResult, Finding, HostCollection
+from healthcheck.model import Finding, HostCollection
 
 HOST_META = "_host.json"
 RAW_SOURCE = "_source.json"   # a replay references the bundle's raw outputs instead of copying them
@@ -32,19 +35,46 @@ class RunDirError(ValueError):
     pass
 
 
+_MAX_SUFFIX = 1000
+_partial = itertools.count()
+
+
 def new_run_dir(out: Path | None, run_dir: Path | None) -> Path:
-    """``run_dir`` exactly (must be absent or empty), else ``out/<UTC timestamp>``."""
-    if run_dir is None:
+    """``run_dir`` exactly (must be absent or empty), else ``out/<UTC timestamp>[-N]``.
+
+    Created atomically and exclusively (``mkdir`` without exist_ok): two runs started in the same
+    second never share a directory, and of two runs given the same empty ``--run-dir`` one is refused."""
+    try:
+        if run_dir is not None:
+            return _claim(Path(run_dir))
+        parent = Path(out or "runs")
+        parent.mkdir(parents=True, exist_ok=True)
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        run_dir = Path(out or "runs") / stamp
-        suffix = 1
-        while run_dir.exists():
-            run_dir = Path(out or "runs") / f"{stamp}-{suffix}"
-            suffix += 1
-    run_dir = Path(run_dir)
-    if run_dir.exists() and any(run_dir.iterdir()):
-        raise RunDirError(f"run directory {run_dir} exists and is not empty")
-    (run_dir / "raw").mkdir(parents=True, exist_ok=True)
+        for suffix in range(_MAX_SUFFIX):
+            candidate = parent / (stamp if suffix == 0 else f"{stamp}-{suffix}")
+            try:
+                candidate.mkdir()
+            except FileExistsError:
+                continue
+            (candidate / "raw").mkdir()
+            return candidate
+        raise RunDirError(f"{parent}: {_MAX_SUFFIX} run directories named {stamp}* exist already")
+    except OSError as exc:
+        raise RunDirError(f"cannot create the run directory under {run_dir or out or 'runs'}: "
+                          f"{exc.strerror or exc}") from exc
+
+
+def _claim(run_dir: Path) -> Path:
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir()
+    except FileExistsError:
+        if not run_dir.is_dir() or any(run_dir.iterdir()):
+            raise RunDirError(f"run directory {run_dir} exists and is not empty") from None
+    try:
+        (run_dir / "raw").mkdir()  # exclusive: of two runs given the same empty directory, one wins
+    except FileExistsError:
+        raise RunDirError(f"run directory {run_dir} exists and is not empty (another run took it)") from None
     return run_dir
 
 
@@ -67,15 +97,30 @@ def update_latest(run_dir: Path) -> Path | None:
 
 
 def _safe_component(name: str) -> str:
-    if not name or name.startswith(".") or "/" in name or "\x00" in name:
+    if not isinstance(name, str) or not name or name.startswith(".") or "/" in name or "\x00" in name:
         raise RunDirError(f"unsafe name for a file in the run directory: {name!r}")
     return name
 
 
 def write_collection(run_dir: Path, collection: HostCollection) -> None:
-    """Write one host's raw outputs (exact bytes) and its metadata."""
-    folder = Path(run_dir) / "raw" / _safe_component(collection.host)
-    folder.mkdir(parents=True, exist_ok=True)
+    """Write one host's raw outputs (exact bytes) and its metadata into ``raw/<host>/``.
+
+    The folder is written under a temporary name (``raw/.partial-*``, which replay ignores) and
+    renamed into place when complete, so a killed run never leaves a half-written host folder
+    that a replay would grade. An ``OSError`` (disk full, name too long) leaves nothing behind."""
+    name = _safe_component(collection.host)
+    raw = Path(run_dir) / "raw"
+    tmp = raw / f".partial-{os.getpid()}-{next(_partial)}"
+    tmp.mkdir()
+    try:
+        _write_host_files(tmp, collection)
+        os.rename(tmp, raw / name)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _write_host_files(folder: Path, collection: HostCollection) -> None:
     meta: dict[str, Any] = {"transport_error": collection.transport_error, "busy": collection.busy,
                             "duration_s": collection.duration_s,
                             "collected_at": collection.collected_at, "commands": {}}
@@ -93,37 +138,6 @@ def write_collection(run_dir: Path, collection: HostCollection) -> None:
         (folder / f"{cid}.err").write_bytes(result.stderr)
         (folder / f"{cid}.rc").write_text("" if result.rc is None else f"{result.rc}\n")
     (folder / HOST_META).write_text(json.dumps(meta, indent=1) + "\n")
-
-
-def read_host(folder: Path) -> HostCollection:
-    """One host's outputs from a run directory or a hand-made bundle."""
-    host = folder.name
-    meta = json.loads((folder / HOST_META).read_text()) if (folder / HOST_META).is_file() else {}
-    flags = meta.get("commands", {})
-    results: dict[str, CommandResult] = {}
-    for out in sorted(folder.glob("*.out")):
-        cid = out.name[:-4]
-        rc_file, err_file = folder / f"{cid}.rc", folder / f"{cid}.err"
-        rc_text = rc_file.read_text().strip() if rc_file.is_file() else "0"
-        f = flags.get(cid, {})
-        results[cid] = CommandResult(
-            host=host, command_id=cid, stdout=out.read_bytes(),
-            stderr=err_file.read_bytes() if err_file.is_file() else b"",
-            rc=int(rc_text) if rc_text.lstrip("-").isdigit() else None,
-            duration_s=float(f.get("duration_s", 0.0)), timed_out=bool(f.get("timed_out", False)),
-            transport_error=f.get("transport_error"),
-            stdout_truncated=bool(f.get("stdout_truncated", False)),
-            stderr_truncated=bool(f.get("stderr_truncated", False)),
-            not_run=f.get("not_run"), timeout_s=_seconds(f.get("timeout_s")))
-    for cid, f in flags.items():  # commands that never produced output (host unreachable, deadline, not run)
-        if cid not in results and (f.get("transport_error") or f.get("not_run")):
-            results[cid] = CommandResult(host=host, command_id=cid, timed_out=bool(f.get("timed_out")),
-                                         transport_error=f.get("transport_error"), not_run=f.get("not_run"),
-                                         timeout_s=_seconds(f.get("timeout_s")))
-    return HostCollection(host=host, results=results, transport_error=meta.get("transport_error"),
-                          busy=bool(meta.get("busy", False)),
-                          duration_s=float(meta.get("duration_s", 0.0)),
-                          collected_at=meta.get("collected_at", ""))
 
 
 def _seconds(value: Any) -> float | None:
@@ -161,17 +175,11 @@ def host_names(path: Path) -> list[str]:
     if not raw.is_dir():
         raise RunDirError(f"{path} is not a run directory or capture bundle (no raw/ folder)")
     with os.scandir(raw) as entries:
-        names = sorted(e.name for e in entries if e.is_dir() and not e.name.startswith(("_", ".")))
+        names = sorted(e.name for e in entries  # a linked host folder is never followed (untrusted)
+                       if e.is_dir(follow_symlinks=False) and not e.name.startswith(("_", ".")))
     if not names:
         raise RunDirError(f"{raw} holds no host folders")
     return names
-
-
-def read_bundle(path: Path) -> dict[str, HostCollection]:
-    """Every host under ``path/raw`` (or ``path`` itself when it has no raw/ folder), read at once;
-    ``host_names`` + ``read_host`` read one host at a time."""
-    raw = raw_dir(path)
-    return {name: read_host(raw / name) for name in host_names(path)}
 
 
 def encode_findings(findings: Iterable[Finding]) -> bytes:
@@ -194,7 +202,9 @@ class FindingsLog:
         with self._lock:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             try:
-                os.write(fd, data)
+                view = memoryview(data)
+                while view:  # a full disk gives a short write, then ENOSPC: never a silent partial append
+                    view = view[os.write(fd, view):]
             finally:
                 os.close(fd)
 
@@ -212,5 +222,9 @@ class FindingsLog:
 
 def write_json(path: Path, obj: Any) -> None:
     tmp = Path(str(path) + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, default=str) + "\n")
-    tmp.replace(path)
+    try:
+        tmp.write_text(json.dumps(obj, indent=1, default=str) + "\n")
+        tmp.replace(path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise

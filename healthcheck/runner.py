@@ -11,9 +11,10 @@ appender and the progress display are listeners).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed, wait
 from typing import Any, Protocol
 
+from healthcheck.defaults import DEFAULTS
 from healthcheck.model import Finding, Host, HostCollection, Status
 from healthcheck.results import HostResult
 from healthcheck.spec import Probe, Transport
@@ -64,20 +65,35 @@ CommandsFn = Callable[[Host], Sequence[Command]]
 
 class Runner:
     """``commands_for(host)`` gives each host its command list (it depends on the host's profile:
-    e.g. the profile's required mounts); ``deadline_for(commands)`` its host deadline."""
+    e.g. the profile's required mounts); ``deadline_for(commands)`` its host deadline.
+
+    The sweep ends early on Ctrl-C or SIGTERM (``interrupted``) or when a worker calls ``stop``
+    (the run directory became unwritable: ``stop_reason``): hosts not started are left out of the
+    results, hosts in flight get ``grace_s`` to finish (a second signal ends the grace at once), and
+    a host still in flight after that is reported by ``abandoned`` and writes nothing any more."""
 
     def __init__(self, transport: Transport, commands_for: CommandsFn, forks: int,
                  deadline_for: Callable[[Sequence[Command]], float], listeners: Sequence[Listener] = (),
-                 on_collected: CollectedFn | None = None) -> None:
+                 on_collected: CollectedFn | None = None, grace_s: float = DEFAULTS.interrupt_grace_s) -> None:
         self.transport = transport
         self.commands_for = commands_for
         self.forks = max(1, forks)
         self.deadline_for = deadline_for
         self.listeners = list(listeners)
         self.on_collected = on_collected
+        self.grace_s = grace_s
         self.interrupted = False
+        self.stop_reason: str | None = None
+        self.abandoned: list[str] = []
+        self._closed = False
 
-    def _one(self, host: Host, grade: GradeFn) -> HostResult:
+    def stop(self, reason: str) -> None:
+        """End the sweep early: hosts not started are not swept (called from a worker)."""
+        self.stop_reason = self.stop_reason or reason
+
+    def _one(self, host: Host, grade: GradeFn) -> HostResult | None:
+        if self.stop_reason is not None or self._closed:
+            return None
         for listener in self.listeners:
             listener.on_host_start(host)
         try:
@@ -86,6 +102,8 @@ class Runner:
         except Exception as exc:  # a transport bug must not end the sweep
             collection = HostCollection(host=host.name, results={},
                                         transport_error=f"transport crashed: {type(exc).__name__}: {exc}")
+        if self._closed:  # the run ended without this host (grace over): write nothing after results.json
+            return None
         if self.on_collected is not None:
             self.on_collected(collection)
         try:
@@ -100,21 +118,40 @@ class Runner:
         return result
 
     def run(self, hosts: Sequence[Host], grade: GradeFn) -> dict[str, HostResult]:
-        """Every host's result. On Ctrl-C, hosts not yet started are cancelled, hosts in flight
-        finish (bounded by their deadline), ``interrupted`` is set and the partial results return."""
+        """Every host's result (see the class docstring for how a sweep ends early)."""
         results: dict[str, HostResult] = {}
-        self.interrupted = False
-        with ThreadPoolExecutor(max_workers=min(self.forks, max(1, len(hosts))),
-                                thread_name_prefix="hc-host") as pool:
-            futures = {pool.submit(self._one, host, grade): host for host in hosts}
-            try:
-                for future in as_completed(futures):
-                    results[futures[future].name] = future.result()
-            except KeyboardInterrupt:
-                self.interrupted = True
-                for future in futures:
-                    future.cancel()
-        for future, host in futures.items():
-            if host.name not in results and future.done() and not future.cancelled():
-                results[host.name] = future.result()
+        self.interrupted, self._closed, self.abandoned = False, False, []
+        pool = ThreadPoolExecutor(max_workers=min(self.forks, max(1, len(hosts))), thread_name_prefix="hc-host")
+        futures = {pool.submit(self._one, host, grade): host for host in hosts}
+        pending: set[Future[HostResult | None]] = set(futures)
+        try:
+            for future in as_completed(futures):
+                pending.discard(future)
+                self._gather({future}, futures, results)
+                if self.stop_reason is not None:
+                    break
+        except KeyboardInterrupt:
+            self.interrupted = True
+        for future in pending:
+            future.cancel()
+        self._grace({f for f in pending if not f.cancelled()}, futures, results)
+        self._closed = True
+        pool.shutdown(wait=False, cancel_futures=True)
         return results
+
+    def _gather(self, done: set[Future[HostResult | None]], futures: Mapping[Future[HostResult | None], Host],
+                results: dict[str, HostResult]) -> None:
+        for future in done:
+            if not future.cancelled() and future.result() is not None:
+                results[futures[future].name] = future.result()  # type: ignore[assignment]
+
+    def _grace(self, running: set[Future[HostResult | None]], futures: Mapping[Future[HostResult | None], Host],
+               results: dict[str, HostResult]) -> None:
+        """Hosts in flight finish within the grace (a second Ctrl-C/SIGTERM ends it now)."""
+        try:
+            done, running = wait(running, timeout=self.grace_s)
+        except KeyboardInterrupt:
+            done = {f for f in running if f.done()}
+            running = running - done
+        self._gather(done, futures, results)
+        self.abandoned = [futures[f].name for f in running if futures[f].name not in results]

@@ -121,6 +121,8 @@ def parse_dcgmi_diag_json(text: str) -> DiagReport:
     except json.JSONDecodeError as exc:
         raise ParseError(f"dcgmi diag JSON does not parse: {exc}", text[max(0, exc.pos - 80):exc.pos + 80]) \
             from exc
+    except RecursionError:  # thousands of nested brackets: not dcgmi's output
+        raise ParseError("dcgmi diag JSON is nested too deeply", text[:200]) from None
     if not isinstance(doc, dict):
         raise ParseError("dcgmi diag JSON is not an object", text)
     key = "DCGM Diagnostic" if "DCGM Diagnostic" in doc else "DCGM GPU Diagnostic"

@@ -99,7 +99,7 @@ def summarize(table: FieldTable) -> tuple[GpuSummary, ...]:
     interval = table.interval_s or 1.0
     by_gpu: dict[str, list[FieldSample]] = {}
     for s in table.samples:
-        if s.entity.startswith("gpu") and s.entity[3:].isdigit():
+        if s.entity.startswith("gpu") and s.entity[3:].isdecimal():
             by_gpu.setdefault(s.entity, []).append(s)
     return tuple(summarize_gpu(g, rows, interval) for g, rows in sorted(by_gpu.items(), key=lambda kv: int(kv[0][3:])))
 

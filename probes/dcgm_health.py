@@ -65,7 +65,7 @@ def parse_dcgmi_health(text: str) -> HealthReport:
 def _health_json(text: str) -> HealthReport:
     try:
         body = json.loads(text).get("body")
-    except (json.JSONDecodeError, AttributeError) as exc:
+    except (json.JSONDecodeError, AttributeError, RecursionError) as exc:
         raise ParseError(f"dcgmi health JSON does not parse: {exc}", text) from exc
     if not isinstance(body, dict) or not isinstance(body.get("Overall Health"), dict):
         raise ParseError("dcgmi health JSON has no body.'Overall Health'", text)

@@ -13,6 +13,7 @@ converted once here (DCGM violation times are ns, nvidia-smi event counters us).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -112,9 +113,12 @@ def _number(token: str, column: str, line: str) -> float | None:
         return None
     text = re.sub(r"\s*(?:W|MHz|MiB|C|us|%)$", "", text)
     try:
-        return float(int(text, 16)) if text.lower().startswith("0x") else float(text)
-    except ValueError:
+        value = float(int(text, 16)) if text.lower().startswith("0x") else float(text)
+    except (ValueError, OverflowError):
         raise ParseError(f"column {column}: {token!r} is not a number", line) from None
+    if not math.isfinite(value):  # nan/inf: no measurement (ERROR), never a FAIL on "nan C"
+        raise ParseError(f"column {column}: {token!r} is not a finite number", line)
+    return value
 
 
 def _entity_name(m: re.Match[str]) -> str:
@@ -371,7 +375,7 @@ def parse_field_samples(text: str) -> FieldTable:
     """
     mark = _marker(text)
     tool = mark.get("tool")
-    interval = float(mark["interval_ms"]) / 1000 if mark.get("interval_ms", "").isdigit() else None
+    interval = float(mark["interval_ms"]) / 1000 if mark.get("interval_ms", "").isdecimal() else None
     stopped = any(line.strip() == f"{SAMPLER_MARK} stopped" for line in text.splitlines())
     if tool == "none":
         return FieldTable("none", (), (), unavailable=mark["reason"])

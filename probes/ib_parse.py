@@ -138,7 +138,7 @@ def _sysfs_port(dev: str, port: int, attrs: Mapping[str, str]) -> IbPort:
 
 
 def _ints(attrs: Mapping[str, str], prefix: str) -> dict[str, int]:
-    return {k[len(prefix):]: int(v) for k, v in attrs.items() if k.startswith(prefix) and v.isdigit()}
+    return {k[len(prefix):]: int(v) for k, v in attrs.items() if k.startswith(prefix) and v.isdecimal()}
 
 
 def _natural(name: str) -> tuple[str, int]:

@@ -91,15 +91,18 @@ def _timestamp(line: str) -> tuple[str, str] | None:
         return f"boot:{int(m['usec']) / 1e6:.6f}", m["msg"]
     if m := _MONO.match(line):
         return f"boot:{m['sec']}", m["msg"]
-    if m := _CTIME.match(line):
-        ts = datetime.strptime(" ".join(m["ts"].split()), "%a %b %d %H:%M:%S %Y").replace(tzinfo=timezone.utc)
-        return f"abs:{ts.isoformat()}", m["msg"]
-    if m := _ISO.match(line):
-        tz = m["tz"] or "+00:00"
-        tz = "+00:00" if tz == "Z" else (tz if ":" in tz else f"{tz[:3]}:{tz[3:]}")
-        frac = (m["frac"] or "0")[:6]
-        ts = datetime.fromisoformat(f"{m['ts']}.{frac:0<6}{tz}").astimezone(timezone.utc)
-        return f"abs:{ts.isoformat()}", m["msg"]
+    try:
+        if m := _CTIME.match(line):
+            ts = datetime.strptime(" ".join(m["ts"].split()), "%a %b %d %H:%M:%S %Y").replace(tzinfo=timezone.utc)
+            return f"abs:{ts.isoformat()}", m["msg"]
+        if m := _ISO.match(line):
+            tz = m["tz"] or "+00:00"
+            tz = "+00:00" if tz == "Z" else (tz if ":" in tz else f"{tz[:3]}:{tz[3:]}")
+            frac = (m["frac"] or "0")[:6]
+            ts = datetime.fromisoformat(f"{m['ts']}.{frac:0<6}{tz}").astimezone(timezone.utc)
+            return f"abs:{ts.isoformat()}", m["msg"]
+    except (ValueError, OverflowError):  # a stamp with the right shape and an impossible date: time unknown
+        return "", m["msg"]
     if m := _SYSLOG.match(line):
         return f"syslog:{' '.join(m['ts'].split())}", m["msg"]
     if m := _KERNEL_TAG.match(line):

@@ -26,9 +26,12 @@ from healthcheck.probes.nvidia_smi_log import SmiLog, find_nvidia_smi_errors, no
 
 from healthcheck.spec import ParseError
 
-_KV = re.compile(r"^(?P<label>\S.*?)\s*:(?:\s+(?P<value>.*))?$")
+# ``Label : value``: the first colon followed by whitespace or the end of the line. Found with one linear
+# search: the former ``^(\S.*?)\s*:(?:\s+(.*))?$`` backtracked quadratically on long colon-less lines.
+_KV_COLON = re.compile(r":(?=\s|$)")
 _GPU_HEADER = re.compile(r"^GPU\s+(?P<bus>[0-9A-Fa-f]+:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])$")
-_SKIP = re.compile(r"^(=+NVSMI LOG=+|\[\.\.\.\]|#.*|(\(\S+\)\s+)?\S+@\S+:\S*[#$](\s.*)?)$")
+# banner, elision, comments, shell prompts (user@host:path$); [^\s@]+@[^\s:]+ cannot backtrack like \S+@\S+
+_SKIP = re.compile(r"^(=+NVSMI LOG=+|\[\.\.\.\]|#.*|(\(\S+\)\s+)?[^\s@]+@[^\s:]+:\S*[#$](\s.*)?)$")
 _GLOBAL = {"timestamp", "driver version", "cuda version", "kmd version", "cuda umd version",
            "attached gpus", "hic info", "attached units"}
 
@@ -148,7 +151,7 @@ def parse_nvidia_smi_q(text: str) -> SmiLog:
     return SmiLog(
         driver_version=_first_word(top.get("kmd version") or top.get("driver version")),
         cuda_version=_first_word(top.get("cuda umd version") or top.get("cuda version")),
-        attached_gpus=int(top["attached gpus"]) if top.get("attached gpus", "").isdigit() else None,
+        attached_gpus=int(top["attached gpus"]) if top.get("attached gpus", "").isdecimal() else None,
         gpus=tuple(gpus),
         errors=errors,
         fragment=fragment,
@@ -165,9 +168,9 @@ def _indent_tree(text: str) -> _Node:
         if not content or _SKIP.match(content):
             continue
         indent = len(line) - len(line.lstrip())
-        match = _KV.match(content)
-        node = (_Node(match["label"].strip(), (match["value"] or "").strip()) if match
-                else _Node(content, None))
+        colon = _KV_COLON.search(content)
+        label = content[:colon.start()].strip() if colon else ""
+        node = _Node(label, content[colon.end():].strip()) if colon and label else _Node(content, None)
         while stack[-1][0] >= indent:
             stack.pop()
         stack[-1][1].children.append(node)

@@ -54,7 +54,7 @@ def parse_nvidia_smi_xml(text: str) -> SmiLog:
     document = _DROP.sub("", text[start.start():end + len(_END)])
     try:
         root = ET.fromstring(document.encode("utf-8"))
-    except ET.ParseError as exc:
+    except (ET.ParseError, LookupError, ValueError) as exc:  # LookupError: a bogus encoding= declaration
         raise ParseError(f"nvidia-smi -q -x output is not well-formed XML: {exc}", document) from exc
     if root.tag != "nvidia_smi_log":
         raise ParseError(f"unexpected XML root <{root.tag}>", document)

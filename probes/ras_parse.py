@@ -69,7 +69,7 @@ def parse_edac_sysfs(text: str) -> dict[str, EdacCounts]:
         m = _EDAC_PATH.search(path)
         if m is None:
             raise ParseError("EDAC line is not a .../mcN/{ce,ue}_count path", line)
-        if not value.strip().isdigit():
+        if not value.strip().isdecimal():
             raise ParseError(f"EDAC counter {path} is not a number", line)
         bucket = subs if m["sub"] else totals
         bucket.setdefault(m["mc"], {}).setdefault(m["what"], 0)
@@ -86,7 +86,7 @@ def parse_ras_mc_ctl_error_count(text: str) -> dict[str, EdacCounts]:
     out = {}
     for line in lines[1:]:
         fields = line.split()
-        if len(fields) < 3 or not (fields[-1].isdigit() and fields[-2].isdigit()):
+        if len(fields) < 3 or not (fields[-1].isdecimal() and fields[-2].isdecimal()):
             raise ParseError("ras-mc-ctl row is not '<label> <CE> <UE>'", line)
         out[" ".join(fields[:-2])] = EdacCounts(ce=int(fields[-2]), ue=int(fields[-1]))
     return out

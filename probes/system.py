@@ -14,6 +14,7 @@ Memory, CPUs, /dev/shm and services are the ``resources`` probe (``probes/resour
 
 from __future__ import annotations
 
+import math
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -155,7 +156,12 @@ def _identity_findings(obs: SystemObservation, ctx: EvalContext) -> list[Finding
             findings.append(finding_from_expectation(
                 host, check, exp, value, source=source, profile=ctx.profile,
                 remedy="Reimage the node to the fleet's standard image"))
-    if obs.uptime_s is not None:
+    if obs.uptime_s is not None and not math.isfinite(obs.uptime_s):
+        findings.append(Finding(host=host, check="system.uptime", status=Status.ERROR, value=str(obs.uptime_s),
+                                unit="s", source="uptime", expected="seconds since boot",
+                                message=f"/proc/uptime reads {obs.uptime_s}: not a measurement",
+                                remedy="Run `cat /proc/uptime` on the node; a kernel printing that needs a look"))
+    elif obs.uptime_s is not None:
         findings.append(Finding(host=host, check="system.uptime", status=Status.PASS,
                                 value=round(obs.uptime_s), unit="s", source="uptime",
                                 message=f"up {obs.uptime_s / 86400:.1f} days"))

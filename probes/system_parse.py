@@ -49,7 +49,7 @@ def cpu_list_count(text: str) -> int:
         if not part:
             continue
         low, _, high = part.partition("-")
-        if not low.isdigit() or (high and not high.isdigit()):
+        if not low.isdecimal() or (high and not high.isdecimal()):
             raise ParseError("not a kernel CPU list", text)
         total += int(high or low) - int(low) + 1
     return total
@@ -74,7 +74,7 @@ def parse_df_posix(text: str, mount: str) -> int:
         raise ParseError("df -P output has no 'Filesystem' header", text[:200])
     for line in lines[1:]:
         fields = line.split()
-        if len(fields) >= 6 and fields[-1] == mount and fields[1].isdigit():
+        if len(fields) >= 6 and fields[-1] == mount and fields[1].isdecimal():
             return int(fields[1])
     raise ParseError(f"df -P output has no row for {mount}", text[:200])
 

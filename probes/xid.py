@@ -129,7 +129,7 @@ def _ignored(ctx: EvalContext) -> tuple[set[int], list[str]]:
         items = raw.split(",") if isinstance(raw, str) else raw if isinstance(raw, (list, tuple, set)) else [raw]
         for item in items:
             text = str(item).strip()
-            if text.isdigit():
+            if text.isdecimal():
                 codes.add(int(text))
             elif text:
                 bad.append(text)

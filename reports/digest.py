@@ -90,7 +90,7 @@ def group_findings(findings: Iterable[Finding], statuses: Iterable[Status] = BAD
 
 def _natural(text: str) -> tuple:
     """Sort key that puts gpu2 before gpu10."""
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
+    return tuple(int(p) if p.isdecimal() else p for p in re.split(r"(\d+)", text))
 
 
 @dataclass

@@ -31,6 +31,7 @@ from markupsafe import Markup
 
 from healthcheck.model import Status
 from healthcheck.results import HostResult
+from healthcheck.textsafe import printable
 
 DETAIL_ALL_UP_TO = 64      # runs this small get a detail section for every host
 DETAIL_MAX = 300           # at most this many hosts get a detail section (worst first)
@@ -45,9 +46,24 @@ CATEGORY_NAMES = {"gpu": "GPU", "nvlink": "NVLink", "ib": "InfiniBand", "infinib
                   "run": "Run", "host": "Host", "bench": "Benchmark"}
 
 
+def visible(value: Any) -> Any:
+    """Strings (in lists and dicts too) with terminal escapes and bidi overrides from node output
+    replaced by their visible escapes (``\\u202e``): a host or process name is shown as sent."""
+    if isinstance(value, Markup):
+        return Markup(printable(str(value)))  # the escapes added are plain ASCII: still safe markup
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, list | tuple):
+        return [visible(v) for v in value]
+    if isinstance(value, dict):
+        return {visible(k): visible(v) for k, v in value.items()}
+    return value
+
+
 def script_json(value: Any) -> Markup:
-    """JSON safe inside ``<script type=application/json>``: ``<``, ``>``, ``&`` never appear raw."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    """JSON safe inside ``<script type=application/json>``: ``<``, ``>``, ``&`` never appear raw;
+    control and bidi characters arrive in the page as visible escapes."""
+    text = json.dumps(visible(value), separators=(",", ":"), ensure_ascii=False, default=str)
     for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
                     ("\u2029", "\\u2029")):
         text = text.replace(ch, esc)
@@ -58,7 +74,8 @@ def script_json(value: Any) -> Markup:
 def environment() -> Environment:
     env = Environment(loader=PackageLoader("healthcheck.reports", "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True),
-                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                      finalize=lambda v: visible(v) if isinstance(v, str) else v)
     env.filters.update(duration=duration_text, pct=pct_text, category_name=category_name,
                        cited=cited_message)
     env.globals.update(sparkline=sparkline, fold=fold)

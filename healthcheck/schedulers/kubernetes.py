@@ -132,6 +132,9 @@ class KubernetesScheduler:
     def parse_state(self, text: str) -> KubeStates:
         return parse_kubectl_nodes_json(text)
 
+    def out_of_service(self, states: KubeStates) -> frozenset[str]:
+        return frozenset(name for name, node in states.nodes.items() if node.unschedulable)
+
     def drain_actions(self, decisions: Sequence[DrainDecision], states: KubeStates | None) -> list[Action]:
         out = []
         for d in decisions:

@@ -149,6 +149,9 @@ class SlurmScheduler:
     def parse_state(self, text: str) -> SlurmStates:
         return parse_scontrol_show_node(text)
 
+    def out_of_service(self, states: SlurmStates) -> frozenset[str]:
+        return frozenset(name for name, node in states.nodes.items() if node.drained)
+
     def drain_actions(self, decisions: Sequence[DrainDecision], states: SlurmStates | None) -> list[Action]:
         """One action per decision; skipped (with why) when the node is someone else's or unknown."""
         out = []

@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from healthcheck.bundle import read_host
 from healthcheck.model import CommandResult, Host, HostCollection
-from healthcheck.rundir import host_names, raw_dir, read_host
+from healthcheck.rundir import host_names, raw_dir
 
 
 class ReplayTransport:

@@ -45,11 +45,12 @@ hc_head=$(command -v head 2>/dev/null) || hc_head=head
 if [ -r "/proc/$$/fdinfo/0" ]; then hc_fdinfo=/proc/$$/fdinfo; else hc_fdinfo=; fi
 hc_hung='|'
 hc_size() {
-  hc_n=0; [ -s "$2" ] || return 0
-  if [ -n "$hc_fdinfo" ] && printf x >&"$1" 2>/dev/null && read -r hc_k hc_n <"$hc_fdinfo/$1"; then
-    hc_n=$((hc_n - 1)); return 0
+  hc_n=0; [ -s "$1" ] || return 0
+  if [ -n "$hc_fdinfo" ] && { command exec 6>>"$1"; } 2>/dev/null; then
+    if printf x >&6 2>/dev/null && read -r hc_k hc_n <"$hc_fdinfo/6"; then exec 6>&-; hc_n=$((hc_n - 1)); return 0; fi
+    exec 6>&-
   fi
-  hc_n=$(LC_ALL=C wc -c <"$2") || hc_n=0; hc_n=$((hc_n))
+  hc_n=$(LC_ALL=C wc -c <"$1") || hc_n=0; hc_n=$((hc_n))
 }
 hc_run() {
   hc_id=$1 hc_t=$2 hc_tools=$3; shift 3
@@ -71,7 +72,7 @@ hc_run() {
   (trap '' XFSZ; ulimit -f "$BLK" 2>/dev/null; exec "$@") </dev/null >&4 2>&5 4>&- 5>&-
   hc_rc=$?
   case $hc_rc in 124|137) for hc_tool in $hc_tools; do hc_hung="$hc_hung$hc_tool=$hc_t@$hc_id|"; done;; esac
-  hc_size 4 "$hc_o"; hc_os=$hc_n; hc_size 5 "$hc_e"; hc_es=$hc_n
+  hc_size "$hc_o"; hc_os=$hc_n; hc_size "$hc_e"; hc_es=$hc_n
   exec 4>&- 5>&-
   hc_on=$hc_os; [ "$hc_on" -gt "$CAP" ] && hc_on=$CAP
   hc_en=$hc_es; [ "$hc_en" -gt "$CAP" ] && hc_en=$CAP

@@ -38,7 +38,7 @@ from healthcheck.spec import ParseError
 from healthcheck.transport.process import stop_group
 from healthcheck.transport.script import Command, build_script, new_marker
 from healthcheck.transport.slurm import BUSY_STATES, SlurmTransport, describe_srun_failure, slurm_node
-from healthcheck.transport.stream import host_failure, read_framed
+from healthcheck.transport.stream import host_failure, read_framed, stuck
 
 # Runs on every node: $1 spool, $2 the framed script. SLURMD_NODENAME comes from slurmd, not the node's output.
 TASK_WRAPPER = r"""n=${SLURMD_NODENAME:-}
@@ -170,7 +170,8 @@ class SlurmStepTransport:
         try:
             collection = read_framed(name, commands, step.marker, source.read_chunk, deadline_s,
                                      byte_limit=2 * self.cap * max(1, len(commands)) + (1 << 20),
-                                     stderr_tail=source.err_tail, started=started)
+                                     stderr_tail=source.err_tail, started=started,
+                                     startup_s=self.alloc_wait_s, kill_after_s=self.kill_after_s)
         finally:
             source.close()
         if collection.transport_error is not None and not source.seen:
@@ -182,8 +183,8 @@ class SlurmStepTransport:
         """Why no output file ever appeared for ``node``."""
         unshared = (f"no {self.spool / node}.stream here: is the spool directory on a filesystem shared with "
                     "the nodes? (--slurm-spool)")
-        if "deadline" in (collection.transport_error or ""):
-            return f"{node} sent nothing within the step deadline of {deadline_s:g}s; {unshared}"
+        if stuck(collection.transport_error):  # the step deadline, or the silence limit of the first command
+            return f"{node} sent nothing ({collection.transport_error}); {unshared}"
         rc = step.proc.returncode if step.proc else None
         if rc == 0:
             return f"the job step ran on {node} and ended, but {unshared}"

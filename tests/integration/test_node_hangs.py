@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from healthcheck.pipeline import RunOptions, execute_run
-from healthcheck.results import load_results
+from healthcheck.results import expanded_document, load_results
 from tests.conftest import fixture_text
 
 pytestmark = pytest.mark.sshd
@@ -30,7 +30,7 @@ def _run(inv: Path, cluster, run_dir: Path, *args: str) -> tuple[int, dict]:
     argv = [sys.executable, "-m", "healthcheck", "run", "-i", str(inv), "-F", str(cluster.ssh_config),
             "--run-dir", str(run_dir), "--deadline", "600", "--connect-timeout", "30", *args]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=150)
-    return proc.returncode, json.loads((run_dir / "results.json").read_text())
+    return proc.returncode, expanded_document(run_dir)
 
 
 def _meta(run_dir: Path, host: str) -> dict:
@@ -119,7 +119,7 @@ def test_frozen_host_ends_near_the_timeout_and_keeps_what_arrived(ssh_cluster_fa
                 os.kill(pid, signal.SIGKILL)
         if proc.poll() is None:
             proc.kill()
-    results = json.loads((run_dir / "results.json").read_text())
+    results = expanded_document(run_dir)
     reach = _findings(results, "node01", "host.reachable")[0]
     assert reach["status"] == "ERROR" and "host silent for" in reach["message"]
     assert "while running uname-r" in reach["message"] and "uname-r's 10s timeout" in reach["message"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from healthcheck.model import Host
+from healthcheck.results import expanded_document
 from healthcheck.transport.openssh import OpensshTransport, describe_openssh_failure
 
 pytestmark = [pytest.mark.sshd, pytest.mark.skipif(shutil.which("ssh") is None, reason="no OpenSSH client")]
@@ -20,7 +20,7 @@ def _run(inv: Path, cluster, run_dir: Path, *extra: str) -> tuple[int, dict, str
     proc = subprocess.run([sys.executable, "-m", "healthcheck", "run", "-i", str(inv), "-F", str(cluster.ssh_config),
                            "--run-dir", str(run_dir), "--probes", "system", "--connect-timeout", "5", *extra],
                           capture_output=True, text=True, timeout=300)
-    results = json.loads((run_dir / "results.json").read_text()) if (run_dir / "results.json").is_file() else {}
+    results = expanded_document(run_dir) if (run_dir / "results.json").is_file() else {}
     return proc.returncode, results, proc.stdout + proc.stderr
 
 

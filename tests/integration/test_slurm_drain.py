@@ -29,6 +29,16 @@ def slurm(tmp_path_factory):
         yield cluster
 
 
+@pytest.fixture(autouse=True)
+def fleet_back_in_service(slurm):
+    """Each test starts with no node drained: the circuit breaker counts the whole fleet's drained
+    nodes (issue 13.11), so one test's drains must not leak into the next."""
+    yield
+    for name in NODES:
+        if node(slurm, name).drained:
+            slurm.scontrol("update", f"nodename={name}", "state=resume")
+
+
 def write_run(run_dir: Path, failing: dict[str, list[tuple[str, str]]], hosts=NODES, run_id="RUN") -> Path:
     """A run directory whose results.json has every host passing except ``failing`` (host -> checks)."""
     results = {}
@@ -125,6 +135,26 @@ def test_circuit_breaker_refuses_then_force_overrides(slurm, tmp_path):
     forced = cli(slurm, "drain", str(run_dir), "--apply", "--force")
     assert forced.exit_code == 0, forced.output
     assert node(slurm, "gpu008").ours and node(slurm, "gpu009").ours
+
+
+def test_breaker_counts_nodes_already_drained_by_anyone(slurm, tmp_path):
+    """Issue 13.11: nightly runs with one new failure each must not add up: with a limit of 2 of 20
+    (10%), a node drained last night by us and one set down by an admin leave no room for a third."""
+    slurm.scontrol("update", "nodename=gpu001", "state=drain", "reason=alice: bad fan")
+    first = cli(slurm, "drain", str(write_run(tmp_path / "night1", {"gpu002": [("gpu.count", "node")]}, run_id="n1")),
+                "--apply", "--max-fraction", "0.2")
+    assert first.exit_code == 0, first.output
+    assert node(slurm, "gpu002").ours
+    third = write_run(tmp_path / "night2", {"gpu003": [("gpu.count", "node")]}, run_id="n2")
+    out = cli(slurm, "drain", str(third), "--apply", "--max-fraction", "0.2")
+    assert out.exit_code == 3, out.output
+    assert ("# circuit breaker: 1 new + 2 already out of service (gpu001, gpu002: drained or down, by healthcheck "
+            "or anyone) = 3 nodes exceeds the limit of 2 (20% of a fleet of 10)") in out.output
+    assert not node(slurm, "gpu003").drained
+    slurm.scontrol("update", "nodename=gpu001", "state=resume")  # the fan was replaced
+    again = cli(slurm, "drain", str(third), "--apply", "--max-fraction", "0.2")
+    assert again.exit_code == 0, again.output
+    assert node(slurm, "gpu003").ours
 
 
 def test_inventory_maps_host_names_to_slurm_node_names(slurm, tmp_path):

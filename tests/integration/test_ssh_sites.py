@@ -4,7 +4,6 @@ bastions at OpenSSH's default MaxStartups, keepalives, the script on stdin, SHA2
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -15,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from healthcheck.results import expanded_document
+
 pytestmark = pytest.mark.sshd
 
 
@@ -23,7 +24,7 @@ def _run(args: list[str], run_dir: Path, timeout: float = 300) -> tuple[int, dic
                            "--probes", "system", "--profile", "h100-sxm5-8x", *args],
                           capture_output=True, text=True, timeout=timeout)
     results_file = run_dir / "results.json"
-    results = json.loads(results_file.read_text()) if results_file.is_file() else {}
+    results = expanded_document(run_dir) if results_file.is_file() else {}
     return proc.returncode, results, proc.stdout + proc.stderr
 
 
@@ -164,7 +165,7 @@ def test_keepalives_end_a_host_whose_peer_went_silent(ssh_cluster_factory, tmp_p
                     os.kill(pid, sig)
         if proc.poll() is None:
             proc.kill()
-    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    results = expanded_document(tmp_path / "run")
     message = _finding(results, "node01", "host.reachable")["message"]
     assert "no answer to 2 keepalives 1s apart" in message, message
     assert _finding(results, "node01", "system.hostname")["status"] == "PASS"  # sections already received

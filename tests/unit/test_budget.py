@@ -17,9 +17,9 @@ def test_every_builtin_probe_declares_cost_and_job_safety() -> None:
 
 @pytest.mark.parametrize(("budget", "chosen"), [
     (3, ["system", "gpu"]),
-    (10, ["system", "gpu", "topology", "nvlink", "fabric", "xid"]),
-    (30, ["system", "gpu", "topology", "nvlink", "fabric", "xid", "infiniband", "dcgm_fields", "ras",
-          "resources", "versions", "assets"]),
+    (10, ["system", "gpu", "pci", "topology", "nvlink", "fabric", "xid"]),
+    (30, ["system", "gpu", "pci", "topology", "nvlink", "fabric", "xid", "infiniband", "dcgm_fields", "ras",
+          "rates", "resources", "versions", "assets"]),
 ])
 def test_budget_picks_job_safe_probes_in_registry_order(budget: float, chosen: list[str]) -> None:
     picked, left_out = select_within_budget(probes.select(), load_costs(), budget)

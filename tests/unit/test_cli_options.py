@@ -16,7 +16,8 @@ from healthcheck.results import HostResult, RunResults, write_results
 
 SAMPLE = Path(__file__).resolve().parents[2] / "inventories" / "samples" / "h100-4node"
 COMMON = {"-i", "--hosts", "--transport", "--srun-arg", "--limit", "--probes", "--skip-probes", "--xid-window",
-          "--accept-new-host-keys", "--connect-timeout", "-F", "--forks", "--profile", "--timeout", "--plan"}
+          "--accept-new-host-keys", "--connect-timeout", "-F", "--ssh-client", "--forks", "--profile", "--timeout",
+          "--plan", "--max-hosts"}
 STATE_CHANGING = {"apply", "force", "accept_new_host_keys"}
 
 

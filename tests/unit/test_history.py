@@ -249,3 +249,18 @@ def test_lock_is_exclusive_within_one_process_too(tmp_path):
         pass
     with sweep_lock(tmp_path):
         pass
+
+
+def test_retention_removes_a_killed_sweeps_unrecorded_run_dir(tmp_path):
+    """A sweep killed before it was recorded leaves HISTORY/runs/<stamp> with no index entry:
+    retention removes it once it is past the keep window (and at least an hour old)."""
+    killed = tmp_path / "runs" / "killed"
+    (killed / "raw" / "gpu001").mkdir(parents=True)
+    (killed / "manifest.json").write_text(json.dumps({"started": (NOW - timedelta(days=2)).isoformat()}))
+    young = tmp_path / "runs" / "still-running"
+    young.mkdir()
+    (young / "manifest.json").write_text(json.dumps({"started": (NOW - timedelta(minutes=10)).isoformat()}))
+    record = annotate_and_record(write_night(tmp_path, "d0", {"gpu001": host("gpu001")}, NOW), tmp_path,
+                                 keep_days=0, now=NOW)
+    assert record.pruned == ["killed"]
+    assert not killed.exists() and young.is_dir() and (tmp_path / "runs" / "d0").is_dir()

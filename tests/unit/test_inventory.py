@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from healthcheck.inventory import InventoryError, load_inventory, parse_inventory
+from healthcheck.inventory import InventoryError, hostlist_size, load_inventory, parse_inventory
 
 
 def test_groups_defaults_and_per_host_override():
@@ -68,6 +68,50 @@ def test_example_inventories_load():
         inv = load_inventory(path, known_profiles=available_profiles())
         assert inv.hosts, path
 
+
+# --- resource limits and names (issue 13.2, 13.9) ---------------------------------------------
+
+BOMB = """defaults:
+  extra:
+    a: &a ["x", "x", "x", "x", "x", "x", "x", "x", "x", "x"]
+    b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]
+    c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]
+    d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]
+    e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]
+    f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]
+    g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f, *f]
+groups: {g: {hosts: "n[1-2]"}}
+"""
+
+
+@pytest.mark.parametrize("text, message", [
+    (BOMB, "YAML expands to more than 1000000 values (aliases included): an alias bomb?"),
+    ("defaults: {extra: " + "[" * 5000 + "]" * 5000 + "}\ngroups: {g: {hosts: n1}}\n",
+     "YAML nested deeper than 64 levels"),
+    ('groups: {g: {hosts: "x[0-99999999]"}}\n',
+     "groups.g: hostlist 'x[0-99999999]' expands to 100000000 hosts, more than the limit of 50000 "
+     "(raise it with --max-hosts)"),
+    ("groups: {g: {hosts: n1, vars: {port: true}}}\n", "groups.g.vars: port True is not a TCP port"),
+    ("hosts: {'" + "n" * 300 + "': {}}\n", "is 300 characters long (at most 253)"),
+    ("hosts: {_jobs: {}}\n", "host name '_jobs' is not usable"),
+])
+def test_inventory_resource_limits_are_one_line_errors(tmp_path: Path, text: str, message: str):
+    path = tmp_path / "inv.yaml"
+    path.write_text(text)
+    with pytest.raises(InventoryError) as info:
+        load_inventory(path)
+    assert message in str(info.value) and str(path) in str(info.value)
+
+
+def test_max_hosts_can_be_raised_and_a_directory_is_refused(tmp_path: Path):
+    path = tmp_path / "inv.yaml"
+    path.write_text('groups: {g: {hosts: "n[1-20]"}}\n')
+    with pytest.raises(InventoryError, match="expands to 20 hosts, more than the limit of 10"):
+        load_inventory(path, max_hosts=10)
+    assert len(load_inventory(path, max_hosts=20).hosts) == 20
+    with pytest.raises(InventoryError, match=f"inventory {tmp_path} is a directory, not a YAML file"):
+        load_inventory(tmp_path)
+    assert hostlist_size("r[1-2]n[01-10],x[0-10/2],y") == 27
 
 @pytest.mark.parametrize(("var", "value", "message"), [
     ("mounts", "/tmp", "mounts '/tmp' is not a list of mount points ([/scratch, /home])"),

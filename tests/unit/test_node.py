@@ -67,7 +67,12 @@ def test_budget_leaves_out_unsafe_and_costly_probes_and_prom_is_written(tmp_path
     assert out.results.run["probes"] == ["system", "gpu"]
     assert out.left_out["dcgm"].startswith("not safe while a job runs")
     text = prom.read_text()
-    assert 'healthcheck_check_status{check="gpu.row_remap.pending",host="gpu007",status="PASS"} 1.0' in text
+    verdict = out.results.hosts["gpu007"].verdict.value  # WARN: this machine's hostname is not gpu007
+    assert f'healthcheck_host_verdict{{host="gpu007",verdict="{verdict}"}} 1.0' in text and verdict == "WARN"
+    assert 'run_id="gpu007"' in text
+    # metrics.prom is bounded by default: counts per status, check_status only for checks not passing
+    assert 'healthcheck_host_findings{host="gpu007",status="PASS"}' in text
+    assert 'check="gpu.row_remap.pending"' not in text
     assert [p.name for p in prom.parent.iterdir()] == ["healthcheck.prom"]  # the temp file was renamed
 
 

@@ -35,7 +35,7 @@ def test_profile_list_and_expectation_flag_and_inheritance(tmp_path: Path):
 def test_marked_finding_keeps_its_status_but_decides_nothing(tmp_path: Path):
     p = profile(tmp_path, "observe: [xid.45]\n")
     bad = Finding(host="gpu001", check="xid.45", status=Status.FAIL, message="Xid 45 x3", remedy="Drain the node")
-    ok = Finding(host="gpu001", check="gpu.count", status=Status.PASS, message="8 GPUs")  # evidence: a graded check
+    ok = Finding(host="gpu001", check="gpu.count", status=Status.PASS, message="8 GPUs")
     marked = apply_observe([ok, bad], p)
     assert [f.observe for f in marked] == [False, True] and marked[1].status is Status.FAIL
     assert marked[1].message.endswith("[observe-only: not counted in the verdict, never drains]")
@@ -44,3 +44,12 @@ def test_marked_finding_keeps_its_status_but_decides_nothing(tmp_path: Path):
     assert not triggers(marked[1], DrainPolicy()) and triggers(bad, DrainPolicy())
     assert Finding.from_json(marked[1].to_json()) == marked[1]
     assert "observe" not in ok.to_json()                                         # only written when set
+
+
+def test_findings_table_keeps_the_mark(tmp_path: Path):
+    from healthcheck.findings_table import read_table, write_table
+
+    marked = Finding(host="gpu001", check="xid.45", status=Status.FAIL, message="x", observe=True)
+    plain = Finding(host="gpu001", check="gpu.count", status=Status.PASS, message="8 GPUs")
+    write_table(tmp_path, [marked, plain])
+    assert [f.observe for f in read_table(tmp_path)["gpu001"]] == [True, False]

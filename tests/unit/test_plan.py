@@ -192,3 +192,41 @@ def test_hung_job_unreachable_launcher_and_skipped_hosts(tmp_path: Path) -> None
     skipped = [f for f in findings if f.host == "node04"]
     assert [(f.check, f.status) for f in skipped] == [("nccl.skipped", Status.SKIP)]
     assert [o.job.shape for o in load_outcomes(tmp_path)] == ["node", "node", "node", "cluster"]
+
+
+def _graded(findings) -> list[tuple]:
+    return sorted((f.host, f.check, f.status, f.message) for f in findings)
+
+
+def test_replay_without_job_manifest_still_grades_every_job(tmp_path: Path) -> None:
+    """Issue 12.3: job outputs without raw/_jobs/manifest.json are graded from their ids (hosts with
+    '-' in their names too), never silently dropped; an id naming no known host is an ERROR."""
+    hosts, profiles = _setup(4)
+    hosts = [Host(f"gpu-{h.name}", profile="h100") for h in hosts]
+    options = {"benchmarks": ["nccl"], "plan": "acceptance", "nccl.shapes": ["pair"], "retest": False}
+    findings, _ = execute_benchmarks(tmp_path, hosts, profiles, FakeTransport(bad="node03"), options, set())
+    (tmp_path / "raw" / "_jobs" / "manifest.json").unlink()
+    (tmp_path / "raw" / "_jobs" / "nccl-all_reduce_perf-node-ghost.out").write_text("# nThread 1\n")
+    replayed, _ = replay_benchmarks(tmp_path, hosts, profiles, {})
+    assert any(f.status is Status.FAIL and f.host == "gpu-node03" for f in replayed)
+    graded = [f for f in replayed if f.check != "benchmarks.replay"]
+    assert _graded(graded) == _graded(findings)
+    unresolved = [f for f in replayed if f.check == "benchmarks.replay"]
+    assert {f.host for f in unresolved} == {h.name for h in hosts} and all(f.status is Status.ERROR for f in unresolved)
+    assert unresolved[0].message.startswith("raw/_jobs/nccl-all_reduce_perf-node-ghost.out not graded: no "
+                                            "raw/_jobs/manifest.json")
+
+
+def test_job_rc_file_is_read_like_a_probe_rc(tmp_path: Path) -> None:
+    """Issue 12.3: a non-zero raw/_jobs/<job>.rc with clean output is an ERROR; a malformed one names the file."""
+    hosts, profiles = _setup(4)
+    options = {"benchmarks": ["nccl"], "plan": "quick", "nccl.shapes": ["pair"], "retest": False}
+    findings, _ = execute_benchmarks(tmp_path, hosts, profiles, FakeTransport(), options, set())
+    assert not [f for f in findings if f.check == "nccl.all_reduce.job"]
+    first, second = sorted(p.stem for p in (tmp_path / "raw" / "_jobs").glob("*.out"))
+    (tmp_path / "raw" / "_jobs" / f"{first}.rc").write_text("3\n")
+    (tmp_path / "raw" / "_jobs" / f"{second}.rc").write_text("three\n")
+    replayed, _ = replay_benchmarks(tmp_path, hosts, profiles, {})
+    job_errors = {f.source: f.message for f in replayed if f.check == "nccl.all_reduce.job"}
+    assert job_errors[first].endswith("the launcher exited with rc 3 although the output looked complete")
+    assert job_errors[second].endswith(f"malformed raw/_jobs/{second}.rc: 'three' is not an exit code")

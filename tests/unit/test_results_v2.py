@@ -47,6 +47,11 @@ def key(f: Finding) -> tuple:
     return (f.host, f.check, f.component, f.status.value, f.value, f.expected)
 
 
+def graded(f: Finding) -> tuple:
+    """What must not change between the version-1 writer and now; message texts may be reworded."""
+    return (f.host, f.check, f.component, f.status.value)
+
+
 def test_document_is_small_and_validates_against_the_shipped_schema(fresh: Path) -> None:
     doc = json.loads((fresh / "results.json").read_text())
     assert doc["schema"] == "healthcheck.results/2"
@@ -81,7 +86,7 @@ def test_same_verdicts_and_findings_as_the_version_1_writer(fresh: Path) -> None
     assert {n: h.verdict for n, h in after.hosts.items()} == {n: h.verdict for n, h in before.hosts.items()} == {
         "h100-node01": Status.PASS, "h100-node02": Status.PASS, "h100-node03": Status.FAIL,
         "h100-node04": Status.WARN}
-    assert sorted(map(key, after.findings())) == sorted(map(key, before.findings()))
+    assert sorted(map(graded, after.findings())) == sorted(map(graded, before.findings()))
     assert after.summary() == before.summary()
 
 
@@ -107,7 +112,7 @@ def test_version_1_run_directory_reports_summarises_and_replays(old: Path, tmp_p
                                  "--run-dir", str(tmp_path / "again")])
     assert replayed.exit_code == 1, replayed.output
     before = RunResults.from_json(json.loads(V1.read_text()))
-    assert sorted(map(key, load_results(tmp_path / "again").findings())) == sorted(map(key, before.findings()))
+    assert sorted(map(graded, load_results(tmp_path / "again").findings())) == sorted(map(graded, before.findings()))
 
 
 def test_damaged_table_leaves_the_stated_verdicts_and_problems(fresh: Path, tmp_path: Path) -> None:
@@ -122,6 +127,17 @@ def test_damaged_table_leaves_the_stated_verdicts_and_problems(fresh: Path, tmp_
         "hosts"]["h100-node03"]["counts"]["PASS"] > 0
     with pytest.raises(TableError):
         read_table(run_dir)
+
+
+def test_the_table_has_a_column_for_every_finding_field(tmp_path: Path) -> None:
+    import dataclasses
+
+    from healthcheck.model import FINDING_FIELDS
+
+    assert tuple(f.name for f in dataclasses.fields(Finding)) == (*FINDING_FIELDS, "observe")
+    observed = Finding("n1", "gpu.temp", Status.FAIL, "hot", observe=True)
+    write_table(tmp_path, [observed, Finding("n1", "gpu.count", Status.PASS, "ok")])
+    assert read_table(tmp_path)["n1"][0] == observed
 
 
 def test_table_keeps_value_types_and_reads_into_pandas(tmp_path: Path) -> None:

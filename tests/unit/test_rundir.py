@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import multiprocessing
 import os
+import subprocess
+from pathlib import Path
 
 import pytest
 
+from healthcheck.bundle import read_bundle
 from healthcheck.model import CommandResult, Finding, HostCollection, Status
-from healthcheck.rundir import FindingsLog, RunDirError, new_run_dir, read_bundle, write_collection
+from healthcheck.rundir import FindingsLog, RunDirError, new_run_dir, write_collection
 
 
 def test_collection_round_trips_exact_bytes_and_flags(tmp_path):
@@ -58,6 +63,71 @@ def test_findings_log_appends_and_tolerates_a_cut_line(tmp_path):
     lines = log.path.read_text().splitlines()
     assert json.loads(lines[0])["value"] == 7
 
+
+def _claim_many(out: str, barrier, rounds: int, queue) -> None:  # runs in a child process
+    got = []
+    for _ in range(rounds):
+        barrier.wait(timeout=30)
+        got.append(str(new_run_dir(Path(out), None)))
+    queue.put(got)
+
+
+def test_racing_processes_never_share_a_run_directory(tmp_path):
+    """Issue 13.4: 6 processes x 15 rounds, released together by a barrier, all in the same second."""
+    ctx = multiprocessing.get_context("fork")
+    barrier, queue = ctx.Barrier(6), ctx.Queue()
+    procs = [ctx.Process(target=_claim_many, args=(str(tmp_path / "runs"), barrier, 15, queue)) for _ in range(6)]
+    for p in procs:
+        p.start()
+    claimed = [d for _ in procs for d in queue.get(timeout=60)]
+    for p in procs:
+        p.join(timeout=30)
+        assert p.exitcode == 0
+    assert len(claimed) == 90 and len(set(claimed)) == 90
+    assert all(not any(Path(d, "raw").iterdir()) for d in claimed)
+
+
+def test_same_run_dir_twice_is_refused(tmp_path):
+    first = new_run_dir(None, tmp_path / "run")
+    with pytest.raises(RunDirError, match="not empty"):
+        new_run_dir(None, first)
+    (tmp_path / "empty").mkdir()
+    assert new_run_dir(None, tmp_path / "empty") == tmp_path / "empty"  # an empty folder may be given
+
+
+def test_host_folder_appears_only_complete(tmp_path, monkeypatch):
+    """Issue 13.3: written under raw/.partial-*, renamed into place; a failed write leaves nothing."""
+    run = new_run_dir(None, tmp_path / "run")
+    ok = HostCollection(host="n1", results={"uname-r": CommandResult("n1", "uname-r", b"6.1\n", b"", 0)})
+    write_collection(run, ok)
+    assert sorted(p.name for p in (run / "raw").iterdir()) == ["n1"]
+    assert sorted(p.name for p in (run / "raw" / "n1").iterdir()) == ["_host.json", "uname-r.err", "uname-r.out",
+                                                                     "uname-r.rc"]
+    with pytest.raises(OSError) as info:  # ENAMETOOLONG at the rename: nothing half-written stays
+        write_collection(run, HostCollection(host="n" * 300, results=ok.results))
+    assert info.value.errno == errno.ENAMETOOLONG
+    assert sorted(p.name for p in (run / "raw").iterdir()) == ["n1"]
+
+
+def test_disk_full_mid_host_leaves_no_partial_folder(tmp_path):
+    """A real ENOSPC: a 256 KiB tmpfs (root only), one host's output larger than that."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)]).returncode != 0:
+        pytest.skip("mount -t tmpfs not permitted here")
+    try:
+        run = new_run_dir(None, mnt / "run")
+        big = HostCollection(host="n2", results={"x": CommandResult("n2", "x", b"y" * 400_000, b"", 0)})
+        with pytest.raises(OSError) as info:
+            write_collection(run, big)
+        assert info.value.errno == errno.ENOSPC
+        assert list((run / "raw").iterdir()) == []  # space freed again
+        write_collection(run, HostCollection(host="n3", results={"x": CommandResult("n3", "x", b"ok\n", b"", 0)}))
+        assert (run / "raw" / "n3" / "x.out").read_bytes() == b"ok\n"
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
 
 def test_latest_symlink_is_relative_replaced_atomically_and_never_clobbers_a_folder(tmp_path):
     from healthcheck.rundir import update_latest

@@ -1,0 +1,171 @@
+"""Replay treats a bundle as untrusted (issue 13.5, 13.6, 12.2): links never followed, malformed
+pieces are ERRORs naming the file, a folder that is not a bundle is a usage error."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from healthcheck.bundle import read_bundle, read_manifest_hosts
+from healthcheck.pipeline import RunOptions, execute_run
+from healthcheck.rundir import RunDirError
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "inventories" / "samples" / "h100-4node"
+SECRET = "-----BEGIN OPENSSH PRIVATE KEY----- not-for-the-report"
+
+
+@pytest.fixture
+def bundle(tmp_path: Path) -> Path:
+    shutil.copytree(SAMPLE, tmp_path / "bundle")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "id_key").write_text(SECRET + "\n")
+    return tmp_path / "bundle"
+
+
+def _replay(bundle: Path, out: Path, **kw):
+    return execute_run(RunOptions(replay=bundle, out=out, render=kw.pop("render", False), **kw))
+
+
+def _checks(results, host: str) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for f in results.hosts[host].findings:
+        out.setdefault(f.check, []).append(f)
+    return out
+
+
+def test_symlinked_output_is_refused_and_never_read(bundle, tmp_path):
+    out = bundle / "raw" / "h100-node01" / "hostname.out"
+    out.unlink()
+    out.symlink_to(tmp_path / "outside" / "id_key")
+    outcome = _replay(bundle, tmp_path / "runs", render=True)
+    [collect] = _checks(outcome.results, "h100-node01")["system.collect"]
+    assert collect.status.value == "ERROR"
+    assert "refused raw/h100-node01/hostname.out: is a symbolic link" in collect.message
+    for name in ("results.json", "report.html", "junit.xml", "findings.jsonl"):
+        assert SECRET not in (outcome.run_dir / name).read_text(), name
+    assert not (outcome.run_dir / "raw" / "h100-node01" / "hostname.out").exists()
+
+
+def test_linked_host_folder_jobs_folder_and_loop_copy_nothing_from_outside(bundle, tmp_path):
+    (bundle / "raw" / "_jobs").symlink_to(tmp_path / "outside")
+    (bundle / "raw" / "unlisted").symlink_to(tmp_path / "outside")
+    (bundle / "raw" / "loop-host").symlink_to(bundle / "raw")
+    shutil.rmtree(bundle / "raw" / "h100-node02")
+    (bundle / "raw" / "h100-node02").symlink_to(bundle / "raw" / "h100-node01")
+    outcome = _replay(bundle, tmp_path / "runs")
+    copied = {p.relative_to(outcome.run_dir).as_posix() for p in outcome.run_dir.rglob("*")}
+    assert not any("id_key" in p or p.startswith(("raw/_jobs", "raw/unlisted", "raw/loop-host")) for p in copied)
+    reach = _checks(outcome.results, "h100-node02")["host.reachable"][0]
+    assert reach.status.value == "ERROR" and "refused raw/h100-node02: is a symbolic link" in reach.message
+    [bundle_error] = _checks(outcome.results, "h100-node01")["replay.bundle"]
+    assert bundle_error.status.value == "ERROR"
+    for name in ("raw/_jobs", "raw/loop-host", "raw/unlisted"):
+        assert f"{name}: a symbolic link, not followed" in bundle_error.message
+
+
+def test_fifo_and_folder_named_like_an_output_are_refused(bundle, tmp_path):
+    host = bundle / "raw" / "h100-node01"
+    (host / "uname-r.out").unlink()
+    os.mkfifo(host / "uname-r.out")  # reading it would block forever
+    (host / "uptime.out").unlink()
+    (host / "uptime.out").mkdir()
+    outcome = _replay(bundle, tmp_path / "runs")
+    messages = " ".join(f.message for f in _checks(outcome.results, "h100-node01")["system.collect"])
+    assert "refused raw/h100-node01/uname-r.out: is not a regular file" in messages
+    assert "refused raw/h100-node01/uptime.out: is not a regular file" in messages
+
+
+@pytest.mark.parametrize("meta, why", [
+    ("[1, 2]", "not a JSON object"),
+    ('{"commands": []}', "'commands' is not an object of objects"),
+    ('{"commands": {"uptime": 3}}', "'commands' is not an object of objects"),
+    ('{"duration_s": "fast"}', "a 'duration_s' is not a number"),
+    ('{"transport_error"', "malformed raw/h100-node03/_host.json: Expecting"),
+])
+def test_malformed_host_json_is_an_error_naming_the_file(bundle, tmp_path, meta, why):
+    (bundle / "raw" / "h100-node03" / "_host.json").write_text(meta)
+    outcome = _replay(bundle, tmp_path / "runs")
+    reach = _checks(outcome.results, "h100-node03")["host.reachable"][0]
+    assert reach.status.value == "ERROR"
+    assert "raw/h100-node03/_host.json" in reach.message and why in reach.message
+    assert outcome.results.hosts["h100-node01"].verdict.value == "PASS"  # the other hosts are graded as before
+
+
+def test_malformed_rc_is_an_error_not_a_missing_tool(bundle, tmp_path):
+    (bundle / "raw" / "h100-node01" / "uname-r.rc").write_text("zero\n")
+    outcome = _replay(bundle, tmp_path / "runs")
+    messages = [f.message for f in _checks(outcome.results, "h100-node01")["system.collect"]]
+    assert messages == ["uname-r could not run: refused raw/h100-node01/uname-r.rc: malformed: 'zero' is not an "
+                        "exit code"]
+
+
+@pytest.mark.parametrize("manifest, why", [
+    ('{"hosts": null}', "'hosts' is not a list"),
+    ('{"hosts": [{"profile": "h100-sxm5-8x"}]}', "hosts[0]: host name None is not a non-empty string"),
+    ('{"hosts": [{"name": 7}]}', "hosts[0]: host name 7 is not a non-empty string"),
+    ('{"hosts": [{"name": "n1", "vars": [1]}]}', "hosts[0]: vars is not an object"),
+    ('{"hosts": [{"name": "n1", "colour": "red"}]}', "hosts[0]: unknown keys ['colour']"),
+    ('{"hosts": [{"name": "../etc"}]}', "hosts[0]: host name '../etc' is not usable"),
+    ("[]", "not a readable manifest"),
+    ("{", "not a readable manifest"),
+])
+def test_malformed_manifest_is_a_usage_error(bundle, manifest, why):
+    (bundle / "manifest.json").write_text(manifest)
+    with pytest.raises(RunDirError) as info:
+        read_manifest_hosts(bundle)
+    assert why in str(info.value) and "manifest.json" in str(info.value)
+
+
+def test_parent_of_runs_and_empty_host_folders_are_never_pass(tmp_path):
+    """Issue 12.2: ``--replay runs/`` is a usage error; an empty host folder is ERROR, never PASS."""
+    runs = tmp_path / "runs"
+    first = _replay(SAMPLE, runs).run_dir
+    proc = subprocess.run([sys.executable, "-m", "healthcheck", "run", "--replay", str(runs), "--out",
+                           str(tmp_path / "again")], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"healthcheck: {runs} holds run directories, not one run: replay one of them, " \
+                                  f"e.g. {first}"
+    empty = tmp_path / "empty"
+    (empty / "raw" / "n1").mkdir(parents=True)
+    (empty / "raw" / "n2").mkdir()
+    (empty / "raw" / "n2" / "uname-r.out").write_text("6.1.0\n")
+    hosts = read_bundle(empty)
+    assert hosts["n1"].transport_error == "no collected output in raw/n1/ (no <command_id>.out files)"
+    assert hosts["n2"].transport_error is None
+    outcome = _replay(empty, tmp_path / "runs2")
+    assert outcome.results.hosts["n1"].verdict.value == "ERROR"
+
+
+def test_half_written_host_of_a_killed_run_is_not_graded_reachable(bundle, tmp_path):
+    """Issue 13.3: a folder without _host.json inside a run directory we wrote is incomplete."""
+    run = _replay(bundle, tmp_path / "runs").run_dir
+    (run / "raw" / "h100-node04" / "_host.json").unlink()  # how a run killed before this change left it
+    (run / "raw" / ".partial-123-0").mkdir()  # a host being written when the run was killed: ignored
+    (run / "raw" / ".partial-123-0" / "hostname.out").write_text("h100-node09\n")
+    again = _replay(run, tmp_path / "runs2")
+    reach = _checks(again.results, "h100-node04")["host.reachable"][0]
+    assert reach.status.value == "ERROR" and "incomplete" in reach.message
+    assert ".partial-123-0" not in again.results.hosts and "h100-node09" not in again.results.hosts
+
+
+def test_replayed_run_keeps_jobs_copied_as_regular_files(tmp_path):
+    bundle = tmp_path / "b"
+    (bundle / "raw" / "n1").mkdir(parents=True)
+    (bundle / "raw" / "n1" / "uname-r.out").write_text("6.1.0\n")
+    (bundle / "raw" / "_jobs").mkdir()
+    (bundle / "raw" / "_jobs" / "notes.txt").write_text("kept\n")
+    (bundle / "raw" / "_jobs" / "link.out").symlink_to(bundle / "raw" / "_jobs" / "notes.txt")
+    outcome = _replay(bundle, tmp_path / "runs")
+    jobs = outcome.run_dir / "raw" / "_jobs"
+    assert sorted(p.name for p in jobs.iterdir()) == ["notes.txt"]
+    assert json.dumps([f.message for f in outcome.results.hosts["n1"].findings if f.check == "replay.bundle"]) \
+        == json.dumps(["bundle entries refused (a bundle is untrusted, links are never followed): "
+                       "raw/_jobs/link.out: a symbolic link, not followed"])

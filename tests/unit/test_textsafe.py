@@ -1,0 +1,47 @@
+"""Terminal escapes and bidi overrides from node output are neutralised (issue 13.10): the console
+prints visible escapes, the report shows them visibly, nothing reaches the terminal or the page raw."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from healthcheck.cli import main
+from healthcheck.model import Finding, Status
+from healthcheck.pipeline import render_reports
+from healthcheck.results import HostResult, RunResults, write_results
+from healthcheck.textsafe import printable
+
+OSC = "\x1b]0;PWNED-TITLE\x07"
+RLO = "\u202e"
+
+
+def test_printable_escapes_controls_and_bidi_keeps_text():
+    assert printable(f"remote script ended: {OSC}done") == "remote script ended: \\x1b]0;PWNED-TITLE\\x07done"
+    assert printable(f"proc {RLO}gnp.exe\u2066x\u2069") == "proc \\u202egnp.exe\\u2066x\\u2069"
+    assert printable("gpu3: 91 C\tok\nnext – café") == "gpu3: 91 C\tok\nnext – café"
+    assert printable("\x9b31m\x00") == "\\x9b31m\\x00"
+
+
+def _run(tmp_path: Path) -> Path:
+    finding = Finding(host="gpu001", check="host.reachable", status=Status.ERROR, value=f"{RLO}x",
+                      message=f"gpu001: remote script ended before all commands reported: {OSC} evil{RLO}fdp.exe")
+    write_results(tmp_path, RunResults(run={"id": "esc"}, hosts={"gpu001": HostResult(name="gpu001",
+                                                                                      findings=[finding])}))
+    return tmp_path
+
+
+def test_console_summary_prints_visible_escapes(tmp_path):
+    out = CliRunner().invoke(main, ["results", str(_run(tmp_path))])
+    assert out.exit_code == 1
+    assert "\x1b" not in out.output and "\x07" not in out.output and RLO not in out.output
+    assert "ended before all commands reported: \\x1b]0;PWNED-TITLE\\x07 evil\\u202efdp.exe" in out.output
+
+
+def test_report_shows_escapes_visibly(tmp_path):
+    run = _run(tmp_path)
+    render_reports(run)
+    page = (run / "report.html").read_text()
+    assert RLO not in page and "\x1b" not in page and "\x07" not in page
+    assert "evil\\u202efdp.exe" in page  # in the page's text and in its embedded JSON (as \\u202e)
