@@ -12,14 +12,21 @@ node can neither break the table nor inject markup.
 
 from __future__ import annotations
 
+import re
+
 from healthcheck.reports import ReporterSpec, register
-from healthcheck.reports.digest import RunDigest, fold, short_cited
+from healthcheck.reports.digest import RunDigest, expected_band, fold, short_cited
 from healthcheck.reports.field_views import field_context
 
 from healthcheck.model import Status
 
 MAX_GROUPS = 25
 MAX_TEXT = 300
+MAX_BANDWIDTH_ROWS = 40
+# the benchmark results graded as a fraction of the profile's expectation (benchmarks/bands.py)
+BANDWIDTH_CHECKS = re.compile(r"^(nccl\.\w+\.(node|pair|rail|cluster)\.busbw|hpl\.node\.gflops"
+                              r"|imb\.pingpong\.bandwidth)$")
+_BAND_LABEL = re.compile(r"\((excellent|acceptable|degraded|broken);")
 
 
 def md_text(value: object, limit: int = MAX_TEXT) -> str:
@@ -54,6 +61,7 @@ def render_markdown(digest: RunDigest) -> bytes:
         if names:
             lines.append(f"| {status.value} | {len(names)} | {md_code(fold(names), 2000)} |")
     lines += rerun_lines(digest.document.get("rerun"))
+    lines += bandwidth_lines(digest)
     groups = digest.groups
     if groups:
         lines += ["", "### Findings (grouped across hosts)", ""]
@@ -71,6 +79,37 @@ def render_markdown(digest: RunDigest) -> bytes:
                   f"failing on {md_text(o.get('failures', '?'))} of the last {md_text(o.get('runs', '?'))} runs"
                   for o in offenders[:MAX_GROUPS]]
     return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def bandwidth_lines(digest: RunDigest) -> list[str]:
+    """"Bandwidth vs expectation": busbw per node, pair and cluster job, HPL per node, IMB per pair, with
+    the band; one row per job (a pair's finding on both hosts is one row), worst first."""
+    rows: dict[tuple[str, str, str], list] = {}
+    for f in digest.results.findings():
+        if not BANDWIDTH_CHECKS.match(f.check) or isinstance(f.value, bool) or not isinstance(f.value, int | float):
+            continue
+        row = rows.setdefault((f.check, f.component or "", f.source or ""), [f, [], f.status.rank])
+        row[1].append(f.host)
+        row[2] = min(row[2], f.status.rank)
+        if f.status.rank > row[0].status.rank:  # the attributed node's finding, not its cleared partner's
+            row[0] = f
+    if not rows:
+        return []
+    lines = ["", "### Bandwidth vs expectation", "", "| status | band | check | job | nodes | measured | of nominal |",
+             "|---|---|---|---|---|---:|---:|"]
+    ordered = sorted(rows.values(), key=lambda r: (-r[0].status.rank, r[0].check, r[0].component or ""))
+    for f, hosts, best in ordered[:MAX_BANDWIDTH_ROWS]:
+        band = expected_band(f.expected)
+        nominal = band[1] if band else None
+        share = f"{float(f.value) / nominal:.0%}" if nominal else "-"
+        label = m[1] if (m := _BAND_LABEL.search(f.message or "")) else "-"
+        blamed = f" (blamed: {md_code(f.host)})" if f.status.rank > best else ""
+        measured = f"{float(f.value):g} {md_text(f.unit or '')}"
+        lines.append(f"| {f.status.value} | {label} | {md_code(f.check)} | {md_text(f.component)}{blamed} | "
+                     f"{md_code(fold(sorted(set(hosts))), 500)} | {measured} | {share} |")
+    if len(ordered) > MAX_BANDWIDTH_ROWS:
+        lines.append(f"\n… and {len(ordered) - MAX_BANDWIDTH_ROWS} more jobs: see report.html")
+    return lines
 
 
 def rerun_lines(rerun: object) -> list[str]:

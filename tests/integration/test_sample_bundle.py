@@ -32,6 +32,7 @@ def test_readme_first_command_replays_the_sample(tmp_path):
     [kernel] = [f for f in results["hosts"]["h100-node04"]["findings"] if f["check"] == "fleet.version.kernel"]
     assert kernel["status"] == "WARN" and "5.15.0-1053-nvidia" in kernel["message"]
     assert_benchmark_story(run_dir)
+    assert_reports_carry_the_benchmarks(run_dir)
     for name in ("report.html", "junit.xml", "metrics.prom", "summary.md", "findings.jsonl", "manifest.json"):
         assert (run_dir / name).is_file(), name
 
@@ -97,3 +98,26 @@ def assert_benchmark_story(run_dir: Path) -> None:
     assert hpl["value"] == 371800.0 and "69% of Rpeak" in hpl["message"]
     slow = [f for f in found.values() if f["check"] == "telemetry.clock_event.hw_slowdown" and f["status"] == "FAIL"]
     assert [(f["host"], f["component"], f["value"]) for f in slow] == [(bad, "gpu6", 10.0)]
+
+
+def assert_reports_carry_the_benchmarks(run_dir: Path) -> None:
+    """summary.md, junit.xml and metrics.prom carry busbw per node and per pair, with the band."""
+    summary = (run_dir / "summary.md").read_text()
+    section = summary.split("### Bandwidth vs expectation", 1)[1].split("###", 1)[0]
+    assert ("| FAIL | broken | `nccl.all_reduce.node.busbw` | node | `h100-node03` | 210.25 GB/s | 44% |"
+            in section)
+    assert ("| PASS | excellent | `nccl.all_reduce.node.busbw` | node | `h100-node01` | 476.03 GB/s | 99% |"
+            in section)
+    assert ("| FAIL | broken | `nccl.all_reduce.pair.busbw` | pair h100-node01-h100-node03 (blamed: `h100-node03`) | "
+            "`h100-node[01,03]` | 141.18 GB/s | 37% |" in section)
+    assert ("| PASS | excellent | `nccl.all_reduce.pair.busbw` | pair h100-node01-h100-node02 | `h100-node[01-02]` | "
+            "388.77 GB/s | 102% |" in section)
+    assert summary.index("### Bandwidth vs expectation") < summary.index("### Findings (grouped across hosts)")
+    junit = (run_dir / "junit.xml").read_text()
+    assert 'name="nccl.all_reduce.node.busbw' in junit and "210.2 GB/s = 44% of expected 480 GB/s (broken" in junit
+    metrics = (run_dir / "metrics.prom").read_text()
+    assert 'healthcheck_nccl_busbw_bytes_per_second{host="h100-node03",test="all_reduce_perf"} 2.1025e+11' in metrics
+    assert ('healthcheck_check_status{check="nccl.all_reduce.pair.busbw",host="h100-node03",status="FAIL"} 4.0'
+            in metrics)
+    assert ('healthcheck_pair_bandwidth_bytes_per_second{benchmark="nccl all_reduce_perf",host_a="h100-node01",'
+            'host_b="h100-node03"} 1.4118e+11' in metrics)
