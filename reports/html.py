@@ -200,6 +200,15 @@ def pair_threshold(views: Any, metric: str) -> float | None:
     return None
 
 
+def _blamed_by_pairs(digest: RunDigest) -> dict[str, list[str]]:
+    """Nodes the pair attribution found bad (``<benchmark>.<test>.pairs.node`` FAIL), per benchmark."""
+    out: dict[str, set[str]] = {}
+    for f in digest.results.findings():
+        if f.status is Status.FAIL and f.check.endswith(".pairs.node"):
+            out.setdefault(f.check.split(".", 1)[0], set()).add(f.host)
+    return {bench: sorted(hosts) for bench, hosts in out.items()}
+
+
 def bench_context(digest: RunDigest) -> dict[str, Any]:
     views = bench_views(digest)
     curves = []
@@ -216,6 +225,7 @@ def bench_context(digest: RunDigest) -> dict[str, Any]:
                                            y_label="busbw (GB/s)", title=f"{test} busbw vs size"),
                        "distribution": _distribution(peaks, low)})
     heatmaps = []
+    blamed = _blamed_by_pairs(digest)
     for metric, pairs in views.pair_metrics().items():
         nodes = sorted({p.a for p in pairs} | {p.b for p in pairs})
         lower_better = metric.endswith("_us")
@@ -225,7 +235,8 @@ def bench_context(digest: RunDigest) -> dict[str, Any]:
                          low=low, higher_is_better=not lower_better)
                  if len(nodes) <= HEATMAP_MAX_NODES else "")
         heatmaps.append({"metric": metric, "nodes": len(nodes), "pairs": len(pairs), "chart": chart,
-                         "worst": worst, "lower_better": lower_better, "low": low})
+                         "worst": worst, "lower_better": lower_better, "low": low,
+                         "blamed": blamed.get(metric.split()[0], [])})
     hpl_band = views.band("hpl.node.gflops")
     hpl_ref = hpl_band[0] if hpl_band else None
     hpl_bars = sorted(views.hpl.items(), key=lambda kv: kv[1])[:HPL_BARS_MAX]
