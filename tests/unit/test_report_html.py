@@ -92,12 +92,12 @@ def test_host_details_findings_margin_panels_and_raw(page: str) -> None:
 
 
 def test_fleet_versions_and_bench_views(page: str) -> None:
-    fleet = page[page.index('id="fleet"'):page.index('id="bench"')]
+    fleet = page[page.index('id="fleet"'):page.index('id="details"')]  # the bench section now precedes the problems
     row = re.search(r"<code>gpu.driver_version</code></td><td>([^<]+)</td><td>(\d+)</td>(.*?)</tr>",
                     fleet, re.S)
     assert row and row[1] == "550.54.15" and row[2] == "5" and "535.161.08" in row[3] and "gpu005" in row[3]
     assert "1 outlier" in fleet and "gpu004" in fleet
-    bench = page[page.index('id="bench"'):page.index('id="details"')]
+    bench = page[page.index('id="bench"'):page.index('id="problems"')]
     assert "all_reduce_perf: busbw vs message size per node (5 nodes)" in bench
     assert 'class="band"' in bench and len(re.findall("<polyline", bench)) == 5
     assert len(re.findall('stroke="#dc2626" stroke-width="2.2"><title>gpu004</title>', bench)) == 1
