@@ -119,7 +119,17 @@ def _command(folder: Path, rel: str, host: str, cid: str, names: set[str], flags
         duration_s=float(flags.get("duration_s") or 0.0), timed_out=bool(flags.get("timed_out", False)),
         transport_error=flags.get("transport_error"),
         stdout_truncated=bool(flags.get("stdout_truncated", False)) or cut,
-        stderr_truncated=bool(flags.get("stderr_truncated", False)) or cut_err)
+        stderr_truncated=bool(flags.get("stderr_truncated", False)) or cut_err,
+        not_run=_text(flags.get("not_run")), timeout_s=_seconds(flags.get("timeout_s")))
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _seconds(value: Any) -> float | None:
+    """A finite number of seconds from _host.json, else None (a bundle is untrusted data)."""
+    return float(value) if _number(value) else None
 
 
 def _is_regular(path: Path) -> bool:
@@ -145,16 +155,32 @@ def read_host(folder: Path, expect_meta: bool = False) -> HostCollection:
     names = set(entries)
     results = {cid: _command(folder, rel, host, cid, names, flags.get(cid, {}))
                for cid in sorted(n[:-4] for n in names if n.endswith(".out") and len(n) > 4)}
-    for cid, f in flags.items():  # commands that never produced output (host unreachable, deadline)
-        if cid not in results and f.get("transport_error"):
+    for cid, f in flags.items():  # commands that never produced output (host unreachable, deadline, not run)
+        if cid not in results and isinstance(f, Mapping) and (f.get("transport_error") or f.get("not_run")):
             results[cid] = CommandResult(host=host, command_id=cid, timed_out=bool(f.get("timed_out")),
-                                         transport_error=f["transport_error"])
+                                         transport_error=_text(f.get("transport_error")),
+                                         not_run=_text(f.get("not_run")), timeout_s=_seconds(f.get("timeout_s")))
     error = meta.get("transport_error") or problem
     if not results and error is None:
         error = f"no collected output in {rel}/ (no <command_id>.out files)"
     return HostCollection(host=host, results=results, transport_error=error, busy=bool(meta.get("busy", False)),
                           duration_s=float(meta.get("duration_s") or 0.0),
                           collected_at=meta.get("collected_at") or "")
+
+
+def read_bundle_host(raw: Path, name: str, expect_meta: bool = False) -> HostCollection:
+    """One host folder of a bundle's raw/, read lazily (replay grading): a linked folder is refused,
+    never followed."""
+    folder = Path(raw) / name
+    if folder.is_symlink() or not folder.is_dir():
+        return _refused_host(name, f"refused raw/{name}: is a symbolic link or not a folder "
+                                   "(links in a bundle are never followed)")
+    return read_host(folder, expect_meta=expect_meta)
+
+
+def written_by_a_run(path: Path) -> bool:
+    """The manifest of a run directory written by ``healthcheck run`` (not a hand-made bundle's)."""
+    return _written_by_a_run(Path(path))
 
 
 def _refused_host(name: str, why: str) -> HostCollection:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from healthcheck.assetdiff import current_assets, reset_swapped
-from healthcheck.bundle import read_host
+from healthcheck.bundle import read_bundle_host
 from healthcheck.defaults import DEFAULTS
 from healthcheck.hostvars import host_profile
 from healthcheck.model import Finding, Host, HostCollection, Status
@@ -49,6 +49,7 @@ class GradeJob:
     profiles: Mapping[str, Profile]
     options: Mapping[str, Any]
     previous: Mapping[str, Mapping[str, Any]]
+    expect_meta: bool = False  # the bundle is a run directory we wrote: a host without _host.json is incomplete
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ def grade_one(job: GradeJob, host: Host) -> Graded:
     """Read and grade one host of the bundle; never raises."""
     try:
         if host.name in job.names:
-            collection = read_host(job.raw / host.name)
+            collection = read_bundle_host(job.raw, host.name, job.expect_meta)
         else:
             collection = HostCollection(host=host.name, results={},
                                         transport_error=f"host {host.name} is not in bundle {job.raw.parent}")

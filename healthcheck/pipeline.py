@@ -22,7 +22,7 @@ from typing import Any
 
 import healthcheck
 from healthcheck import probes as probe_registry
-from healthcheck.bundle import copy_bundle_rest, read_manifest_hosts, validate_bundle
+from healthcheck.bundle import copy_bundle_rest, read_manifest_hosts, validate_bundle, written_by_a_run
 from healthcheck.defaults import DEFAULTS
 from healthcheck.gradepool import Graded, GradeJob, grade_collection, grade_hosts, worker_count
 from healthcheck.grading import apply_observe
@@ -332,7 +332,9 @@ def _sweep(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host], pr
     store = ObservationStore(run_dir)
     if mode == "replay" and opts.replay is not None:
         bundle = Path(opts.replay)
-        job = GradeJob(raw_dir(bundle), frozenset(host_names(bundle)), selected, profiles, options, previous)
+        raw = raw_dir(bundle)
+        job = GradeJob(raw, frozenset(host_names(bundle)), selected, profiles, options, previous,
+                       expect_meta=written_by_a_run(raw.parent if raw.name == "raw" else raw))
         return _replay_sweep(opts, hosts, job, log, store, guard)
     job = GradeJob(run_dir / "raw", frozenset(), selected, profiles, options, previous)
 
@@ -425,13 +427,15 @@ def _replay_sweep(opts: RunOptions, hosts: Sequence[Host], job: GradeJob, log: F
 
     def done(graded: Graded) -> None:
         host = by_name[graded.host]
-        with contextlib.suppress(OSError):  # the findings are in memory and reach results.json
-            log.append_lines(graded.lines)
         results[host.name] = HostResult(name=host.name, findings=graded.findings, observations=graded.key,
                                         observations_at=store.append(graded.member), profile=host.profile,
                                         group=host.group, address=host.address)
         progress.on_host_start(host)
         progress.on_host_done(host, results[host.name])
+        try:
+            log.append_lines(graded.lines)
+        except OSError as exc:  # the run directory is unwritable: stop handing out hosts (this one is kept)
+            raise _Stopped(f"{log.path} cannot be written: {exc.strerror or exc}") from exc
 
     with ProgressDisplay(total=len(hosts), enabled=opts.progress) as progress:
         try:
@@ -441,7 +445,14 @@ def _replay_sweep(opts: RunOptions, hosts: Sequence[Host], job: GradeJob, log: F
             guard.shield()
             _not_swept(hosts, results, log, f"the run was interrupted ({guard.signal or 'SIGINT'})")
             return results, SweepEnd(interrupted=True)
+        except _Stopped as stop:
+            _not_swept(hosts, results, log, f"the sweep stopped: {stop}")
+            return results, SweepEnd(fatal=str(stop))
     return results, SweepEnd()
+
+
+class _Stopped(Exception):
+    """The replay cannot go on (``findings.jsonl`` unwritable); the message says why."""
 
 
 def _evidence(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host],

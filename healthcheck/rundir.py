@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import os
 import shutil
 import threading
@@ -111,6 +110,7 @@ def write_collection(run_dir: Path, collection: HostCollection) -> None:
     name = _safe_component(collection.host)
     raw = Path(run_dir) / "raw"
     tmp = raw / f".partial-{os.getpid()}-{next(_partial)}"
+    raw.mkdir(parents=True, exist_ok=True)
     tmp.mkdir()
     try:
         _write_host_files(tmp, collection)
@@ -138,13 +138,6 @@ def _write_host_files(folder: Path, collection: HostCollection) -> None:
         (folder / f"{cid}.err").write_bytes(result.stderr)
         (folder / f"{cid}.rc").write_text("" if result.rc is None else f"{result.rc}\n")
     (folder / HOST_META).write_text(json.dumps(meta, indent=1) + "\n")
-
-
-def _seconds(value: Any) -> float | None:
-    """A finite number of seconds from _host.json, else None (a bundle is untrusted data)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
 
 
 def raw_dir(path: Path) -> Path:
@@ -175,8 +168,8 @@ def host_names(path: Path) -> list[str]:
     if not raw.is_dir():
         raise RunDirError(f"{path} is not a run directory or capture bundle (no raw/ folder)")
     with os.scandir(raw) as entries:
-        names = sorted(e.name for e in entries  # a linked host folder is never followed (untrusted)
-                       if e.is_dir(follow_symlinks=False) and not e.name.startswith(("_", ".")))
+        names = sorted(e.name for e in entries  # a linked host folder is listed, then refused when read
+                       if (e.is_dir(follow_symlinks=False) or e.is_symlink()) and not e.name.startswith(("_", ".")))
     if not names:
         raise RunDirError(f"{raw} holds no host folders")
     return names

@@ -165,14 +165,18 @@ class RunDigest:
             raw = raw_dir(self.run_dir)
         except RunDirError:
             return None
-        path = next((p for p in (raw / host / f"{command_id}.out", raw / "_jobs" / f"{command_id}.out")
-                     if p.is_file()), None)
-        if path is None:
-            return None
-        with path.open("rb") as fh:
-            chunk = fh.read(limit + 1)
-        text = chunk[:limit].decode("utf-8", errors="replace")
-        return text + ("\n[... truncated]" if len(chunk) > limit else "")
+        from healthcheck.bundle import BundleFileError, read_regular  # a referenced bundle is untrusted input
+
+        for path in (raw / host / f"{command_id}.out", raw / "_jobs" / f"{command_id}.out"):
+            if host.startswith(".") or "/" in host or path.parent.is_symlink():
+                continue
+            try:
+                chunk, cut = read_regular(path, limit + 1)  # links are never followed
+            except BundleFileError:
+                continue
+            text = chunk[:limit].decode("utf-8", errors="replace")
+            return text + ("\n[... truncated]" if cut or len(chunk) > limit else "")
+        return None
 
 
 def _read_json(path: Path) -> dict[str, Any]:

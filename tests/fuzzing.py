@@ -52,6 +52,7 @@ _SOURCES: tuple[tuple[str, str, str], ...] = (
     ("system", "proc-mounts", "proc-mounts"), ("system", "mount-probe", "mount-probe"),
     ("system", "systemctl", "systemd-units"), ("system", "nccl-libs", "nccl-libs"),
     ("nccl-tests", "", "bench:nccl"), ("imb", "", "bench:imb"), ("hpl", "", "bench:hpl"), ("osu", "", "bench:osu"),
+    ("sdc", "", "bench:sdc"),
     ("nvidia-smi", "nvidia-smi-q-", "nvidia-smi-q"),
 )
 
@@ -164,8 +165,8 @@ def check_probe(probe_name: str, cid: str, text: str, alone: bool) -> str:
 
 
 def bench_job(name: str, text: str) -> Job:
-    test = {"nccl": "all_reduce_perf", "hpl": "xhpl", "imb": "PingPong", "osu": "osu_latency"}[name]
-    shape = "node" if name in ("nccl", "hpl") else "pair"
+    test = {"nccl": "all_reduce_perf", "hpl": "xhpl", "imb": "PingPong", "osu": "osu_latency", "sdc": "sdc"}[name]
+    shape = "node" if name in ("nccl", "hpl", "sdc") else "pair"
     hosts = ("fuzz1",) if shape == "node" else ("fuzz1", "fuzz2")
     return Job(job_id=f"{name}-fuzz", benchmark=name, test=test, shape=shape, hosts=hosts, ranks_per_host=8)
 

@@ -66,7 +66,7 @@ def test_linked_host_folder_jobs_folder_and_loop_copy_nothing_from_outside(bundl
     assert reach.status.value == "ERROR" and "refused raw/h100-node02: is a symbolic link" in reach.message
     [bundle_error] = _checks(outcome.results, "h100-node01")["replay.bundle"]
     assert bundle_error.status.value == "ERROR"
-    for name in ("raw/_jobs", "raw/loop-host", "raw/unlisted"):
+    for name in ("raw/_jobs",):  # host-like entries are never copied (the replay references the bundle)
         assert f"{name}: a symbolic link, not followed" in bundle_error.message
 
 
@@ -146,7 +146,7 @@ def test_parent_of_runs_and_empty_host_folders_are_never_pass(tmp_path):
 
 def test_half_written_host_of_a_killed_run_is_not_graded_reachable(bundle, tmp_path):
     """Issue 13.3: a folder without _host.json inside a run directory we wrote is incomplete."""
-    run = _replay(bundle, tmp_path / "runs").run_dir
+    run = _replay(bundle, tmp_path / "runs", copy_raw=True).run_dir  # a run directory holding its raw/
     (run / "raw" / "h100-node04" / "_host.json").unlink()  # how a run killed before this change left it
     (run / "raw" / ".partial-123-0").mkdir()  # a host being written when the run was killed: ignored
     (run / "raw" / ".partial-123-0" / "hostname.out").write_text("h100-node09\n")

@@ -151,9 +151,9 @@ def test_hosts_accepts_sinfo_style_multiline_nodesets(tmp_path):
 
 
 @pytest.mark.parametrize(("hosts", "says"), [
-    ({"h100-node01": {}}, "'hosts' must be a list of host objects, got dict"),
-    (["h100-node01"], "hosts[0] must be an object with a 'name', got 'h100-node01'"),
-    ([{"name": "h100-node01", "adress": "10.0.0.1"}], "hosts[0] has unknown key(s) adress"),
+    ({"h100-node01": {}}, "manifest.json: 'hosts' is not a list"),
+    (["h100-node01"], "manifest.json: hosts[0] is not an object"),
+    ([{"name": "h100-node01", "adress": "10.0.0.1"}], "manifest.json: hosts[0]: unknown keys ['adress']"),
 ])
 def test_manifest_hosts_of_the_wrong_shape_is_a_usage_error(cli, tmp_path, hosts, says):
     """The built-in sample's manifest with its ``hosts`` edited: one line on stderr, exit 2, no traceback."""
@@ -173,8 +173,8 @@ def test_results_of_a_directory_without_results_json_is_a_usage_error(cli, tmp_p
     (tmp_path / "raw").mkdir()
     result = cli.invoke(main, ["results", str(tmp_path)])
     assert result.exit_code == 2
-    assert result.output.strip() == (f"healthcheck: {tmp_path} has no results.json (not a finished run directory; "
-                                     f"re-grade its raw outputs with: healthcheck run --replay {tmp_path})")
+    assert result.output.strip() == (f"healthcheck: {tmp_path} has neither a readable results.json nor "
+                                     "findings.jsonl: not a run directory")
     (tmp_path / "results.json").write_text("{not json")
     broken = cli.invoke(main, ["results", str(tmp_path)])
     assert broken.exit_code == 2 and "results.json" in broken.output and "Traceback" not in broken.output

@@ -38,15 +38,15 @@ def test_truncated_results_json_is_rebuilt_from_findings(tmp_path):
 def test_unwritable_findings_log_stops_the_sweep_cleanly(tmp_path, monkeypatch):
     """The second append fails with ENOSPC (injected): hosts not started are ERROR host.swept naming why."""
     calls = []
-    real_append = rundir.FindingsLog.append
+    real_append = rundir.FindingsLog.append_lines
 
-    def append(self, findings):
+    def append_lines(self, data):
         calls.append(1)
         if len(calls) == 2:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real_append(self, findings)
+        return real_append(self, data)
 
-    monkeypatch.setattr(rundir.FindingsLog, "append", append)
+    monkeypatch.setattr(rundir.FindingsLog, "append_lines", append_lines)
     outcome = execute_run(RunOptions(replay=SAMPLE, out=tmp_path, forks=1, render=False))
     assert outcome.fatal == f"{outcome.run_dir / 'findings.jsonl'} cannot be written: No space left on device"
     verdicts = {n: h.verdict.value for n, h in outcome.results.hosts.items()}

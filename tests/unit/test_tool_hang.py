@@ -9,11 +9,12 @@ import types
 import pytest
 
 from healthcheck import probes
+from healthcheck.bundle import read_host
 from healthcheck.model import CommandResult, Host, HostCollection, Status, host_verdict
 from healthcheck.nodetools import TOOLS, bounded, command_tools, unknown_tools
 from healthcheck.pipeline import RunOptions, execute_run
 from healthcheck.profiles import load_profile
-from healthcheck.rundir import read_host, write_collection
+from healthcheck.rundir import write_collection
 from healthcheck.stages import grade_host
 from tests.conftest import fixture_text
 
