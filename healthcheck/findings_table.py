@@ -68,8 +68,12 @@ def write_table(run_dir: Path, findings: Iterable[Finding]) -> Path:
     path = Path(run_dir) / TABLE
     tmp = path.with_name(path.name + ".tmp")
     body = json.dumps({"schema": SCHEMA, "rows": len(rows), "columns": columns}, separators=(",", ":"))
-    tmp.write_bytes(gzip.compress(body.encode(), compresslevel=5, mtime=0))
-    tmp.replace(path)
+    try:
+        tmp.write_bytes(gzip.compress(body.encode(), compresslevel=5, mtime=0))
+        tmp.replace(path)
+    except BaseException:  # a full disk leaves no half-written temp file behind
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 
