@@ -138,11 +138,11 @@ def job_output(job: Job) -> str:
     bad = FAULTY in job.hosts
     if job.benchmark == "nccl":
         names = {("node", False): "all_reduce-h100-1node-8gpu-healthy-476GBs-8G-16G.txt",
-                ("node", True): "all_reduce-h100-8gpu-degraded-210GBs.txt",
-                ("pair", False): "all_reduce-h100-2node-16gpu-healthy-388GBs-8G-16G.txt",
-                ("pair", True): "all_reduce-h100-2node-16gpu-degraded-141GBs-8G-16G.txt",
-                ("retest", True): "all_reduce-h100-2node-16gpu-degraded-141GBs-8G-16G.txt",
-                ("cluster", True): "all_reduce-h100-4node-32gpu-degraded-139GBs-8G-16G.txt"}
+                 ("node", True): "all_reduce-h100-8gpu-degraded-210GBs.txt",
+                 ("pair", False): "all_reduce-h100-2node-16gpu-healthy-388GBs-8G-16G.txt",
+                 ("pair", True): "all_reduce-h100-2node-16gpu-degraded-141GBs-8G-16G.txt",
+                 ("retest", True): "all_reduce-h100-2node-16gpu-degraded-141GBs-8G-16G.txt",
+                 ("cluster", True): "all_reduce-h100-4node-32gpu-degraded-139GBs-8G-16G.txt"}
         name = names[("retest" if job.retest_of else job.shape, bad)]
         return fixture(f"nccl-tests/{name}").decode()
     if job.benchmark == "hpl":
