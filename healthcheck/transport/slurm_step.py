@@ -76,13 +76,11 @@ class SlurmStepTransport:
         self.hosts = list(hosts)
         self.commands_for = commands_for
         self.spool = Path(spool)
-        self.srun_args = tuple(srun_args)
-        self.alloc_wait_s = alloc_wait_s
-        self.cap = cap
-        self.kill_after_s = kill_after_s
-        self.srun = srun
-        self.job_name = job_name
+        # the srun settings live once, in the per-host transport (used for the nodes the step cannot take)
         self.per_host = SlurmTransport(srun_args, alloc_wait_s, cap, kill_after_s, srun, job_name)
+        settings = self.per_host
+        self.srun_args, self.alloc_wait_s, self.cap = settings.srun_args, settings.alloc_wait_s, settings.cap
+        self.kill_after_s, self.srun, self.job_name = settings.kill_after_s, settings.srun, settings.job_name
         self._lock = threading.Lock()
         self._left_out: dict[str, HostCollection] | None = None
         self._steps: dict[tuple[Command, ...], _Step] = {}
