@@ -1,0 +1,134 @@
+"""Where replay CPU goes, per host: each probe's parse / evaluate / JSON, bundle reading, encoding, and
+the main process's own work (results, reports), all in one process (grading workers off).
+
+    python bench/grade_profile.py --hosts 200                  # builds a bench bundle in a temp dir
+    python bench/grade_profile.py --bundle /tmp/b200 --hosts 200 --golden /tmp/golden.json.gz
+    python bench/grade_profile.py --bundle /tmp/b200 --hosts 200 --check /tmp/golden.json.gz
+
+The bundle is ``bench/sweep_replay.py``'s (per-host ``nvidia-smi -q -x`` and ``hostname``, the
+rest hard links to the sample capture). Times are CPU seconds of this process
+(``time.process_time``), so they hold up on a shared machine better than wall time; each row is
+milliseconds per host. ``--golden`` writes every host's findings and observations from the run
+directory; ``--check`` compares a later run with that file and lists what differs (a speed-up
+must not change a verdict, a finding or an observation). Nothing here is asserted in tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import gzip
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from sweep_replay import build_bundle  # noqa: E402
+
+from healthcheck import gradepool, pipeline, spec, stages  # noqa: E402
+from healthcheck.results import load_results  # noqa: E402
+
+SPENT: collections.Counter[str] = collections.Counter()
+
+
+def timed(label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start = time.process_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            SPENT[label] += time.process_time() - start
+    return wrapper
+
+
+def instrument() -> None:
+    """Wrap the stages of one host's grading and the main process's writers with CPU timers."""
+    parse, evaluate = spec.ProbeSpec.parse, spec.ProbeSpec.evaluate
+    spec.ProbeSpec.parse = lambda self, outputs: timed(f"parse    {self.name}", parse)(self, outputs)
+    spec.ProbeSpec.evaluate = lambda self, obs, ctx: timed(f"evaluate {self.name}", evaluate)(self, obs, ctx)
+    to_jsonable = stages.to_jsonable
+    stages.to_jsonable = timed("json     observations (to_jsonable)", to_jsonable)
+    for name in ("read_bundle_host", "encode_observations", "encode_findings", "key_observations"):
+        setattr(gradepool, name, timed(f"host     {name}", getattr(gradepool, name)))
+    gradepool.grade_one = timed("total    grade_one (all of the above)", gradepool.grade_one)
+    for name in ("write_results", "render_reports"):
+        setattr(pipeline, name, timed(f"main     {name}", getattr(pipeline, name)))
+
+
+def snapshot(run_dir: Path) -> dict[str, Any]:
+    """Every host's findings and observations, as plain JSON, in a stable order."""
+    results = load_results(run_dir, observations=True)
+    out: dict[str, Any] = {}
+    for host in results.hosts.values():
+        findings = sorted((f.to_json() for f in host.findings), key=lambda f: json.dumps(f, sort_keys=True))
+        out[host.name] = {"verdict": host.verdict.value, "findings": findings, "observations": host.observations}
+    return json.loads(json.dumps(out, sort_keys=True, default=str))
+
+
+def compare(before: dict[str, Any], after: dict[str, Any], limit: int = 20) -> list[str]:
+    problems: list[str] = []
+    for name in sorted(set(before) | set(after)):
+        a, b = before.get(name), after.get(name)
+        if a == b:
+            continue
+        if a is None or b is None:
+            problems.append(f"{name}: only in {'after' if a is None else 'before'}")
+            continue
+        for key in ("verdict", "findings", "observations"):
+            if a[key] != b[key]:
+                if key == "observations":
+                    probes = sorted(p for p in set(a[key]) | set(b[key]) if a[key].get(p) != b[key].get(p))
+                    problems.append(f"{name}: observations differ for {probes}")
+                elif key == "findings":
+                    gone = [f for f in a[key] if f not in b[key]][:3]
+                    new = [f for f in b[key] if f not in a[key]][:3]
+                    problems.append(f"{name}: findings differ; before only {gone}; after only {new}")
+                else:
+                    problems.append(f"{name}: verdict {a[key]} -> {b[key]}")
+        if len(problems) >= limit:
+            break
+    return problems
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=200)
+    parser.add_argument("--bundle", type=Path, help="build (or reuse) the bench bundle here")
+    parser.add_argument("--golden", type=Path, help="write every host's findings/observations here (.json.gz)")
+    parser.add_argument("--check", type=Path, help="compare with a --golden file; exit 1 when anything differs")
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="grade-profile-"))
+    bundle = args.bundle or tmp / "bundle"
+    if not (bundle / "manifest.json").is_file():
+        build_bundle(bundle, args.hosts)
+    instrument()
+    run_dir = tmp / "run"
+    start_cpu, start = time.process_time(), time.perf_counter()
+    pipeline.execute_run(pipeline.RunOptions(replay=bundle, run_dir=run_dir, grade_workers=1))
+    cpu, wall = time.process_time() - start_cpu, time.perf_counter() - start
+    hosts = len(json.loads((bundle / "manifest.json").read_text())["hosts"])
+    print(f"{hosts} hosts, one process: {cpu:.2f} CPU-s ({cpu / hosts * 1000:.1f} ms a host), wall {wall:.2f}s")
+    for label, spent in sorted(SPENT.items(), key=lambda kv: -kv[1]):
+        if spent / hosts * 1000 >= 0.05:
+            print(f"  {label:45s} {spent / hosts * 1000:7.2f} ms/host")
+    print(f"run directory: {run_dir}")
+    if args.golden:
+        with gzip.open(args.golden, "wt") as fh:
+            json.dump(snapshot(run_dir), fh)
+        print(f"golden written: {args.golden}")
+    if args.check:
+        with gzip.open(args.check, "rt") as fh:
+            problems = compare(json.load(fh), snapshot(run_dir))
+        print("\n".join(problems) if problems else f"identical to {args.check}")
+        raise SystemExit(1 if problems else 0)
+
+
+if __name__ == "__main__":
+    main()
