@@ -16,7 +16,7 @@ from typing import Any
 
 from healthcheck.probes.gpu_model import GpuObservation, GpuObservations
 
-from healthcheck.grading import expected_text, finding_from_expectation, grade
+from healthcheck.grading import describe, expected_text, finding_from_expectation, grade, passes
 from healthcheck.model import Finding, JSONScalar, Status
 from healthcheck.profiles import Expectation
 from healthcheck.spec import EvalContext
@@ -61,6 +61,13 @@ def graded(ctx: EvalContext, obs: GpuObservations, gpu: GpuObservation, check: s
             return None
         return gpu_finding(ctx, obs, gpu, check, Status.SKIP, None, expected_text(exp),
                            message=f"{_what(check)} not reported by {obs.source}")
+    if passes(exp, measured) and isinstance(measured, (str, int, float, bool)):
+        # What finding_from_expectation would give, built once: most GPUs pass most checks.
+        expected = expected_text(exp)
+        return Finding(host=ctx.host.name, check=check, status=Status.PASS, component=component(gpu),
+                       value=measured, expected=expected, unit=exp.unit, source=obs.source,
+                       message=describe(check, label(gpu), measured, exp.unit, expected, Status.PASS)
+                       + (f" ({detail})" if detail else ""))
     f = finding_from_expectation(ctx.host.name, check, exp, measured, source=obs.source, remedy=remedy,
                                  component=component(gpu), profile=ctx.profile)
     message = f.message.replace(f"{component(gpu)}: ", f"{label(gpu)}: ", 1)

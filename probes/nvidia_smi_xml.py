@@ -127,36 +127,42 @@ def _plain_tree(document: str) -> dict[str, Any] | None:
 
 def _split_tree(body: str) -> dict[str, Any] | None:
     """The root element of a well-formed plain document as ``_element_tree`` gives it, read by
-    splitting on '<' and '>': [_, tag, text, tag, text, ...]. An element becomes a dict when its
-    first child opens; one that closes without a child is a leaf holding its stripped text."""
+    splitting on '<' and '>' into (tag, text after it) pairs. An opening tag followed by a closing
+    one is a leaf (its stripped text); one followed by another opening tag is a container (a dict)."""
     parts = body.replace(">", "<").split("<")
-    pieces = iter(parts)
-    next(pieces)
-    stack: list[tuple[dict[str, Any] | None, str, str]] = []
-    node: dict[str, Any] | None = None  # children of the open element, None until its first child
-    name, attrs, text = "", "", ""
-    for piece, after in zip(pieces, pieces, strict=False):  # [tag, text] pairs: always complete
-        if piece[0] == "/":  # closing tag
-            value: Any = node if node is not None else text.strip()
-            child = name
-            node, name, attrs = stack.pop()
-            if not stack:  # the root closed; a root without children is left to ElementTree
-                return value if child == "nvidia_smi_log" and isinstance(value, dict) else None
-        else:
-            if node is None:
-                node = _attributes(attrs) if attrs else {}
+    pairs = zip(parts[1::2], parts[2::2], strict=True)
+    stack: list[tuple[dict[str, Any], str]] = []  # open containers: (the parent's children, own tag)
+    node: dict[str, Any] = {}  # children of the innermost open container
+    for piece, after in pairs:
+        if piece[0] == "/":  # a container closes
+            value, (node, tag) = node, stack.pop()
+            if not stack:  # the root
+                return value if tag == "nvidia_smi_log" else None
+            _put(node, tag, value)
+            continue
+        while True:  # an opening tag: a leaf, or a container whose first child is the next tag
             if piece[-1] == "/":  # <empty/>
-                child, value = piece[:-1].split(None, 1)[0], ""
-            else:
-                stack.append((node, name, attrs))
-                name, attrs = piece.split(None, 1) if "=" in piece else (piece.rstrip(), "")
-                node, text = None, after
-                continue
-        if child in _REPEATED:
-            node.setdefault(child, []).append(value)
-        else:
-            node[child] = value
+                _put(node, piece[:-1].split(None, 1)[0], "")
+                break
+            following, following_text = next(pairs, ("/", ""))
+            tag, attrs = piece.split(None, 1) if "=" in piece else (piece.rstrip(), "")
+            if following[0] == "/":  # its own closing tag: a leaf
+                if tag in _REPEATED:
+                    node.setdefault(tag, []).append(after.strip())
+                else:
+                    node[tag] = after.strip()
+                break
+            stack.append((node, tag))
+            node = _attributes(attrs) if attrs else {}
+            piece, after = following, following_text
     return None
+
+
+def _put(node: dict[str, Any], tag: str, value: Any) -> None:
+    if tag in _REPEATED:
+        node.setdefault(tag, []).append(value)
+    else:
+        node[tag] = value
 
 
 def _attributes(attrs: str) -> dict[str, str]:
