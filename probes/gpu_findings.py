@@ -120,11 +120,17 @@ def collapse(findings: Iterable[GpuResult | None], n_gpus: int) -> list[Finding]
             groups.setdefault(f.check, []).append(f)
     out: list[Finding] = []
     for check, group in groups.items():
-        node = [f for f in group if f.component == "node"]
-        out.extend(dict.fromkeys(node))  # identical node-level findings (e.g. "no expectation") once
-        out.extend(f for f in group if f.status not in (Status.PASS, Status.SKIP) and f.component != "node")
-        for status in (Status.PASS, Status.SKIP):
-            same = [f for f in group if f.status is status and f.component != "node"]
+        node: list[GpuResult] = []
+        bad: list[GpuResult] = []
+        folded: dict[Status, list[GpuResult]] = {Status.PASS: [], Status.SKIP: []}
+        for f in group:
+            if f.component == "node":
+                node.append(f)
+            else:
+                folded.get(f.status, bad).append(f)
+        out.extend(dict.fromkeys(map(built, node)))  # identical node-level findings (e.g. "no expectation") once
+        out.extend(map(built, bad))
+        for status, same in folded.items():
             if len(same) == 1:
                 out.append(built(same[0]))
             elif same:

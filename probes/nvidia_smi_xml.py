@@ -47,6 +47,7 @@ _REPEATED = {"gpu", "mig_device"}
 _ROOT = "<nvidia_smi_log"
 _NOT_PLAIN = ("&", "<!", "<?", "\r", "xmlns")  # past the prolog: entities, comments, CDATA, PIs, namespaces
 _UTF8 = re.compile(r"""encoding\s*=\s*["']utf-?8["']""", re.I)
+_TAG_END_ODD = frozenset("\"' \t\n")  # a tag ending so has attributes or trailing whitespace
 _ATTRIBUTE = re.compile(r"""([^\s=]+)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
 
 
@@ -78,24 +79,24 @@ def parse_nvidia_smi_xml(text: str) -> SmiLog:
 
 def _drop_unread(document: str) -> str:
     """``document`` without the ``<supported_clocks>``, ``<processes>`` and ``<accounted_processes>``
-    sections: each from its opening tag to the first closing tag of the same name."""
-    if not any(f"<{tag}>" in document for tag in _DROPPED):
-        return document
+    sections: each from its opening tag to the first closing tag of the same name (an opening tag
+    never closed stays). Every tag is searched for once per section, not once per section of any tag."""
+    at = {tag: document.find(f"<{tag}>") for tag in _DROPPED}
     kept: list[str] = []
     pos = 0
-    while True:
-        found = [(at, tag) for tag in _DROPPED if (at := document.find(f"<{tag}>", pos)) >= 0]
-        closed = -1
-        while found and closed < 0:  # an opening tag never closed is kept: look for the next one
-            at, tag = min(found)
-            closed = document.find(f"</{tag}>", at)
-            if closed < 0:
-                found = [(a, t) for a, t in ((document.find(f"<{t}>", at + 1), t) for t in _DROPPED) if a >= 0]
-        if closed < 0:
-            kept.append(document[pos:])
-            return "".join(kept)
-        kept.append(document[pos:at])
+    while any(a >= 0 for a in at.values()):
+        start, tag = min((a, t) for t, a in at.items() if a >= 0)
+        closed = document.find(f"</{tag}>", start)
+        if closed < 0:  # never closed: so is any later one of this tag
+            at[tag] = -1
+            continue
+        kept.append(document[pos:start])
         pos = closed + len(tag) + 3
+        for other, a in at.items():
+            if 0 <= a < pos:
+                at[other] = document.find(f"<{other}>", pos)
+    kept.append(document[pos:])
+    return "".join(kept)
 
 
 def _etree_root(document: str) -> ET.Element:
@@ -145,7 +146,8 @@ def _split_tree(body: str) -> dict[str, Any] | None:
                 _put(node, piece[:-1].split(None, 1)[0], "")
                 break
             following, following_text = next(pairs, ("/", ""))
-            tag, attrs = piece.split(None, 1) if "=" in piece else (piece.rstrip(), "")
+            tag, attrs = (piece, "") if piece[-1] not in _TAG_END_ODD else \
+                piece.split(None, 1) if "=" in piece else (piece.rstrip(), "")
             if following[0] == "/":  # its own closing tag: a leaf
                 if tag in _REPEATED:
                     node.setdefault(tag, []).append(after.strip())
