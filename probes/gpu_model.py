@@ -143,8 +143,12 @@ def observations_from_log(log: SmiLog, source: str) -> GpuObservations:
 
 
 _NUMBER = re.compile(r"^[+-]?\d+(?:\.\d+)?")
-_NUMBERS: dict[str, float | None] = {}   # leaf text -> its number: most leaves repeat across GPUs and hosts
-_NUMBERS_MAX = 4096
+# Leaf text -> its text (None: N/A) and text -> its number: most leaves repeat across GPUs and hosts.
+# Plain immutable values, filled up to _CACHED_MAX entries and never evicted (a pure function of the key).
+_TEXTS: dict[str, str | None] = {}
+_NUMBERS: dict[str, float | None] = {}
+_CACHED_MAX = 4096
+_UNSEEN = object()
 
 
 @functools.lru_cache(maxsize=256)
@@ -172,27 +176,32 @@ class _Reader:
         """``value`` (read at ``path``) as text; None for N/A and for unreadable, which is recorded."""
         if not isinstance(value, str):
             return None
-        value = value.strip()
-        low = value.lower()
+        known = _TEXTS.get(value, _UNSEEN)
+        if known is not _UNSEEN:
+            return known
+        text = value.strip()
+        low = text.lower()
         if low in UNREADABLE:
-            self.unreadable.append(path)
+            self.unreadable.append(path)  # never cached: each one is recorded
             return None
-        return None if low in NOT_AVAILABLE else value
+        text = None if low in NOT_AVAILABLE else text
+        if len(_TEXTS) < _CACHED_MAX:
+            _TEXTS[value] = text
+        return text
 
     def number(self, path: str) -> float | None:
         value = self.text(path)
         if value is None:
             return None
-        try:
-            return _NUMBERS[value]
-        except KeyError:
-            pass
+        known = _NUMBERS.get(value, _UNSEEN)
+        if known is not _UNSEEN:
+            return known
         match = _NUMBER.match(value)
         number: float | None = None
         if match:
             number = float(match.group())
             number = int(number) if number.is_integer() else number
-        if len(_NUMBERS) < _NUMBERS_MAX:
+        if len(_NUMBERS) < _CACHED_MAX:
             _NUMBERS[value] = number
         return number
 
