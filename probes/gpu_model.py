@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -207,7 +208,7 @@ class _Reader:
 
     def int(self, path: str) -> int | None:
         value = self.number(path)
-        return None if value is None else int(value)
+        return None if value is None or not math.isfinite(value) else int(value)
 
     def yes(self, path: str) -> bool | None:
         value = self.text(path)

@@ -67,7 +67,10 @@ def parse_nvidia_smi_xml(text: str) -> SmiLog:
     top = _plain_tree(document)
     if top is None:
         top = _element_tree(_etree_root(document))
-    gpus = tuple(_normalize_gpu(gpu) for gpu in top.get("gpu", []))
+    listed = top.get("gpu", [])
+    if not all(isinstance(gpu, dict) for gpu in listed):
+        raise ParseError("a <gpu> element of nvidia-smi -q -x output has no fields", document)
+    gpus = tuple(_normalize_gpu(gpu) for gpu in listed)
     return SmiLog(
         driver_version=_text(top.get("driver_version")),
         cuda_version=_text(top.get("cuda_version")),

@@ -181,3 +181,20 @@ def test_malformed_plain_document_keeps_elementtrees_error():
 def test_unread_sections_are_cut_as_the_original_regex_did(document):
     regex = re.compile(r"<(supported_clocks|processes|accounted_processes)>.*?</\1>", re.S)
     assert _drop_unread(document) == regex.sub("", document)
+
+
+def test_gpu_element_without_fields_is_a_parse_error_not_a_crash() -> None:
+    """An empty ``<gpu/>`` (a mangled report) is refused as unparseable, naming the element."""
+    with pytest.raises(ParseError, match=r"<gpu> element .* has no fields"):
+        parse_nvidia_smi_xml("<nvidia_smi_log><attached_gpus>1</attached_gpus><gpu/></nvidia_smi_log>")
+
+
+def test_number_too_large_for_a_float_reads_as_no_value() -> None:
+    """A 400-digit memory size overflows a float: the field is unread (None), the parse goes on."""
+    from healthcheck.probes.gpu import parse_nvidia_smi_output
+
+    doc = ("<nvidia_smi_log><attached_gpus>1</attached_gpus><gpu id=\"00000000:01:00.0\">"
+           "<product_name>NVIDIA H100 80GB HBM3</product_name><fb_memory_usage><total>" + "9" * 400
+           + " MiB</total><used>0 MiB</used></fb_memory_usage></gpu></nvidia_smi_log>")
+    gpu = parse_nvidia_smi_output("nvidia-smi-q-x", doc, 0).gpus[0]
+    assert (gpu.name, gpu.memory_total_mib, gpu.memory_used_mib) == ("NVIDIA H100 80GB HBM3", None, 0)
