@@ -123,6 +123,9 @@ def candidates(bundle: Path, order: int, skipped: list[str]) -> list[Candidate]:
     results = _json(bundle / "results.json")
     probes = tuple(str(p) for p in results.get("run", {}).get("probes", [])) if isinstance(results, dict) else ()
     out = []
+    if os.path.lexists(bundle / "raw" / RAW_SOURCE):  # its host outputs live elsewhere: never followed here
+        skipped.append(f"{bundle / 'raw' / RAW_SOURCE}: a replayed run refers to another bundle's outputs; "
+                       "merge does not follow it: give that bundle as a source")
     for folder in sorted((bundle / "raw").iterdir()):
         name = folder.name
         if name.startswith(("_", ".")):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import platform
-import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -22,7 +21,13 @@ from typing import Any
 
 import healthcheck
 from healthcheck import probes as probe_registry
-from healthcheck.bundle import copy_bundle_rest, read_manifest_hosts, validate_bundle, written_by_a_run
+from healthcheck.bundle import (
+    copy_bundle_rest,
+    copy_raw_folder,
+    read_manifest_hosts,
+    validate_bundle,
+    written_by_a_run,
+)
 from healthcheck.defaults import DEFAULTS
 from healthcheck.gradepool import Graded, GradeJob, grade_collection, grade_hosts, worker_count
 from healthcheck.grading import apply_observe
@@ -267,11 +272,10 @@ def _keep_bundle_outputs(opts: RunOptions, run_dir: Path, host_results: dict[str
     copied when the bundle is about to be deleted (``copy_raw``); benchmark jobs and telemetry
     (``raw/_*``: few files) are copied. Links and special files are refused, never followed."""
     bundle = Path(opts.replay or "")
-    if opts.copy_raw:
-        shutil.copytree(raw_dir(bundle), run_dir / "raw", dirs_exist_ok=True, symlinks=True)
-        return
-    reference_raw(run_dir, bundle)
-    refused = copy_bundle_rest(bundle, run_dir, only=lambda name: name.startswith("_"))
+    if opts.copy_raw or not reference_raw(run_dir, bundle):  # not referable (no raw/, under /usr): copied
+        refused = [r for r in copy_raw_folder(raw_dir(bundle), run_dir) if r.startswith("raw/_")]
+    else:  # a host's refused files are already that host's errors (graded from the same folder)
+        refused = copy_bundle_rest(bundle, run_dir, only=lambda name: name.startswith("_"))
     _bundle_problems(refused, host_results, log)
 
 
