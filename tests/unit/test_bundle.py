@@ -200,10 +200,10 @@ def test_forged_source_reference_is_refused_naming_the_file(bundle, tmp_path, ca
     """A run directory from someone else can point raw/_source.json anywhere: replay refuses it (exit 2,
     naming the file), the report renders without reading there, and rerun/merge are never led by it."""
     from click.testing import CliRunner
+    from healthcheck.reports.digest import load_digest
 
     from healthcheck.cli import main
     from healthcheck.merge import merge_bundles
-    from healthcheck.reports.digest import load_digest
     from healthcheck.rundir import raw_dir
 
     target, why = _forged_targets(bundle, tmp_path)[case]
@@ -235,7 +235,7 @@ def test_forged_reference_to_a_folder_named_raw_reads_only_a_bundle(bundle, tmp_
     (tmp_path / "outside" / "raw" / "notes").mkdir()
     (tmp_path / "outside" / "raw" / "notes" / "id_key").write_text(SECRET + "\n")
     run = _handed_over(bundle, tmp_path, tmp_path / "outside" / "raw")
-    with pytest.raises(RunDirError, match="holds no host folders with outputs .*: not a bundle$"):
+    with pytest.raises(RunDirError, match=r"holds no host folders with outputs .*: not a bundle$"):
         raw_dir(run)
     (tmp_path / "elsewhere.json").write_text(json.dumps({"raw": str((bundle / "raw").resolve())}))
     (run / "raw" / "_source.json").unlink()
