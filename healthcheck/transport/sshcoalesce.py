@@ -17,6 +17,7 @@ so throughput is not capped. Bytes are neither dropped nor reordered; timeouts, 
 closed by another thread reach paramiko as they did. A TCP socket or a channel through a jump host
 is wrapped (a ProxyCommand's pipe is not: it cannot tell what is pending), and only the target's
 transport lingers, after its exec: never a handshake, never a jump host's shared transport.
+The packetizer also keeps paramiko's handshake timeout as a deadline rather than a Timer thread.
 """
 
 from __future__ import annotations
@@ -79,12 +80,28 @@ def _pending_check(sock: object) -> Callable[[], bool] | None:
 
 
 class CoalescingPacketizer(Packetizer):
-    """paramiko's Packetizer reading through a ``CoalescingReader`` where the socket can say what is pending."""
+    """paramiko's Packetizer reading through a ``CoalescingReader`` where the socket can say what is
+    pending. Its handshake timeout is a deadline checked where paramiko checks its timer, instead of
+    a ``threading.Timer`` (one more thread per connection, started and cancelled within the handshake)."""
 
     def __init__(self, sock: object) -> None:
         pending = _pending_check(sock)
         self.reader = CoalescingReader(sock, pending) if pending else None  # type: ignore[arg-type]
+        self.handshake_deadline: float | None = None
+        self.handshake_done = False
         super().__init__(self.reader or sock)
+
+    def start_handshake(self, timeout: float) -> None:
+        if self.handshake_deadline is None:
+            self.handshake_deadline = time.monotonic() + float(timeout)
+
+    def handshake_timed_out(self) -> bool:
+        return (self.handshake_deadline is not None and not self.handshake_done
+                and time.monotonic() >= self.handshake_deadline)
+
+    def complete_handshake(self) -> None:
+        if self.handshake_deadline is not None:
+            self.handshake_done = True
 
 
 def coalesce(transport: object, linger_s: float) -> bool:

@@ -7,6 +7,7 @@ what "arrives meanwhile" (or closes the socket), so no test depends on the machi
 from __future__ import annotations
 
 import socket
+import threading
 from types import SimpleNamespace
 
 import paramiko
@@ -165,3 +166,19 @@ def test_paramiko_packets_split_and_merged_across_reads_arrive_intact(pair, monk
         got.append((cmd, message.get_string()))
     assert got == [(94, p) for p in payloads]
     assert slept == [0.2, 0.2] and not later  # after the first half, and after the last short read
+
+
+def test_the_handshake_timeout_is_a_deadline_without_a_thread(pair):
+    a, _b = pair
+    threads = threading.active_count()
+    packetizer = CoalescingPacketizer(a)
+    assert packetizer.handshake_timed_out() is False  # not started
+    packetizer.start_handshake(0)
+    assert threading.active_count() == threads
+    assert packetizer.handshake_timed_out() is True
+    packetizer.complete_handshake()
+    assert packetizer.handshake_timed_out() is False
+    waiting = CoalescingPacketizer(a)
+    waiting.start_handshake(3600)
+    waiting.start_handshake(0)  # as paramiko's: the first start counts
+    assert waiting.handshake_timed_out() is False
