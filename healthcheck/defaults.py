@@ -15,6 +15,8 @@ class Defaults:
     connect_timeout_s: float = 10.0      # TCP connect + SSH handshake + auth
     server_alive_interval_s: float = 15.0  # keepalive after this much silence (ssh_config wins)
     server_alive_count_max: int = 3      # unanswered keepalives before the connection counts as lost
+    ssh_read_linger_s: float = 0.2       # paramiko client, session output: after a short read, wait this
+                                         # long for the rest of the burst (one wake-up, not one per packet)
     jump_handshakes: int = 8             # target handshakes in flight through one jump host
     handshake_attempts: int = 6          # tries of a handshake the sshd dropped (MaxStartups), with backoff
     command_timeout_s: float = 60.0      # per command, enforced on the node with `timeout`
