@@ -4,12 +4,14 @@
     probes.get("gpu").commands({})      # {'nvidia-smi-q-x': 'nvidia-smi -q -x'}
     probes.select(["gpu", "xid"])       # unknown names raise RegistryError
 
-A probe module calls ``register(ProbeSpec(...))`` at import; a duplicate name raises.
+A probe module calls ``register(ProbeSpec(...))`` at import; a duplicate name raises. Probes come
+back in ``BUILTIN`` order (then registration order for others), whichever module was imported first.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Iterable
 
 from healthcheck.spec import FleetCheck, Probe
@@ -21,6 +23,7 @@ class RegistryError(KeyError):
 
 _PROBES: dict[str, Probe] = {}
 _FLEET: dict[str, FleetCheck] = {}
+_MODULE: dict[str, str] = {}  # probe or fleet check name -> the module that registered it
 
 # Built-in probe modules, in the order their findings are reported.
 BUILTIN = (
@@ -47,6 +50,7 @@ def register(probe: Probe) -> Probe:
     if probe.name in _PROBES:
         raise RegistryError(f"probe {probe.name!r} registered twice")
     _PROBES[probe.name] = probe
+    _MODULE[f"probe:{probe.name}"] = sys._getframe(1).f_globals.get("__name__", "")
     return probe
 
 
@@ -54,7 +58,17 @@ def register_fleet(check: FleetCheck) -> FleetCheck:
     if check.name in _FLEET:
         raise RegistryError(f"fleet check {check.name!r} registered twice")
     _FLEET[check.name] = check
+    _MODULE[f"fleet:{check.name}"] = sys._getframe(1).f_globals.get("__name__", "")
     return check
+
+
+def _in_report_order(kind: str, registered: dict[str, Probe] | dict[str, FleetCheck]) -> list:
+    """``registered`` in ``BUILTIN`` module order (a test importing one probe module first must not
+    reorder the findings), then the others in registration order."""
+    rank = {module: i for i, module in enumerate(BUILTIN)}
+    order = {name: i for i, name in enumerate(registered)}
+    names = sorted(registered, key=lambda n: (rank.get(_MODULE.get(f"{kind}:{n}", ""), len(BUILTIN)), order[n]))
+    return [registered[n] for n in names]
 
 
 def _load_builtins() -> None:
@@ -64,12 +78,12 @@ def _load_builtins() -> None:
 
 def all_probes() -> list[Probe]:
     _load_builtins()
-    return list(_PROBES.values())
+    return _in_report_order("probe", _PROBES)
 
 
 def fleet_checks() -> list[FleetCheck]:
     _load_builtins()
-    return list(_FLEET.values())
+    return _in_report_order("fleet", _FLEET)
 
 
 def get(name: str) -> Probe:

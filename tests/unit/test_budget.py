@@ -48,3 +48,17 @@ def test_probe_without_declared_cost_is_never_selected() -> None:
 def test_bad_cost_table_names_the_entry(text: str, message: str) -> None:
     with pytest.raises(CostTableError, match=message.replace("(", r"\(").replace(")", r"\)")):
         parse_costs(text)
+
+
+def test_probe_order_does_not_depend_on_which_probe_module_was_imported_first() -> None:
+    """A module imported early (a test, a plugin importing ``probes.rates``) registers first; the
+    registry still lists probes in the report order of ``BUILTIN``."""
+    import subprocess
+    import sys
+
+    code = ("import healthcheck.probes.rates, healthcheck.probes.gpu\n"
+            "from healthcheck import probes\n"
+            "print(' '.join(p.name for p in probes.all_probes()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.split() == ["system", "gpu", "pci", "topology", "nvlink", "fabric", "xid", "infiniband",
+                                  "dcgm", "dcgm_fields", "ras", "rates", "resources", "versions", "assets"]
