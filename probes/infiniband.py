@@ -28,7 +28,7 @@ from healthcheck.probes.ib_parse import (
     parse_peermem_module,
 )
 
-from healthcheck.grading import expected_text, finding_from_expectation, grade
+from healthcheck.grading import expected_text, finding_from_expectation, grade, passes
 from healthcheck.model import CommandResult, Finding, Status
 from healthcheck.profiles import Expectation, Profile
 from healthcheck.spec import EvalContext, ParseError, ProbeSpec
@@ -255,34 +255,43 @@ def previous_counters(previous: Any) -> dict[str, dict[str, int]]:
 
 def _counter_findings(host: str, port: IbPort, ctx: EvalContext, source: str,
                       before: Mapping[str, int] | None) -> list[Finding]:
-    findings, checked = [], 0
+    """Every counter over its threshold or grown too fast (a Finding is built only for those: ``passes``
+    first), else one PASS for the port."""
+    findings, checked, profile = [], 0, ctx.profile
     for name, value in sorted(port.counters.items()):
-        saturated = COUNTER_BITS.get(name) is not None and value >= (1 << COUNTER_BITS[name]) - 1
-        note = f" (saturated at its {COUNTER_BITS.get(name)}-bit maximum: the true count is higher)" \
-            if saturated else ""
-        exp = ctx.profile.expect(f"ib.counter.{name}")
+        exp = profile.expect(f"ib.counter.{name}")
         if exp is not None:
             checked += 1
-            f = finding_from_expectation(host, f"ib.counter.{name}", exp, value, source=source,
-                                         component=port.name, remedy=_REMEDY_COUNTER, profile=ctx.profile)
-            if f.status is not Status.PASS:
-                findings.append(_with_note(f, note))
-        growth_exp = ctx.profile.expect(f"ib.counter_growth.{name}")
+            if not passes(exp, value):
+                f = finding_from_expectation(host, f"ib.counter.{name}", exp, value, source=source,
+                                             component=port.name, remedy=_REMEDY_COUNTER, profile=profile)
+                if f.status is not Status.PASS:
+                    findings.append(_with_note(f, _saturation_note(name, value)))
+        growth_exp = profile.expect(f"ib.counter_growth.{name}")
         if growth_exp is None or before is None or name not in before:
             continue
         checked += 1
         growth = value - before[name] if value >= before[name] else value  # a drop means a counter reset
+        if passes(growth_exp, growth):
+            continue
         f = finding_from_expectation(host, f"ib.counter_growth.{name}", growth_exp, growth, source=source,
-                                     component=port.name, remedy=_REMEDY_COUNTER, profile=ctx.profile)
+                                     component=port.name, remedy=_REMEDY_COUNTER, profile=profile)
         if f.status is not Status.PASS:
             flap = " since the previous run: the link is flapping" if name == "link_downed" else \
                 " since the previous run"
-            findings.append(_with_note(f, flap + note))
+            findings.append(_with_note(f, flap + _saturation_note(name, value)))
     if checked and not findings:
         findings.append(Finding(host=host, check="ib.port.counters", component=port.name, status=Status.PASS,
                                 value=checked, source=source,
                                 message=f"{port.name}: {checked} error-counter checks within thresholds"))
     return findings
+
+
+def _saturation_note(name: str, value: int) -> str:
+    bits = COUNTER_BITS.get(name)
+    if bits is None or value < (1 << bits) - 1:
+        return ""
+    return f" (saturated at its {bits}-bit maximum: the true count is higher)"
 
 
 def _with_note(f: Finding, note: str) -> Finding:
