@@ -115,6 +115,7 @@ def parse_ib_sysfs(text: str) -> tuple[IbDevice, ...]:
         raise ParseError("ib-sysfs output is truncated (no closing '# ib-sysfs end' line)", text[-200:])
     devices: dict[str, dict[str, str]] = {}
     ports: dict[tuple[str, int], dict[str, str]] = {}
+    last_key, last = None, {}
     for line in text.splitlines():
         fields = None
         if line.startswith(_SYSFS_ROOT):  # the command's own lines: split with str methods
@@ -128,11 +129,17 @@ def parse_ib_sysfs(text: str) -> tuple[IbDevice, ...]:
                 raise ParseError("ib-sysfs line is not '<sysfs path>:<value>'", line)
             fields, value = (m["dev"], None if m["port"] is None else int(m["port"]), m["attr"]), m["value"]
         dev, port, attr = fields
-        attrs = devices.setdefault(dev, {})
+        if dev not in devices:
+            devices[dev] = {}
         if port is None:
-            attrs[attr] = value.strip()
+            devices[dev][attr] = value.strip()
         else:
-            ports.setdefault((dev, port), {})[attr] = value.strip()
+            key = (dev, port)
+            if key != last_key:  # a port's files come one after another: look its dict up once
+                last_key, last = key, ports.get(key)
+                if last is None:
+                    last = ports[key] = {}
+            last[attr] = value.strip()
     by_device: dict[str, list[IbPort]] = {}
     for dev, port in sorted(ports):
         by_device.setdefault(dev, []).append(_sysfs_port(dev, port, ports[(dev, port)]))

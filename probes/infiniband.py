@@ -188,9 +188,10 @@ def evaluate_infiniband(obs: IbObservation, ctx: EvalContext) -> list[Finding]:
     findings += _count_findings(host, selection, profile, source)
     findings += _other_port_findings(host, selection, source)
     previous = previous_counters(ctx.previous.get("infiniband"))
+    rules, verdicts = _counter_rules(profile), {}
     for port in selection.fabric:
         findings += _port_findings(host, port, ctx, source)
-        findings += _counter_findings(host, port, ctx, source, previous.get(port.name))
+        findings += _counter_findings(host, port, ctx, source, previous.get(port.name), rules, verdicts)
     findings += _gpudirect_findings(host, obs, ctx)
     return findings
 
@@ -253,26 +254,40 @@ def previous_counters(previous: Any) -> dict[str, dict[str, int]]:
     return out
 
 
+def _counter_rules(profile: Profile) -> dict[str, tuple[Expectation | None, Expectation | None]]:
+    """Counter name -> its (``ib.counter.NAME``, ``ib.counter_growth.NAME``) expectations, for every name the
+    profile grades (looked up once per host, not twice per counter of every port)."""
+    rules: dict[str, tuple[Expectation | None, Expectation | None]] = {}
+    for key, exp in profile.expectations.items():
+        for prefix, slot in (("ib.counter.", 0), ("ib.counter_growth.", 1)):
+            if key.startswith(prefix):
+                pair = list(rules.get(key[len(prefix):], (None, None)))
+                pair[slot] = exp
+                rules[key[len(prefix):]] = (pair[0], pair[1])
+    return rules
+
+
 def _counter_findings(host: str, port: IbPort, ctx: EvalContext, source: str,
-                      before: Mapping[str, int] | None) -> list[Finding]:
-    """Every counter over its threshold or grown too fast (a Finding is built only for those: ``passes``
-    first), else one PASS for the port."""
+                      before: Mapping[str, int] | None,
+                      rules: Mapping[str, tuple[Expectation | None, Expectation | None]],
+                      verdicts: dict[tuple[str, type, int], bool]) -> list[Finding]:
+    """Every counter over its threshold or grown too fast (a Finding is built only for those), else one
+    PASS for the port. ``verdicts`` remembers ``passes`` per check and value across the host's ports."""
     findings, checked, profile = [], 0, ctx.profile
     for name, value in sorted(port.counters.items()):
-        exp = profile.expect(f"ib.counter.{name}")
+        exp, growth_exp = rules.get(name, (None, None))
         if exp is not None:
             checked += 1
-            if not passes(exp, value):
+            if not _passes(verdicts, f"ib.counter.{name}", exp, value):
                 f = finding_from_expectation(host, f"ib.counter.{name}", exp, value, source=source,
                                              component=port.name, remedy=_REMEDY_COUNTER, profile=profile)
                 if f.status is not Status.PASS:
                     findings.append(_with_note(f, _saturation_note(name, value)))
-        growth_exp = profile.expect(f"ib.counter_growth.{name}")
         if growth_exp is None or before is None or name not in before:
             continue
         checked += 1
         growth = value - before[name] if value >= before[name] else value  # a drop means a counter reset
-        if passes(growth_exp, growth):
+        if _passes(verdicts, f"ib.counter_growth.{name}", growth_exp, growth):
             continue
         f = finding_from_expectation(host, f"ib.counter_growth.{name}", growth_exp, growth, source=source,
                                      component=port.name, remedy=_REMEDY_COUNTER, profile=profile)
@@ -285,6 +300,14 @@ def _counter_findings(host: str, port: IbPort, ctx: EvalContext, source: str,
                                 value=checked, source=source,
                                 message=f"{port.name}: {checked} error-counter checks within thresholds"))
     return findings
+
+
+def _passes(verdicts: dict[tuple[str, type, int], bool], check: str, exp: Expectation, value: int) -> bool:
+    key = (check, value.__class__, value)
+    ok = verdicts.get(key)
+    if ok is None:
+        ok = verdicts[key] = passes(exp, value)
+    return ok
 
 
 def _saturation_note(name: str, value: int) -> str:

@@ -14,8 +14,8 @@ parse the same way.
 
 Each memo holds the last ``MEMO_SIZE`` texts per parser: graded hosts are handled one after another
 in a process, so the readers of one host always find its parse, and memory stays flat in the fleet
-size. ``memoized(maxsize)`` is the same memo for the pieces a parser sees again and again across hosts
-(one GPU's ``nvlink`` block, a sysfs path): healthy nodes print them identically. ``clear()`` empties
+size. ``memoized(maxsize)`` is the same memo for what a parser sees again and again across hosts (one
+GPU's ``nvlink`` block, a sysfs path, the ``topo -m`` matrix): healthy nodes print them identically. ``clear()`` empties
 every memo (benchmarks measuring a cold parse, tests).
 """
 
@@ -29,6 +29,7 @@ MEMO_SIZE = 16  # per parser: a few hosts in flight at once, each with one outpu
 
 F = TypeVar("F", bound=Callable[..., Any])
 _MEMOS: list[Any] = []
+_OUTPUT_MEMOS: list[Any] = []  # the shared_parser ones: whole command outputs
 
 
 def memoized(maxsize: int) -> Callable[[F], F]:
@@ -43,12 +44,15 @@ def memoized(maxsize: int) -> Callable[[F], F]:
 
 def shared_parser(parser: F) -> F:
     """``parser`` memoized on its arguments (the exact text, any option), the last ``MEMO_SIZE`` kept."""
-    return memoized(MEMO_SIZE)(parser)
+    memo = memoized(MEMO_SIZE)(parser)
+    _OUTPUT_MEMOS.append(memo)
+    return memo
 
 
-def clear() -> None:
-    """Forget every memoized parse."""
-    for memo in _MEMOS:
+def clear(outputs_only: bool = False) -> None:
+    """Forget every memoized parse, or (``outputs_only``) only the whole command outputs: what a bench
+    bundle of hard-linked outputs would otherwise find again on every host, and real hosts never print."""
+    for memo in _OUTPUT_MEMOS if outputs_only else _MEMOS:
         memo.cache_clear()
 
 

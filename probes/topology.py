@@ -16,8 +16,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from healthcheck.probes import register
+from healthcheck.probes.parse_memo import memoized
 
 from healthcheck.grading import expected_text, finding_from_expectation, passes
 from healthcheck.model import CommandResult, Finding, Status
@@ -106,6 +108,7 @@ def _find_header(lines: list[str]) -> int:
     raise ParseError("no 'GPU0 ...' header row: not nvidia-smi topo -m output", "\n".join(lines[:5]))
 
 
+@memoized(maxsize=16)  # every node of one hardware type prints the same matrix (no serials, no counters)
 def parse_nvidia_smi_topo_m(text: str) -> TopologyObservation:
     """``nvidia-smi topo -m`` (drivers 4xx-59x; corpus topo/*.txt).
 
@@ -113,7 +116,8 @@ def parse_nvidia_smi_topo_m(text: str) -> TopologyObservation:
     fused cells (``PXBNODE``/``SYSSYS`` in ``b200-...-glitches``), prompt lines, the NIC legend and
     the old ``topo -p2p`` OK/NS matrix (``kind='p2p'``). A matrix that is not square, a row with
     too few cells or a CPU affinity that is not a CPU list (a terminal-clipped copy such as
-    ``h800-8gpu-4nic-terminal-clipped``) raises ParseError rather than giving a wrong answer.
+    ``h800-8gpu-4nic-terminal-clipped``) raises ParseError rather than giving a wrong answer. The result
+    is shared (memoized on the text): its NIC legend is a read-only mapping.
     """
     lines = [_ANSI.sub("", ln).rstrip() for ln in text.splitlines()]
     start = _find_header(lines)
@@ -136,7 +140,7 @@ def parse_nvidia_smi_topo_m(text: str) -> TopologyObservation:
             f"topo matrix is not square (clipped or truncated?): header has {len(columns)} devices, "
             f"rows name {len(labels)}; rows without a column: {extra or 'none'}; "
             f"columns without a row: {missing or 'none'}", header)
-    nic_names = {m[1]: m[2] for m in map(_LEGEND_NIC.match, lines[start:]) if m}
+    nic_names = MappingProxyType({m[1]: m[2] for m in map(_LEGEND_NIC.match, lines[start:]) if m})
     return TopologyObservation(kind="p2p" if p2p else "matrix", columns=columns, rows=rows,
                                nic_names=nic_names)
 
