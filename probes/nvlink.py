@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -159,7 +158,7 @@ def _link_states(body: tuple[str, ...]) -> tuple[str | None, tuple[LinkState, ..
     return None, tuple(links)
 
 
-@functools.lru_cache(maxsize=64)
+@memoized(maxsize=64)
 def _counter_kind(name: str) -> str | None:
     """``Replay Errors`` -> ``replay``; ``CRC Flit Errors`` -> ``crc``; an unknown counter -> None."""
     return next((k for k in COUNTERS if k in name.lower()), None)
