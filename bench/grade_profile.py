@@ -4,13 +4,18 @@ the main process's own work (results, reports), all in one process (grading work
     python bench/grade_profile.py --hosts 200                  # builds a bench bundle in a temp dir
     python bench/grade_profile.py --bundle /tmp/b200 --hosts 200 --golden /tmp/golden.json.gz
     python bench/grade_profile.py --bundle /tmp/b200 --hosts 200 --check /tmp/golden.json.gz
+    python bench/grade_profile.py --bundle /tmp/b200 --hosts 200 --clear-memos outputs   # see below
 
 The bundle is ``bench/sweep_replay.py``'s (per-host ``nvidia-smi -q -x`` and ``hostname``, the
 rest hard links to the sample capture). Times are CPU seconds of this process
 (``time.process_time``), so they hold up on a shared machine better than wall time; each row is
 milliseconds per host. ``--golden`` writes every host's findings and observations from the run
 directory; ``--check`` compares a later run with that file and lists what differs (a speed-up
-must not change a verdict, a finding or an observation). Nothing here is asserted in tests.
+must not change a verdict, a finding or an observation). The bundle's hosts share hard-linked outputs, so
+the parse memos (``probes/parse_memo.py``) would find every host's outputs parsed already: ``--clear-memos
+outputs`` forgets whole outputs before each host (as real hosts, whose outputs always differ), ``all`` also
+what healthy nodes print alike (nvlink GPU blocks, sysfs paths, the topo matrix: the worst case).
+Nothing here is asserted in tests.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ def timed(label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def instrument() -> None:
+def instrument(clear_memos: str | None = None) -> None:
     """Wrap the stages of one host's grading and the main process's writers with CPU timers."""
     parse, evaluate = spec.ProbeSpec.parse, spec.ProbeSpec.evaluate
     spec.ProbeSpec.parse = lambda self, outputs: timed(f"parse    {self.name}", parse)(self, outputs)
@@ -58,6 +63,14 @@ def instrument() -> None:
     for name in ("read_bundle_host", "encode_observations", "encode_findings", "key_observations"):
         setattr(gradepool, name, timed(f"host     {name}", getattr(gradepool, name)))
     gradepool.grade_one = timed("total    grade_one (all of the above)", gradepool.grade_one)
+    if clear_memos:
+        from healthcheck.probes import parse_memo
+        grade_one = gradepool.grade_one
+
+        def cleared(job: Any, host: Any) -> Any:
+            parse_memo.clear(outputs_only=clear_memos == "outputs")
+            return grade_one(job, host)
+        gradepool.grade_one = cleared
     for name in ("write_results", "render_reports"):
         setattr(pipeline, name, timed(f"main     {name}", getattr(pipeline, name)))
 
@@ -103,12 +116,14 @@ def main() -> None:
     parser.add_argument("--bundle", type=Path, help="build (or reuse) the bench bundle here")
     parser.add_argument("--golden", type=Path, help="write every host's findings/observations here (.json.gz)")
     parser.add_argument("--check", type=Path, help="compare with a --golden file; exit 1 when anything differs")
+    parser.add_argument("--clear-memos", choices=("outputs", "all"),
+                        help="forget memoized parses before each host (see the module docstring)")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="grade-profile-"))
     bundle = args.bundle or tmp / "bundle"
     if not (bundle / "manifest.json").is_file():
         build_bundle(bundle, args.hosts)
-    instrument()
+    instrument(args.clear_memos)
     run_dir = tmp / "run"
     start_cpu, start = time.process_time(), time.perf_counter()
     pipeline.execute_run(pipeline.RunOptions(replay=bundle, run_dir=run_dir, grade_workers=1))

@@ -28,6 +28,7 @@ from typing import Any
 from healthcheck.probes import register
 from healthcheck.probes.gpu import BUNDLE_SOURCES, GPU_ID, parse_gpu_sources
 from healthcheck.probes.gpu import COMMANDS as GPU_COMMANDS
+from healthcheck.probes.parse_memo import shared_parser
 
 from healthcheck.model import CommandResult, Finding, Status
 from healthcheck.spec import EvalContext, ParseError, ProbeSpec
@@ -116,8 +117,10 @@ def parse_gpu_assets(outputs: Mapping[str, CommandResult]) -> tuple[str | None, 
 
 
 _SYSFS_LINE = re.compile(r"^/sys/class/infiniband/(?P<dev>[^/]+)/(?P<file>[a-z_]+):(?P<value>.*)$")
+_ROOT_LEN, _PORT_DIR = len("/sys/class/infiniband/"), "/ports/"
 
 
+@shared_parser  # read by the assets probe and by a sweep's asset diff (current_assets): one parse per host
 def parse_hca_ids(text: str, end: str = "# hca-ids end") -> tuple[HcaAsset, ...]:
     """``grep -H`` lines of /sys/class/infiniband/<dev>/<file>, one HCA per device, sorted by name;
     the infiniband probe's ``ib-sysfs`` dump (no GUIDs) reads the same way (``end="# ib-sysfs"``)."""
@@ -125,7 +128,10 @@ def parse_hca_ids(text: str, end: str = "# hca-ids end") -> tuple[HcaAsset, ...]
         raise ParseError(f"HCA sysfs output is truncated (no {end!r} line)", text[-200:])
     attrs: dict[str, dict[str, str]] = {}
     for line in text.splitlines():
-        match = _SYSFS_LINE.match(line.strip())
+        line = line.strip()
+        if line.startswith(_PORT_DIR, line.find("/", _ROOT_LEN)):
+            continue  # a port's file (ib-sysfs): the pattern's file name cannot hold a '/'
+        match = _SYSFS_LINE.match(line)
         if match and match["file"] in _HCA_FILES:
             value = _value(match["value"])
             if value:

@@ -10,6 +10,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from healthcheck.probes.parse_memo import memoized, shared_parser
 
 from healthcheck.spec import ParseError
 
@@ -25,6 +28,8 @@ _STATE_WORDS = {"active": "ACTIVE", "down": "DOWN", "initializing": "INIT", "ini
                 "armed": "ARMED", "active_defer": "ACTIVE_DEFER"}
 _SYSFS_LINE = re.compile(r"^(?P<path>\S*?class/infiniband/(?P<dev>[^/:]+)/(?:ports/(?P<port>\d+)/)?"
                          r"(?P<attr>[^:]+)):(?P<value>.*)$")
+_SYSFS_ROOT = "/sys/class/infiniband/"
+_TRAILING_NUMBER = re.compile(r"^(.*?)(\d+)$")
 _RATE = re.compile(r"^(?P<gbps>\d+(?:\.\d+)?) Gb/sec(?: \((?P<width>\d+X)(?: (?P<speed>[A-Za-z0-9]+))?\))?")
 
 
@@ -96,11 +101,13 @@ def parse_rate(text: str) -> tuple[float | None, str | None, str | None]:
     return float(m["gbps"]), m["width"], m["speed"]
 
 
+@shared_parser  # the infiniband, rates and versions probes all read ib-sysfs: one parse per host
 def parse_ib_sysfs(text: str) -> tuple[IbDevice, ...]:
     """``grep -H`` lines of /sys/class/infiniband files (any path prefix), in the layout of the corpus file
     ``ib/sysfs-class-infiniband-h100-cx7-ndr-counters``. The command prints a closing ``# ib-sysfs end``
     line (or ``# ib-sysfs: no ... devices``); output without either is truncated and raises ParseError.
-    Non-numeric counter values (a driver printing ``N/A``) are dropped.
+    Non-numeric counter values (a driver printing ``N/A``) are dropped. Counters are read-only mappings
+    (the parse is shared by every reader).
     """
     if "# ib-sysfs: no " in text:
         return ()
@@ -108,41 +115,73 @@ def parse_ib_sysfs(text: str) -> tuple[IbDevice, ...]:
         raise ParseError("ib-sysfs output is truncated (no closing '# ib-sysfs end' line)", text[-200:])
     devices: dict[str, dict[str, str]] = {}
     ports: dict[tuple[str, int], dict[str, str]] = {}
+    last_key, last = None, {}
     for line in text.splitlines():
-        if not line.strip() or line.startswith("#"):
+        fields = None
+        if line.startswith(_SYSFS_ROOT):  # the command's own lines: split with str methods
+            path, colon, value = line.partition(":")
+            fields = _path_fields(path) if colon else None
+        elif not line.strip() or line.startswith("#"):
             continue
-        m = _SYSFS_LINE.match(line)
-        if m is None:
-            raise ParseError("ib-sysfs line is not '<sysfs path>:<value>'", line)
-        dev, attr, value = m["dev"], m["attr"], m["value"].strip()
-        devices.setdefault(dev, {})
-        if m["port"] is None:
-            devices[dev][attr] = value
+        if fields is None:  # any other form: the pattern decides
+            m = _SYSFS_LINE.match(line)
+            if m is None:
+                raise ParseError("ib-sysfs line is not '<sysfs path>:<value>'", line)
+            fields, value = (m["dev"], None if m["port"] is None else int(m["port"]), m["attr"]), m["value"]
+        dev, port, attr = fields
+        if dev not in devices:
+            devices[dev] = {}
+        if port is None:
+            devices[dev][attr] = value.strip()
         else:
-            ports.setdefault((dev, int(m["port"])), {})[attr] = value
+            key = (dev, port)
+            if key != last_key:  # a port's files come one after another: look its dict up once
+                last_key, last = key, ports.get(key)
+                if last is None:
+                    last = ports[key] = {}
+            last[attr] = value.strip()
+    by_device: dict[str, list[IbPort]] = {}
+    for dev, port in sorted(ports):
+        by_device.setdefault(dev, []).append(_sysfs_port(dev, port, ports[(dev, port)]))
     return tuple(IbDevice(name=dev, hca_type=attrs.get("hca_type"), fw_ver=attrs.get("fw_ver"),
-                          board_id=attrs.get("board_id"),
-                          ports=tuple(_sysfs_port(d, p, ports[(d, p)]) for d, p in sorted(ports) if d == dev))
+                          board_id=attrs.get("board_id"), ports=tuple(by_device.get(dev, ())))
                  for dev, attrs in sorted(devices.items(), key=lambda kv: _natural(kv[0])))
+
+
+@memoized(maxsize=4096)  # every node of a fleet has the same sysfs paths
+def _path_fields(path: str) -> tuple[str, int | None, str] | None:
+    """``/sys/class/infiniband/mlx5_0/ports/1/rate`` (a line's text before its first ':') -> ("mlx5_0", 1,
+    "rate"): what ``_SYSFS_LINE`` reads from such a line, or None where only the pattern can tell."""
+    dev, slash, tail = path[len(_SYSFS_ROOT):].partition("/")
+    if not dev or not slash or not tail:
+        return None
+    if tail.startswith("ports/"):
+        number, slash, attr = tail[6:].partition("/")
+        if slash and attr and number.isdecimal():  # \d+ is any Unicode decimal digit, as isdecimal
+            return dev, int(number), attr
+    return dev, None, tail
 
 
 def _sysfs_port(dev: str, port: int, attrs: Mapping[str, str]) -> IbPort:
     rate = attrs.get("rate")
     gbps, width, speed = parse_rate(rate) if rate else (None, None, None)
+    counters, hw_counters = {}, {}
+    for key, value in attrs.items():
+        if key.startswith("counters/"):
+            if value.isdecimal():
+                counters[key[9:]] = int(value)
+        elif key.startswith("hw_counters/") and value.isdecimal():
+            hw_counters[key[12:]] = int(value)
     return IbPort(device=dev, port=port,
                   state=_state(attrs["state"]) if "state" in attrs else None,
                   phys_state=_phys_state(attrs["phys_state"]) if "phys_state" in attrs else None,
                   rate_gbps=gbps, width=width, speed=speed, rate_text=rate,
                   link_layer=attrs.get("link_layer"),
-                  counters=_ints(attrs, "counters/"), hw_counters=_ints(attrs, "hw_counters/"))
-
-
-def _ints(attrs: Mapping[str, str], prefix: str) -> dict[str, int]:
-    return {k[len(prefix):]: int(v) for k, v in attrs.items() if k.startswith(prefix) and v.isdecimal()}
+                  counters=MappingProxyType(counters), hw_counters=MappingProxyType(hw_counters))
 
 
 def _natural(name: str) -> tuple[str, int]:
-    m = re.match(r"^(.*?)(\d+)$", name)
+    m = _TRAILING_NUMBER.match(name)
     return (m[1], int(m[2])) if m else (name, -1)
 
 

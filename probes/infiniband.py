@@ -28,7 +28,7 @@ from healthcheck.probes.ib_parse import (
     parse_peermem_module,
 )
 
-from healthcheck.grading import expected_text, finding_from_expectation, grade
+from healthcheck.grading import expected_text, finding_from_expectation, grade, passes
 from healthcheck.model import CommandResult, Finding, Status
 from healthcheck.profiles import Expectation, Profile
 from healthcheck.spec import EvalContext, ParseError, ProbeSpec
@@ -188,9 +188,10 @@ def evaluate_infiniband(obs: IbObservation, ctx: EvalContext) -> list[Finding]:
     findings += _count_findings(host, selection, profile, source)
     findings += _other_port_findings(host, selection, source)
     previous = previous_counters(ctx.previous.get("infiniband"))
+    rules, verdicts = _counter_rules(profile), {}
     for port in selection.fabric:
         findings += _port_findings(host, port, ctx, source)
-        findings += _counter_findings(host, port, ctx, source, previous.get(port.name))
+        findings += _counter_findings(host, port, ctx, source, previous.get(port.name), rules, verdicts)
     findings += _gpudirect_findings(host, obs, ctx)
     return findings
 
@@ -253,36 +254,67 @@ def previous_counters(previous: Any) -> dict[str, dict[str, int]]:
     return out
 
 
+def _counter_rules(profile: Profile) -> dict[str, tuple[Expectation | None, Expectation | None]]:
+    """Counter name -> its (``ib.counter.NAME``, ``ib.counter_growth.NAME``) expectations, for every name the
+    profile grades (looked up once per host, not twice per counter of every port)."""
+    rules: dict[str, tuple[Expectation | None, Expectation | None]] = {}
+    for key, exp in profile.expectations.items():
+        for prefix, slot in (("ib.counter.", 0), ("ib.counter_growth.", 1)):
+            if key.startswith(prefix):
+                pair = list(rules.get(key[len(prefix):], (None, None)))
+                pair[slot] = exp
+                rules[key[len(prefix):]] = (pair[0], pair[1])
+    return rules
+
+
 def _counter_findings(host: str, port: IbPort, ctx: EvalContext, source: str,
-                      before: Mapping[str, int] | None) -> list[Finding]:
-    findings, checked = [], 0
+                      before: Mapping[str, int] | None,
+                      rules: Mapping[str, tuple[Expectation | None, Expectation | None]],
+                      verdicts: dict[tuple[str, type, int], bool]) -> list[Finding]:
+    """Every counter over its threshold or grown too fast (a Finding is built only for those), else one
+    PASS for the port. ``verdicts`` remembers ``passes`` per check and value across the host's ports."""
+    findings, checked, profile = [], 0, ctx.profile
     for name, value in sorted(port.counters.items()):
-        saturated = COUNTER_BITS.get(name) is not None and value >= (1 << COUNTER_BITS[name]) - 1
-        note = f" (saturated at its {COUNTER_BITS.get(name)}-bit maximum: the true count is higher)" \
-            if saturated else ""
-        exp = ctx.profile.expect(f"ib.counter.{name}")
+        exp, growth_exp = rules.get(name, (None, None))
         if exp is not None:
             checked += 1
-            f = finding_from_expectation(host, f"ib.counter.{name}", exp, value, source=source,
-                                         component=port.name, remedy=_REMEDY_COUNTER, profile=ctx.profile)
-            if f.status is not Status.PASS:
-                findings.append(_with_note(f, note))
-        growth_exp = ctx.profile.expect(f"ib.counter_growth.{name}")
+            if not _passes(verdicts, f"ib.counter.{name}", exp, value):
+                f = finding_from_expectation(host, f"ib.counter.{name}", exp, value, source=source,
+                                             component=port.name, remedy=_REMEDY_COUNTER, profile=profile)
+                if f.status is not Status.PASS:
+                    findings.append(_with_note(f, _saturation_note(name, value)))
         if growth_exp is None or before is None or name not in before:
             continue
         checked += 1
         growth = value - before[name] if value >= before[name] else value  # a drop means a counter reset
+        if _passes(verdicts, f"ib.counter_growth.{name}", growth_exp, growth):
+            continue
         f = finding_from_expectation(host, f"ib.counter_growth.{name}", growth_exp, growth, source=source,
-                                     component=port.name, remedy=_REMEDY_COUNTER, profile=ctx.profile)
+                                     component=port.name, remedy=_REMEDY_COUNTER, profile=profile)
         if f.status is not Status.PASS:
             flap = " since the previous run: the link is flapping" if name == "link_downed" else \
                 " since the previous run"
-            findings.append(_with_note(f, flap + note))
+            findings.append(_with_note(f, flap + _saturation_note(name, value)))
     if checked and not findings:
         findings.append(Finding(host=host, check="ib.port.counters", component=port.name, status=Status.PASS,
                                 value=checked, source=source,
                                 message=f"{port.name}: {checked} error-counter checks within thresholds"))
     return findings
+
+
+def _passes(verdicts: dict[tuple[str, type, int], bool], check: str, exp: Expectation, value: int) -> bool:
+    key = (check, value.__class__, value)
+    ok = verdicts.get(key)
+    if ok is None:
+        ok = verdicts[key] = passes(exp, value)
+    return ok
+
+
+def _saturation_note(name: str, value: int) -> str:
+    bits = COUNTER_BITS.get(name)
+    if bits is None or value < (1 << bits) - 1:
+        return ""
+    return f" (saturated at its {bits}-bit maximum: the true count is higher)"
 
 
 def _with_note(f: Finding, note: str) -> Finding:

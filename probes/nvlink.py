@@ -10,14 +10,16 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from healthcheck.probes import register
+from healthcheck.probes.parse_memo import memoized, shared_parser
 
 from healthcheck.grading import expected_text, finding_from_expectation, passes
 from healthcheck.model import CommandResult, Finding, Status
+from healthcheck.profiles import Expectation
 from healthcheck.spec import EvalContext, ParseError, ProbeSpec
 
 STATUS_ID, ERRORS_ID = "nvidia-smi-nvlink-s", "nvidia-smi-nvlink-e"
@@ -31,6 +33,7 @@ _STATES = (  # (pattern, state) for a GPU whose links nvidia-smi cannot list
     (re.compile(r"not supported for Devices in MIG mode", re.I), "mig"),
     (re.compile(r"does not have or support Nvlink", re.I), "no_nvlink"),
 )
+_STATE_PHRASES = tuple(pat.pattern.lower() for pat, _ in _STATES)  # the patterns are plain phrases
 COUNTERS = ("replay", "recovery", "crc")
 
 
@@ -74,6 +77,9 @@ def _blocks(text: str, tool: str) -> Iterator[tuple[int, str, list[str]]]:
     current: tuple[int, str, list[str]] | None = None
     for raw in text.splitlines():
         line = raw.strip()
+        if line.startswith("Link ") and current is not None:  # neither noise nor a header: most lines
+            current[2].append(line)
+            continue
         if not line or _NOISE.match(line):
             continue
         m = _GPU.match(line)
@@ -89,6 +95,31 @@ def _blocks(text: str, tool: str) -> Iterator[tuple[int, str, list[str]]]:
         yield current
 
 
+def _mentions_state(text: str) -> bool:
+    """Whether any ``_STATES`` message is anywhere in ``text``. ASCII text: a substring search of its
+    lower case, far cheaper than the case-insensitive patterns and the same answer; other text: the
+    patterns themselves (their Unicode case rules are not ``str.lower``'s)."""
+    if text.isascii():
+        lowered = text.lower()
+        return any(phrase in lowered for phrase in _STATE_PHRASES)
+    return any(pat.search(text) for pat, _ in _STATES)
+
+
+def _gpu_state(body: tuple[str, ...]) -> str | None:
+    """The state of a GPU whose links nvidia-smi cannot list (the first of ``_STATES`` found), else None."""
+    if not _mentions_state("\n".join(body)):  # no line holds a message: nothing to look for line by line
+        return None
+    return next((s for pat, s in _STATES for line in body if pat.search(line)), None)
+
+
+class _UnexpectedLine(ValueError):
+    """A body line that is not a link line (the caller names the GPU in its ParseError)."""
+
+    def __init__(self, line: str) -> None:
+        super().__init__(line)
+        self.line = line
+
+
 def parse_nvidia_smi_nvlink_s(text: str) -> tuple[GpuLinks, ...]:
     """``nvidia-smi nvlink -s`` (drivers 450-59x; corpus nvlink/*status*, *inactive*, *mig*, l40s).
 
@@ -98,25 +129,42 @@ def parse_nvidia_smi_nvlink_s(text: str) -> tuple[GpuLinks, ...]:
     """
     gpus = []
     for index, name, body in _blocks(text, "nvlink -s"):
-        state = next((s for pat, s in _STATES for line in body if pat.search(line)), None)
-        if state:
-            gpus.append(GpuLinks(index=index, name=name, state=state))
-            continue
-        links = []
-        for line in body:
-            m = _SPEED.match(line)
-            if not m:
-                raise ParseError(f"nvlink -s GPU {index}: unexpected line {line!r}", line)
-            links.append(LinkState(link=int(m["link"]), active=not m["inactive"],
-                                   speed_gbps=float(m["gbps"]) if m["gbps"] else None))
-        if not links:
+        try:
+            state, links = _link_states(tuple(body))
+        except _UnexpectedLine as exc:
+            raise ParseError(f"nvlink -s GPU {index}: unexpected line {exc.line!r}", exc.line) from None
+        if state is None and not links:
             raise ParseError(f"nvlink -s GPU {index}: no link lines (truncated?)", text)
-        gpus.append(GpuLinks(index=index, name=name, state="ok", links=tuple(links)))
+        gpus.append(GpuLinks(index=index, name=name, state=state or "ok", links=links))
     if not gpus and text.strip():
         raise ParseError("nvlink -s: no 'GPU N:' block", text)
     return tuple(gpus)
 
 
+@memoized(maxsize=128)  # every GPU of a healthy node prints the same block, and so does every node
+def _link_states(body: tuple[str, ...]) -> tuple[str | None, tuple[LinkState, ...]]:
+    """One GPU's ``nvlink -s`` lines -> (its state when links cannot be listed, else None; its links)."""
+    state = _gpu_state(body)
+    if state:
+        return state, ()
+    links = []
+    for line in body:
+        m = _SPEED.match(line)
+        if not m:
+            raise _UnexpectedLine(line)
+        gbps = m["gbps"]
+        links.append(LinkState(link=int(m["link"]), active=not m["inactive"],
+                               speed_gbps=float(gbps) if gbps else None))
+    return None, tuple(links)
+
+
+@memoized(maxsize=64)
+def _counter_kind(name: str) -> str | None:
+    """``Replay Errors`` -> ``replay``; ``CRC Flit Errors`` -> ``crc``; an unknown counter -> None."""
+    return next((k for k in COUNTERS if k in name.lower()), None)
+
+
+@shared_parser  # the nvlink and rates probes both read nvidia-smi nvlink -e: one parse per host
 def parse_nvidia_smi_nvlink_e(text: str) -> tuple[LinkCounters, ...]:
     """``nvidia-smi nvlink -e`` (corpus ``nvlink/h100-nvlink-e-error-counters-elided``).
 
@@ -124,24 +172,40 @@ def parse_nvidia_smi_nvlink_e(text: str) -> tuple[LinkCounters, ...]:
     into flit and data counters are summed); ``N/A`` is None; GPU-level messages (MIG, no NVLink,
     all inactive) give no counters for that GPU. Unknown counter names are ignored.
     """
-    out = []
+    out: list[LinkCounters] = []
     for index, _name, body in _blocks(text, "nvlink -e"):
-        if any(pat.search(line) for pat, _ in _STATES for line in body):
-            continue
-        per_link: dict[int, dict[str, int | None]] = {}
-        for line in body:
-            m = _COUNTER.match(line)
-            if not m:
-                raise ParseError(f"nvlink -e GPU {index}: unexpected line {line!r}", line)
-            kind = next((k for k in COUNTERS if k in m["name"].lower()), None)
-            if kind is None:
-                continue
-            value = None if m["value"] == "N/A" else int(m["value"])
-            slot = per_link.setdefault(int(m["link"]), {})
-            prev = slot.get(kind)
-            slot[kind] = value if prev is None else prev + (value or 0)
-        out.extend(LinkCounters(gpu=index, link=link, **vals) for link, vals in sorted(per_link.items()))
+        try:
+            out.extend(_link_counters(index, tuple(body)))
+        except _UnexpectedLine as exc:
+            raise ParseError(f"nvlink -e GPU {index}: unexpected line {exc.line!r}", exc.line) from None
     return tuple(out)
+
+
+@memoized(maxsize=128)  # GPU N of every healthy node prints the same block
+def _link_counters(index: int, body: tuple[str, ...]) -> tuple[LinkCounters, ...]:
+    return tuple(LinkCounters(index, link, *values) for link, values in _counter_values(body))
+
+
+@memoized(maxsize=128)  # every GPU of a healthy node prints the same block, and so does every node
+def _counter_values(body: tuple[str, ...]) -> tuple[tuple[int, tuple[int | None, ...]], ...]:
+    """One GPU's ``nvlink -e`` lines -> ((link, (replay, recovery, crc)), ...) by link; () for a GPU whose
+    links cannot be listed."""
+    if _gpu_state(body):
+        return ()
+    per_link: dict[int, dict[str, int | None]] = {}
+    for line in body:
+        m = _COUNTER.match(line)
+        if not m:
+            raise _UnexpectedLine(line)
+        link, name, raw = m.groups()
+        kind = _counter_kind(name)
+        if kind is None:
+            continue
+        value = None if raw == "N/A" else int(raw)
+        slot = per_link.setdefault(int(link), {})
+        prev = slot.get(kind)
+        slot[kind] = value if prev is None else prev + (value or 0)
+    return tuple((link, tuple(vals.get(k) for k in COUNTERS)) for link, vals in sorted(per_link.items()))
 
 
 def parse_nvlink(outputs: Mapping[str, CommandResult]) -> NvLinkObservation:
@@ -170,7 +234,21 @@ def _expected_links(ctx: EvalContext) -> int | None:
     return None if exp is None or exp.value is None else int(exp.value)
 
 
-def _grade_gpu(gpu: GpuLinks, ctx: EvalContext) -> list[Finding]:
+def _passes_by_value(exp: Expectation) -> Callable[[Any], bool]:
+    """``passes(exp, value)``, worked out once per distinct value (and type): 144 link speeds and 432
+    counters a host hold a handful of distinct values."""
+    seen: dict[tuple[type, Any], bool] = {}
+
+    def check(value: Any) -> bool:
+        key = (value.__class__, value)
+        ok = seen.get(key)
+        if ok is None:
+            ok = seen[key] = passes(exp, value)
+        return ok
+    return check
+
+
+def _grade_gpu(gpu: GpuLinks, ctx: EvalContext, speed_passes: Callable[[Any], bool] | None) -> list[Finding]:
     host, comp = ctx.host.name, f"gpu{gpu.index}"
     exp = ctx.profile.expect("nvlink.links")
     if gpu.state == "mig":
@@ -190,7 +268,7 @@ def _grade_gpu(gpu: GpuLinks, ctx: EvalContext) -> list[Finding]:
                                         remedy=REMEDY_LINK, component=comp, profile=ctx.profile))
     speed = ctx.profile.expect("nvlink.link.speed_gbps")
     for ln in gpu.links:  # 18 links x 8 GPUs: only a link that does not pass becomes a finding
-        if ln.active and speed is not None and not passes(speed, ln.speed_gbps):
+        if ln.active and speed is not None and speed_passes is not None and not speed_passes(ln.speed_gbps):
             out.append(finding_from_expectation(host, "nvlink.link.speed_gbps", speed, ln.speed_gbps,
                                                 source=STATUS_ID, remedy=REMEDY_LINK,
                                                 component=f"{comp} link {ln.link}", profile=ctx.profile))
@@ -211,7 +289,7 @@ def _grade_counters(obs: NvLinkObservation, ctx: EvalContext) -> list[Finding]:
             exp = ctx.profile.expect(check)
             if exp is None or (growth and not previous):
                 continue
-            bad, graded = [], 0
+            bad, graded, ok = [], 0, _passes_by_value(exp)
             for c in obs.counters:
                 value = getattr(c, kind)
                 if value is None:
@@ -224,7 +302,7 @@ def _grade_counters(obs: NvLinkObservation, ctx: EvalContext) -> list[Finding]:
                     value, note = (value - before, "since the previous run") if value >= before else \
                         (value, "since a counter reset after the previous run")
                 graded += 1
-                if passes(exp, value):
+                if ok(value):
                     continue
                 f = finding_from_expectation(host, check, exp, value, source=ERRORS_ID,
                                              remedy=REMEDY_COUNTERS, component=f"gpu{c.gpu} link {c.link}",
@@ -246,7 +324,9 @@ def evaluate_nvlink(obs: NvLinkObservation, ctx: EvalContext) -> list[Finding]:
         f = finding_from_expectation(host, "nvlink.links", ctx.profile.expect("nvlink.links"), 0,
                                      source=STATUS_ID, remedy=REMEDY_LINK, profile=ctx.profile)
         return [Finding(**{**f.__dict__, "message": f"nvidia-smi nvlink -s listed no GPU; {f.message}"})]
-    out = [f for gpu in obs.gpus for f in _grade_gpu(gpu, ctx)]
+    speed = ctx.profile.expect("nvlink.link.speed_gbps")
+    speed_passes = _passes_by_value(speed) if speed is not None else None
+    out = [f for gpu in obs.gpus for f in _grade_gpu(gpu, ctx, speed_passes)]
     if obs.counters_read:
         out.extend(_grade_counters(obs, ctx))
     return out

@@ -12,6 +12,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from healthcheck.probes.parse_memo import shared_parser
 
 from healthcheck.spec import ParseError
 
@@ -99,10 +102,11 @@ _AER_KIND = {"aer_dev_correctable": "correctable", "aer/err_cor": "correctable",
              "aer/err_fatal": "fatal", "aer_dev_nonfatal": "nonfatal", "aer/err_nonfatal": "nonfatal"}
 
 
-def parse_aer_sysfs(text: str) -> dict[str, AerCounts]:
+@shared_parser  # the ras and rates probes both read pcie-aer: one parse per host
+def parse_aer_sysfs(text: str) -> Mapping[str, AerCounts]:
     """``grep -H`` of the kernel's AER statistics files (Documentation/ABI/testing/sysfs-bus-pci-devices-
     aer_stats): ``<ErrName> <count>`` lines whose ``TOTAL_ERR_*`` line is the file's total. Lines that do
-    not match (comments, unreadable files) are ignored."""
+    not match (comments, unreadable files) are ignored. Read-only mappings (the parse is shared)."""
     totals: dict[str, dict[str, int]] = {}
     detail: dict[str, dict[str, int]] = {}
     for line in text.splitlines():
@@ -114,8 +118,8 @@ def parse_aer_sysfs(text: str) -> dict[str, AerCounts]:
             totals.setdefault(bdf, {})[kind] = count
         elif count:
             detail.setdefault(bdf, {})[m["name"]] = count
-    return {bdf: AerCounts(**totals.get(bdf, {}), detail=detail.get(bdf, {}))
-            for bdf in sorted(set(totals) | set(detail))}
+    return MappingProxyType({bdf: AerCounts(**totals.get(bdf, {}), detail=MappingProxyType(detail.get(bdf, {})))
+                             for bdf in sorted(set(totals) | set(detail))})
 
 
 _AER_EVENT = re.compile(r"(?P<bdf>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]): (?:AER: )?PCIe Bus Error: "

@@ -84,12 +84,27 @@ def parse_os_release(text: str) -> dict[str, str]:
         if not line or line.startswith("#") or "=" not in line:
             continue
         key, _, value = line.partition("=")
-        try:
-            parts = shlex.split(value)
-        except ValueError:
-            parts = [value.strip("\"'")]
-        fields[key.strip()] = parts[0] if parts else ""
+        fields[key.strip()] = _shell_word(value)
     return fields
+
+
+_SHELL_SPECIAL = frozenset(" \t\r\n\"'\\")  # shlex's whitespace, quotes and escape (POSIX mode)
+
+
+def _shell_word(value: str) -> str:
+    """The first word of ``value`` as ``shlex.split`` reads it (an unbalanced quote: the value without
+    its quotes). ``ubuntu`` and ``"Ubuntu 22.04.4 LTS"`` are read directly; anything with escapes, other
+    quoting or several words goes through shlex."""
+    inner = value[1:-1]
+    if len(value) >= 2 and value[0] == value[-1] == '"' and '"' not in inner and "\\" not in inner:
+        return inner
+    if value and _SHELL_SPECIAL.isdisjoint(value):
+        return value
+    try:
+        parts = shlex.split(value)
+    except ValueError:
+        parts = [value.strip("\"'")]
+    return parts[0] if parts else ""
 
 
 def parse_proc_uptime(text: str) -> float:

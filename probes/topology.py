@@ -14,12 +14,14 @@ the matrix must show the profile's NIC count (``topology.nic.count``).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from healthcheck.probes import register
+from healthcheck.probes.parse_memo import memoized
 
-from healthcheck.grading import expected_text, finding_from_expectation
+from healthcheck.grading import expected_text, finding_from_expectation, passes
 from healthcheck.model import CommandResult, Finding, Status
 from healthcheck.spec import EvalContext, ParseError, ProbeSpec
 
@@ -106,6 +108,7 @@ def _find_header(lines: list[str]) -> int:
     raise ParseError("no 'GPU0 ...' header row: not nvidia-smi topo -m output", "\n".join(lines[:5]))
 
 
+@memoized(maxsize=16)  # every node of one hardware type prints the same matrix (no serials, no counters)
 def parse_nvidia_smi_topo_m(text: str) -> TopologyObservation:
     """``nvidia-smi topo -m`` (drivers 4xx-59x; corpus topo/*.txt).
 
@@ -113,7 +116,8 @@ def parse_nvidia_smi_topo_m(text: str) -> TopologyObservation:
     fused cells (``PXBNODE``/``SYSSYS`` in ``b200-...-glitches``), prompt lines, the NIC legend and
     the old ``topo -p2p`` OK/NS matrix (``kind='p2p'``). A matrix that is not square, a row with
     too few cells or a CPU affinity that is not a CPU list (a terminal-clipped copy such as
-    ``h800-8gpu-4nic-terminal-clipped``) raises ParseError rather than giving a wrong answer.
+    ``h800-8gpu-4nic-terminal-clipped``) raises ParseError rather than giving a wrong answer. The result
+    is shared (memoized on the text): its NIC legend is a read-only mapping.
     """
     lines = [_ANSI.sub("", ln).rstrip() for ln in text.splitlines()]
     start = _find_header(lines)
@@ -136,7 +140,7 @@ def parse_nvidia_smi_topo_m(text: str) -> TopologyObservation:
             f"topo matrix is not square (clipped or truncated?): header has {len(columns)} devices, "
             f"rows name {len(labels)}; rows without a column: {extra or 'none'}; "
             f"columns without a row: {missing or 'none'}", header)
-    nic_names = {m[1]: m[2] for m in map(_LEGEND_NIC.match, lines[start:]) if m}
+    nic_names = MappingProxyType({m[1]: m[2] for m in map(_LEGEND_NIC.match, lines[start:]) if m})
     return TopologyObservation(kind="p2p" if p2p else "matrix", columns=columns, rows=rows,
                                nic_names=nic_names)
 
@@ -193,6 +197,17 @@ def _summarize(bad: list[Finding], host: str, check: str, ok_message: str, value
                     value=value, expected=expected)]
 
 
+def _link_table(obs: TopologyObservation) -> Callable[[str, str], str]:
+    """``obs.link`` with the rows and columns indexed once (a host grades 28 pairs and 64 GPU-NIC cells)."""
+    rows: dict[str, tuple[str, ...]] = {}
+    for row in obs.rows:
+        rows.setdefault(row.device, row.links)
+    columns: dict[str, int] = {}
+    for i, column in enumerate(obs.columns):
+        columns.setdefault(column, i)
+    return lambda a, b: rows[a][columns[b]]
+
+
 def _grade_pairs(obs: TopologyObservation, ctx: EvalContext) -> list[Finding]:
     host, check = ctx.host.name, "topology.gpu_pair.nvlink"
     exp = ctx.profile.expect(check)
@@ -201,11 +216,13 @@ def _grade_pairs(obs: TopologyObservation, ctx: EvalContext) -> list[Finding]:
         why = "fewer than 2 GPUs in the matrix" if len(gpus) < 2 else \
             f"no expectation for {check} in profile {ctx.profile.name}"
         return [Finding(host=host, check=check, status=Status.SKIP, message=why, source=SOURCE)]
-    bad = []
+    bad, link = [], _link_table(obs)
     for i, a in enumerate(gpus):
         for b in gpus[i + 1:]:
-            classes = {obs.link(a, b), obs.link(b, a)}
+            classes = {link(a, b), link(b, a)}
             worst = min(classes, key=nvlink_count)
+            if passes(exp, nvlink_count(worst)):
+                continue
             pair = f"{a.lower()}-{b.lower()}"
             f = finding_from_expectation(host, check, exp, nvlink_count(worst), source=SOURCE,
                                          remedy=_REMEDY_PAIR, component=pair, profile=ctx.profile)
@@ -218,8 +235,9 @@ def _grade_pairs(obs: TopologyObservation, ctx: EvalContext) -> list[Finding]:
 
 def _grade_nics(obs: TopologyObservation, ctx: EvalContext) -> list[Finding]:
     host = ctx.host.name
+    nics, gpus = obs.nics, obs.gpus
     out = [finding_from_expectation(host, "topology.nic.count", ctx.profile.expect("topology.nic.count"),
-                                    len(obs.nics), source=SOURCE, remedy=_REMEDY_NIC_COUNT,
+                                    len(nics), source=SOURCE, remedy=_REMEDY_NIC_COUNT,
                                     profile=ctx.profile)]
     check = "topology.gpu_nic.pcie"
     exp = ctx.profile.expect(check)
@@ -228,17 +246,19 @@ def _grade_nics(obs: TopologyObservation, ctx: EvalContext) -> list[Finding]:
                            message=f"no expectation for {check} in profile {ctx.profile.name} "
                                    f"(GPUDirect RDMA not expected)"))
         return out
-    bad = []
-    for gpu in obs.gpus:
-        nearest = sorted(obs.nics, key=lambda n, g=gpu: _pcie_rank(obs.link(g, n)))
-        cls = obs.link(gpu, nearest[0]) if nearest else "none"
+    bad, link = [], _link_table(obs)
+    for gpu in gpus:
+        nearest = sorted(nics, key=lambda n, g=gpu: _pcie_rank(link(g, n)))
+        cls = link(gpu, nearest[0]) if nearest else "none"
+        if passes(exp, cls):
+            continue
         f = finding_from_expectation(host, check, exp, cls, source=SOURCE, remedy=_REMEDY_NIC,
                                      component=gpu.lower(), profile=ctx.profile)
         if f.status is not Status.PASS:
             nic = f"nearest NIC {obs.nic_name(nearest[0])}" if nearest else "no NIC in the matrix"
             bad.append(Finding(**{**f.__dict__, "message": f"{f.message} [{nic}]"}))
     out.extend(_summarize(bad, host, check, f"every GPU has a NIC at {expected_text(exp)}",
-                          value=len(obs.gpus), expected=expected_text(exp)))
+                          value=len(gpus), expected=expected_text(exp)))
     return out
 
 

@@ -1,0 +1,133 @@
+"""probes/parse_memo.py: one parse per command output per host, shared results immutable; and the fast
+paths of the parsers it serves read exactly what their regular expressions read."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from healthcheck.probes import all_probes, ib_parse, nvlink, parse_memo, system
+from healthcheck.probes.ras_parse import parse_aer_sysfs
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from healthcheck.bundle import read_host
+from healthcheck.model import CommandResult, Host
+from healthcheck.profiles import load_profile
+from healthcheck.spec import EvalContext, ParseError
+from healthcheck.stages import run_probe
+from tests.conftest import fixture_text
+
+SAMPLE = Path(__file__).resolve().parents[2] / "inventories" / "samples" / "h100-4node" / "raw"
+
+
+@pytest.fixture(autouse=True)
+def _cold_memos():
+    parse_memo.clear()
+    yield
+    parse_memo.clear()
+
+
+def test_same_text_is_parsed_once_and_a_different_text_again():
+    text = (SAMPLE / "h100-node01" / "ib-sysfs.out").read_text()
+    first = ib_parse.parse_ib_sysfs(text)
+    assert ib_parse.parse_ib_sysfs(text) is first
+    other = text.replace("/rate:400 Gb/sec (4X NDR)", "/rate:200 Gb/sec (4X HDR)", 1)
+    assert ib_parse.parse_ib_sysfs(other) is not first
+    assert ib_parse.parse_ib_sysfs(other)[0].ports[0].rate_gbps == 200.0
+    assert parse_memo.hits()["parse_ib_sysfs"] == (2, 2)
+
+
+def test_a_parse_error_is_raised_to_every_reader_never_cached():
+    for _ in range(3):
+        with pytest.raises(ParseError, match="truncated"):
+            ib_parse.parse_ib_sysfs("/sys/class/infiniband/mlx5_0/fw_ver:28.39.1002\n")
+    assert parse_memo.hits()["parse_ib_sysfs"] == (0, 3)
+
+
+def test_the_memo_is_bounded():
+    for i in range(parse_memo.MEMO_SIZE + 5):
+        ib_parse.parse_ib_sysfs(f"/sys/class/infiniband/mlx5_{i}/fw_ver:1.{i}\n# ib-sysfs end\n")
+    assert ib_parse.parse_ib_sysfs.cache_info().currsize == parse_memo.MEMO_SIZE  # type: ignore[attr-defined]
+
+
+def test_shared_results_cannot_be_changed_by_a_reader():
+    port = ib_parse.parse_ib_sysfs((SAMPLE / "h100-node01" / "ib-sysfs.out").read_text())[0].ports[0]
+    assert port.counters["symbol_error"] == 0
+    with pytest.raises(TypeError):
+        port.counters["symbol_error"] = 5  # type: ignore[index]
+    aer = parse_aer_sysfs("/sys/bus/pci/devices/0000:17:00.0/aer_dev_correctable:BadTLP 3\n"
+                          "/sys/bus/pci/devices/0000:17:00.0/aer_dev_correctable:TOTAL_ERR_COR 3\n")
+    assert aer["0000:17:00.0"].detail == {"BadTLP": 3}
+    with pytest.raises(TypeError):
+        aer["0000:17:00.0"].detail["BadTLP"] = 0  # type: ignore[index]
+    with pytest.raises(TypeError):
+        del aer["0000:17:00.0"]  # type: ignore[attr-defined]
+
+
+def test_every_shared_output_is_parsed_once_per_host():
+    """ib-sysfs (infiniband, rates, versions), nvidia-smi nvlink -e (nvlink, rates) and pcie-aer (ras,
+    rates): one parse each while every probe grades the host."""
+    results = dict(read_host(SAMPLE / "h100-node01").results)
+    aer = fixture_text("system/pcie-aer-gpu-fatal-cmplto.txt").split("\n", 1)[1]  # the sample has no pcie-aer
+    results["pcie-aer"] = CommandResult(host="h100-node01", command_id="pcie-aer", stdout=aer.encode(), rc=0)
+    profile = load_profile("h100-sxm5-8x")
+    host = Host(name="h100-node01", profile="h100-sxm5-8x")
+    ctx = EvalContext(host=host, profile=profile)
+    for probe in all_probes():
+        run_probe(probe, host, results, ctx)
+    counts = parse_memo.hits()
+    assert counts["parse_ib_sysfs"] == (2, 1)
+    assert counts["parse_nvidia_smi_nvlink_e"] == (1, 1)
+    assert counts["parse_aer_sysfs"] == (1, 1)
+
+
+# --- fast paths against the regular expressions they stand in for ------------------------------------
+
+_PIECES = ["/sys/class/infiniband/", "class/infiniband/", "mlx5_0", "/", ":", "ports/", "1", "12", "٣",
+           "counters/", "symbol_error", "rate", " ", "x", "", "#", "\t"]
+
+
+@settings(max_examples=600, deadline=None, derandomize=True, database=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=10))
+def test_sysfs_path_split_reads_what_the_pattern_reads(pieces):
+    line = "".join(pieces)
+    if not line.startswith(ib_parse._SYSFS_ROOT):
+        line = ib_parse._SYSFS_ROOT + line
+    path, colon, value = line.partition(":")
+    fields = ib_parse._path_fields.__wrapped__(path) if colon else None
+    m = ib_parse._SYSFS_LINE.match(line)
+    if fields is not None:  # None: the parser asks the pattern itself
+        assert m is not None
+        assert fields == (m["dev"], None if m["port"] is None else int(m["port"]), m["attr"])
+        assert value == m["value"]
+
+
+@settings(max_examples=400, deadline=None, derandomize=True, database=None)
+@given(st.text(alphabet=st.sampled_from(list("aZ 9\"'\\\t#=$.-_é")), max_size=12))
+def test_os_release_value_reads_what_shlex_reads(value):
+    try:
+        parts = shlex.split(value)
+    except ValueError:
+        parts = [value.strip("\"'")]
+    assert system._shell_word(value) == (parts[0] if parts else "")
+
+
+@settings(max_examples=400, deadline=None, derandomize=True, database=None)
+@given(st.text(alphabet=st.sampled_from(list("all links are inactive MIG nvlink NVLINK ſıK\n")), max_size=40))
+def test_state_message_search_agrees_with_the_patterns(text):
+    expected = any(pat.search(text) for pat, _ in nvlink._STATES)
+    assert nvlink._mentions_state(text) == expected
+    assert nvlink._mentions_state("all links are inactive\n" + text)
+
+
+def test_nvlink_blocks_of_every_gpu_are_parsed_once_and_named_in_errors():
+    text = (SAMPLE / "h100-node01" / "nvidia-smi-nvlink-e.out").read_text()
+    counters = nvlink.parse_nvidia_smi_nvlink_e(text)
+    assert len(counters) == 8 * 18 and {c.gpu for c in counters} == set(range(8))
+    assert nvlink._counter_values.cache_info().misses == 1  # eight identical healthy blocks
+    bad = re.sub(r"(GPU 3:.*\n(?:.*\n){4})", r"\1\tLink 1: Replay Errors 0\n", text, count=1)
+    with pytest.raises(ParseError, match=r"nvlink -e GPU 3: unexpected line 'Link 1: Replay Errors 0'"):
+        nvlink.parse_nvidia_smi_nvlink_e(bad)
