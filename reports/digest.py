@@ -22,6 +22,7 @@ from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
 
+from healthcheck.gcpause import gc_paused
 from healthcheck.model import Finding, Status
 from healthcheck.observation_store import read_observations
 from healthcheck.results import HostResult, RunResults, complete_results
@@ -88,6 +89,37 @@ def group_findings(findings: Iterable[Finding], statuses: Iterable[Status] = BAD
     return sorted(groups, key=lambda g: (-g.status.rank, -len(g.hosts), g.check, _natural(g.component)))
 
 
+_RANK = {s: s.rank for s in Status}  # ``Status.rank`` is a property: a dict lookup is cheaper per finding
+
+
+@dataclass(frozen=True)
+class HostTally:
+    """One pass over a host's findings that every format shares: findings per status, each check's worst
+    status with how many of the check's findings have it, and the first finding of the worst status in
+    ``BAD`` (the host table's "worst finding")."""
+
+    counts: dict[str, int]                  # status value -> findings, every status present
+    worst: dict[str, tuple[Status, int]]    # check -> (worst status, findings of the check in that status)
+    first_bad: Finding | None
+
+
+def tally(findings: Iterable[Finding]) -> HostTally:
+    counts = dict.fromkeys((s.value for s in Status), 0)
+    worst: dict[str, tuple[Status, int]] = {}
+    first_bad, bad_rank = None, -1
+    for f in findings:
+        status, rank = f.status, _RANK[f.status]
+        counts[status.value] += 1
+        seen = worst.get(f.check)
+        if seen is None or rank > _RANK[seen[0]]:
+            worst[f.check] = (status, 1)
+        elif status is seen[0]:
+            worst[f.check] = (status, seen[1] + 1)
+        if rank > bad_rank and status in BAD:
+            first_bad, bad_rank = f, rank
+    return HostTally(counts, worst, first_bad)
+
+
 def _natural(text: str) -> tuple:
     """Sort key that puts gpu2 before gpu10."""
     return tuple(int(p) if p.isdecimal() else p for p in re.split(r"(\d+)", text))
@@ -129,8 +161,13 @@ class RunDigest:
         v = self.verdicts
         return sorted(self.results.hosts.values(), key=lambda h: (-v[h.name].rank, h.name))
 
+    @functools.cached_property
+    def tallies(self) -> dict[str, HostTally]:
+        """Each host's ``tally``, computed once for every format."""
+        return {name: tally(host.findings) for name, host in self.results.hosts.items()}
+
     def summary(self) -> dict[str, Any]:
-        return self.memo("summary", self.results.summary)
+        return self.memo("summary", lambda: self.results.summary(self.verdicts))
 
     @functools.cached_property
     def groups(self) -> list[FindingGroup]:
@@ -189,9 +226,10 @@ def _read_json(path: Path) -> dict[str, Any]:
 def load_digest(run_dir: Path) -> RunDigest:
     """Read ``results.json`` (required), its findings table and ``manifest.json`` (optional) from ``run_dir``."""
     run_dir = Path(run_dir)
-    document = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
-    results = RunResults.from_json(document)
-    complete_results(run_dir, results)
+    with gc_paused():  # millions of acyclic objects: the collector would only walk them
+        document = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+        results = RunResults.from_json(document)
+        complete_results(run_dir, results)
     return RunDigest(run_dir=run_dir, results=results, document=document,
                      manifest=_read_json(run_dir / "manifest.json"))
 

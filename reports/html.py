@@ -15,6 +15,7 @@ import base64
 import functools
 import hashlib
 import json
+import re
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 from typing import Any
@@ -31,7 +32,7 @@ from markupsafe import Markup
 
 from healthcheck.model import Status
 from healthcheck.results import HostResult
-from healthcheck.textsafe import printable
+from healthcheck.textsafe import has_unsafe, printable
 
 DETAIL_ALL_UP_TO = 64      # runs this small get a detail section for every host
 DETAIL_MAX = 300           # at most this many hosts get a detail section (worst first)
@@ -60,10 +61,17 @@ def visible(value: Any) -> Any:
     return value
 
 
+# What ``json.dumps`` writes for the control characters ``printable`` escapes (all but tab and newline): a
+# text without these and without ``has_unsafe`` characters has no string that ``visible`` would change.
+_JSON_CONTROL = re.compile(r"\\[bfr]|\\u00[01]")
+
+
 def script_json(value: Any) -> Markup:
     """JSON safe inside ``<script type=application/json>``: ``<``, ``>``, ``&`` never appear raw;
     control and bidi characters arrive in the page as visible escapes."""
-    text = json.dumps(visible(value), separators=(",", ":"), ensure_ascii=False, default=str)
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    if has_unsafe(text) or _JSON_CONTROL.search(text):  # some string needs ``visible``: encode it again
+        text = json.dumps(visible(value), separators=(",", ":"), ensure_ascii=False, default=str)
     for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
                     ("\u2029", "\\u2029")):
         text = text.replace(ch, esc)
@@ -127,21 +135,17 @@ def host_index(digest: RunDigest, detailed: set[str]) -> dict[str, Any]:
     """Compact host table for the browser: interned checks, worst status per check."""
     checks: dict[str, int] = {}
     profiles: dict[str, int] = {}
+    position = {s: STATUS_ORDER.index(s.value) for s in Status}
     rows = []
+    tallies = digest.tallies
     for host in digest.hosts:
-        worst: dict[str, Status] = {}
-        counts = dict.fromkeys(STATUS_ORDER, 0)
-        for f in host.findings:
-            counts[f.status.value] += 1
-            if f.check not in worst or f.status.rank > worst[f.check].rank:
-                worst[f.check] = f.status
-        bad = sorted((f for f in host.findings if f.status in BAD), key=lambda f: -f.status.rank)
-        pairs = [[checks.setdefault(c, len(checks)), STATUS_ORDER.index(s.value)]
-                 for c, s in sorted(worst.items(), key=lambda cs: (-cs[1].rank, cs[0]))]
-        rows.append([host.name, STATUS_ORDER.index(digest.verdicts[host.name].value),
+        t = tallies[host.name]
+        pairs = [[checks.setdefault(c, len(checks)), position[s]]
+                 for c, (s, _) in sorted(t.worst.items(), key=lambda cs: (-cs[1][0].rank, cs[0]))]
+        rows.append([host.name, position[digest.verdicts[host.name]],
                      profiles.setdefault(host.profile or "", len(profiles)), host.group or "",
-                     [counts[s] for s in STATUS_ORDER], pairs,
-                     split_source(bad[0].message)[0][:200] if bad else "",
+                     [t.counts[s] for s in STATUS_ORDER], pairs,
+                     split_source(t.first_bad.message)[0][:200] if t.first_bad else "",
                      int(host.name in detailed)])
     return {"statuses": STATUS_ORDER, "checks": list(checks), "profiles": list(profiles), "hosts": rows}
 

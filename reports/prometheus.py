@@ -52,21 +52,17 @@ def run_samples(digest: RunDigest, detail: bool = False) -> Iterable[Sample]:
     for status in Status:
         yield Sample("healthcheck_hosts", {"verdict": status.value}, float(len(by_verdict[status])))
     quiet = () if detail else (Status.PASS, Status.SKIP)
+    tallies = digest.tallies
     for host in digest.results.hosts.values():
         verdict = digest.verdicts[host.name].value
+        t = tallies[host.name]
         yield Sample("healthcheck_host_verdict", {"host": host.name, "verdict": verdict}, 1.0)
-        for status, n in host.counts().items():
+        for status, n in (t.counts if host.stored is None else host.counts()).items():
             yield Sample("healthcheck_host_findings", {"host": host.name, "status": status}, float(n))
-        worst: dict[str, Status] = {}
-        count: dict[tuple[str, Status], int] = defaultdict(int)
-        for f in host.findings:
-            if f.check not in worst or f.status.rank > worst[f.check].rank:
-                worst[f.check] = f.status
-            count[(f.check, f.status)] += 1
-        for check, status in worst.items():
+        for check, (status, n) in t.worst.items():
             if status not in quiet:
                 yield Sample("healthcheck_check_status", {"host": host.name, "check": check, "status": status.value},
-                             float(count[(check, status)]))
+                             float(n))
         gpus = host.observations.get("gpu")
         if isinstance(gpus, dict) and not detail:  # the key gauge; with detail the gpu extractor gives it
             count_value = number(gpus.get("count"))
