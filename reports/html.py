@@ -23,7 +23,7 @@ from typing import Any
 from healthcheck.reports import ReporterSpec, register
 from healthcheck.reports.bench_views import bench_views, busbw_check
 from healthcheck.reports.charts import Series, bar_chart, heatmap, line_chart, sparkline, strip_chart
-from healthcheck.reports.digest import BAD, RunDigest, fold, margin, split_source
+from healthcheck.reports.digest import BAD, STATUS_RANK, RunDigest, fold, margin, split_source
 from healthcheck.reports.field_views import field_context
 from healthcheck.reports.fleet import version_rows
 from healthcheck.reports.panels import host_panels
@@ -138,10 +138,14 @@ def host_index(digest: RunDigest, detailed: set[str]) -> dict[str, Any]:
     position = {s: STATUS_ORDER.index(s.value) for s in Status}
     rows = []
     tallies = digest.tallies
+    shared: dict[tuple, list] = {}  # hosts with the same checks in the same states share one encoding
     for host in digest.hosts:
         t = tallies[host.name]
-        pairs = [[checks.setdefault(c, len(checks)), position[s]]
-                 for c, (s, _) in sorted(t.worst.items(), key=lambda cs: (-cs[1][0].rank, cs[0]))]
+        key = tuple(t.worst.items())
+        pairs = shared.get(key)
+        if pairs is None:
+            ordered = sorted(t.worst.items(), key=lambda cs: (-STATUS_RANK[cs[1][0]], cs[0]))
+            pairs = shared[key] = [[checks.setdefault(c, len(checks)), position[s]] for c, (s, _) in ordered]
         rows.append([host.name, position[digest.verdicts[host.name]],
                      profiles.setdefault(host.profile or "", len(profiles)), host.group or "",
                      [t.counts[s] for s in STATUS_ORDER], pairs,
@@ -207,9 +211,11 @@ def pair_threshold(views: Any, metric: str) -> float | None:
 def _blamed_by_pairs(digest: RunDigest) -> dict[str, list[str]]:
     """Nodes the pair attribution found bad (``<benchmark>.<test>.pairs.node`` FAIL), per benchmark."""
     out: dict[str, set[str]] = {}
-    for f in digest.results.findings():
-        if f.status is Status.FAIL and f.check.endswith(".pairs.node"):
-            out.setdefault(f.check.split(".", 1)[0], set()).add(f.host)
+    for check, found in digest.index.by_check.items():
+        if check.endswith(".pairs.node"):
+            for f in found:
+                if f.status is Status.FAIL:
+                    out.setdefault(check.split(".", 1)[0], set()).add(f.host)
     return {bench: sorted(hosts) for bench, hosts in out.items()}
 
 
