@@ -26,7 +26,7 @@ from ClusterShell.RangeSet import RangeSet
 from healthcheck.gcpause import gc_paused
 from healthcheck.model import Finding, Status
 from healthcheck.observation_store import read_observations
-from healthcheck.results import STATUS_VALUES, HostResult, RunResults, complete_results
+from healthcheck.results import STATUS_VALUES, HostResult, RunResults, complete_results, run_verdict
 from healthcheck.rundir import RunDirError, raw_dir
 
 BAD = (Status.FAIL, Status.ERROR, Status.WARN)  # statuses listed in the "what is wrong" views
@@ -107,7 +107,9 @@ def group_findings(findings: Iterable[Finding], statuses: Iterable[Status] = BAD
     return sorted(groups, key=lambda g: (-g.status.rank, -len(g.hosts), g.check, _natural(g.component)))
 
 
-STATUS_RANK = {s: s.rank for s in Status}  # ``Status.rank`` is a property: a dict lookup is cheaper per finding
+# ``Status.rank`` and ``Status.value`` are properties: a dict lookup is cheaper, per finding
+STATUS_RANK = {s: s.rank for s in Status}
+_VALUE = {s: s.value for s in Status}
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,7 @@ def tally(findings: Iterable[Finding]) -> HostTally:
     first_bad, bad_rank = None, -1
     for f in findings:
         status, rank = f.status, STATUS_RANK[f.status]
-        counts[status.value] += 1
+        counts[_VALUE[status]] += 1
         seen = worst.get(f.check)
         if seen is None or rank > STATUS_RANK[seen[0]]:
             worst[f.check] = (status, 1)
@@ -192,7 +194,7 @@ class RunDigest:
 
     @functools.cached_property
     def verdict(self) -> Status:
-        return self.results.verdict
+        return run_verdict(self.verdicts.values())  # ``results.verdict`` would grade every host again
 
     @functools.cached_property
     def verdicts(self) -> dict[str, Status]:

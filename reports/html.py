@@ -5,8 +5,10 @@
 jinja2 autoescaping is on for everything, node output reaches the page only as escaped text, the
 host index travels as HTML-safe JSON read by ``textContent``-only JS, and a Content-Security-Policy
 allows exactly the one inline script (by hash) and no network at all. Per-host detail sections
-are rendered for the hosts that need attention (all hosts on small runs); the host table covers
-every host and is filtered and paginated in the browser, so 10,000 hosts stay responsive.
+are rendered for the hosts that need attention (all hosts on small runs); on larger runs all but the
+first ``DETAIL_LIVE`` are inert ``<template>`` elements the script clones when a host's link is
+followed (300 laid-out sections took seconds to open). The host table covers every host and is
+filtered and paginated in the browser, so 10,000 hosts stay responsive.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from healthcheck.textsafe import has_unsafe, printable
 
 DETAIL_ALL_UP_TO = 64      # runs this small get a detail section for every host
 DETAIL_MAX = 300           # at most this many hosts get a detail section (worst first)
+DETAIL_LIVE = 20           # on larger runs, the first detail sections in the page; the rest are inert <template>s
 GROUPS_MAX = 400           # grouped findings listed in the page
 HEATMAP_MAX_NODES = 96
 HPL_BARS_MAX = 60          # slowest nodes drawn
@@ -132,26 +135,30 @@ def category_name(category: str) -> str:
 
 
 def host_index(digest: RunDigest, detailed: set[str]) -> dict[str, Any]:
-    """Compact host table for the browser: interned checks, worst status per check."""
+    """Compact host table for the browser: interned checks; each host's worst status per check as an index
+    into ``shapes`` (hosts with the same checks in the same states share one: most of a fleet passes alike)."""
     checks: dict[str, int] = {}
     profiles: dict[str, int] = {}
+    shapes: dict[tuple, int] = {}
+    encoded: list[list[list[int]]] = []
     position = {s: STATUS_ORDER.index(s.value) for s in Status}
     rows = []
     tallies = digest.tallies
-    shared: dict[tuple, list] = {}  # hosts with the same checks in the same states share one encoding
     for host in digest.hosts:
         t = tallies[host.name]
         key = tuple(t.worst.items())
-        pairs = shared.get(key)
-        if pairs is None:
+        shape = shapes.get(key)
+        if shape is None:
             ordered = sorted(t.worst.items(), key=lambda cs: (-STATUS_RANK[cs[1][0]], cs[0]))
-            pairs = shared[key] = [[checks.setdefault(c, len(checks)), position[s]] for c, (s, _) in ordered]
+            shape = shapes[key] = len(encoded)
+            encoded.append([[checks.setdefault(c, len(checks)), position[s]] for c, (s, _) in ordered])
         rows.append([host.name, position[digest.verdicts[host.name]],
                      profiles.setdefault(host.profile or "", len(profiles)), host.group or "",
-                     [t.counts[s] for s in STATUS_ORDER], pairs,
+                     [t.counts[s] for s in STATUS_ORDER], shape,
                      split_source(t.first_bad.message)[0][:200] if t.first_bad else "",
                      int(host.name in detailed)])
-    return {"statuses": STATUS_ORDER, "checks": list(checks), "profiles": list(profiles), "hosts": rows}
+    return {"statuses": STATUS_ORDER, "checks": list(checks), "shapes": encoded, "profiles": list(profiles),
+            "hosts": rows}
 
 
 def by_category(digest: RunDigest) -> list[dict[str, Any]]:
@@ -274,6 +281,7 @@ def render_context(digest: RunDigest) -> dict[str, Any]:
             "groups_total": len(digest.groups), "groups_max": GROUPS_MAX,
             "profiles": sorted({h.profile or "(none)" for h in hosts}),
             "details": [host_detail(digest, h, passing_rows=small) for h in chosen],
+            "details_live": len(chosen) if small else DETAIL_LIVE,
             "details_skipped": sum(1 for h in hosts if verdicts[h.name] in BAD) - len(chosen)
             if not small else 0,
             "index": script_json(host_index(digest, {h.name for h in chosen})),
