@@ -152,18 +152,15 @@ class FindingIndex:
 
 def index_findings(hosts: Iterable[HostResult]) -> FindingIndex:
     tallies: dict[str, HostTally] = {}
-    by_check: dict[str, list[Finding]] = {}
+    by_check: defaultdict[str, list[Finding]] = defaultdict(list)
     not_passing: list[Finding] = []
     for host in hosts:
-        tallies[host.name] = tally(host.findings)
+        t = tallies[host.name] = tally(host.findings)
         for f in host.findings:
-            found = by_check.get(f.check)
-            if found is None:
-                found = by_check[f.check] = []
-            found.append(f)
-            if f.status is not Status.PASS:
-                not_passing.append(f)
-    return FindingIndex(tallies, by_check, not_passing)
+            by_check[f.check].append(f)
+        if t.counts["PASS"] != len(host.findings):
+            not_passing.extend(f for f in host.findings if f.status is not Status.PASS)
+    return FindingIndex(tallies, dict(by_check), not_passing)
 
 
 def _natural(text: str) -> tuple:

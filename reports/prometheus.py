@@ -116,6 +116,8 @@ class _Collector:
 
 
 def _label_value(value: str) -> str:
+    if "\\" not in value and "\n" not in value and '"' not in value:  # nearly every value: nothing to escape
+        return value
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
@@ -126,6 +128,7 @@ def exposition(samples: Iterable[Sample]) -> bytes:
     for s in samples:
         by_name[s.name][tuple(sorted(s.labels.items()))] = s.value
     out: list[str] = []
+    numbers: dict[float, str] = {}  # the same few values (1, 0, counts) recur on every host
     for name in sorted(by_name):
         kind, doc = METRICS[name]
         rows = by_name[name]
@@ -133,10 +136,21 @@ def exposition(samples: Iterable[Sample]) -> bytes:
         help_text = doc.replace("\\", "\\\\").replace("\n", "\\n")
         out.append(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n")
         for labels in sorted(rows):
-            values = dict(labels)
-            text = ",".join(f'{k}="{_label_value(values.get(k, ""))}"' for k in keys)
-            out.append(f"{name}{{{text}}} {floatToGoString(rows[labels])}\n" if keys
-                       else f"{name} {floatToGoString(rows[labels])}\n")
+            value = rows[labels]
+            number = numbers.get(value) if value else None  # 0.0 == -0.0, printed differently: never cached
+            if number is None:
+                number = floatToGoString(value)
+                if value and value == value:  # NaN: never equal to itself, never found again
+                    numbers[value] = number
+            if not keys:
+                out.append(f"{name} {number}\n")
+                continue
+            if len(labels) == len(keys):  # every label present: ``labels`` is already in ``keys`` order
+                text = ",".join(f'{k}="{_label_value(v)}"' for k, v in labels)
+            else:
+                values = dict(labels)
+                text = ",".join(f'{k}="{_label_value(values.get(k, ""))}"' for k in keys)
+            out.append(f"{name}{{{text}}} {number}\n")
     return "".join(out).encode("utf-8")
 
 
