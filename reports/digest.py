@@ -214,7 +214,11 @@ class RunDigest:
         return self.index.tallies
 
     def summary(self) -> dict[str, Any]:
-        return self.memo("summary", lambda: self.results.summary(self.verdicts))
+        def compute() -> dict[str, Any]:
+            counts = {name: host.counts() if host.stored is not None else self.tallies[name].counts
+                      for name, host in self.results.hosts.items()}
+            return self.results.summary(self.verdicts, counts)
+        return self.memo("summary", compute)
 
     @functools.cached_property
     def groups(self) -> list[FindingGroup]:
