@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from healthcheck import reports  # noqa: E402
-from healthcheck.observation_store import ObservationStore, encode_observations, key_observations  # noqa: E402
+from healthcheck.observation_store import STORE, ObservationStore, encode_observations, key_observations  # noqa: E402
 from healthcheck.results import SCHEMAS, RunResults, write_results  # noqa: E402
 
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -187,6 +187,7 @@ def main() -> None:
     print(f"synthetic run  {v1_size:7.1f} MB as a version-1 results.json  {clock.lap()}")
     results = RunResults.from_json(document)
     del document
+    (run_dir / STORE).unlink(missing_ok=True)  # a kept directory used again: the store is appended to
     store = ObservationStore(run_dir)  # in a run, the grading workers encode and the main process appends
     for host in (h for h in results.hosts.values() if h.observations):
         host.observations_at = store.append(encode_observations(host.name, host.observations))
