@@ -22,14 +22,14 @@ from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
 from ClusterShell.RangeSet import RangeSet
+from healthcheck.reports.findings_index import BAD, FindingIndex, HostTally, index_findings
 
 from healthcheck.gcpause import gc_paused
 from healthcheck.model import Finding, Status
 from healthcheck.observation_store import read_observations
-from healthcheck.results import STATUS_VALUES, HostResult, RunResults, complete_results, run_verdict
+from healthcheck.results import HostResult, RunResults, complete_results, run_verdict
 from healthcheck.rundir import RunDirError, raw_dir
 
-BAD = (Status.FAIL, Status.ERROR, Status.WARN)  # statuses listed in the "what is wrong" views
 EXCERPT_BYTES = 4096
 
 
@@ -105,62 +105,6 @@ def group_findings(findings: Iterable[Finding], statuses: Iterable[Status] = BAD
                            unit=fs[0].unit)
               for (s, c, comp), fs in buckets.items()]
     return sorted(groups, key=lambda g: (-g.status.rank, -len(g.hosts), g.check, _natural(g.component)))
-
-
-# ``Status.rank`` and ``Status.value`` are properties: a dict lookup is cheaper, per finding
-STATUS_RANK = {s: s.rank for s in Status}
-_VALUE = {s: s.value for s in Status}
-
-
-@dataclass(frozen=True)
-class HostTally:
-    """One pass over a host's findings that every format shares: findings per status, each check's worst
-    status with how many of the check's findings have it, and the first finding of the worst status in
-    ``BAD`` (the host table's "worst finding")."""
-
-    counts: dict[str, int]                  # status value -> findings, every status present
-    worst: dict[str, tuple[Status, int]]    # check -> (worst status, findings of the check in that status)
-    first_bad: Finding | None
-
-
-def tally(findings: Iterable[Finding]) -> HostTally:
-    counts = dict.fromkeys(STATUS_VALUES, 0)
-    worst: dict[str, tuple[Status, int]] = {}
-    first_bad, bad_rank = None, -1
-    for f in findings:
-        status, rank = f.status, STATUS_RANK[f.status]
-        counts[_VALUE[status]] += 1
-        seen = worst.get(f.check)
-        if seen is None or rank > STATUS_RANK[seen[0]]:
-            worst[f.check] = (status, 1)
-        elif status is seen[0]:
-            worst[f.check] = (status, seen[1] + 1)
-        if rank > bad_rank and status in BAD:
-            first_bad, bad_rank = f, rank
-    return HostTally(counts, worst, first_bad)
-
-
-@dataclass(frozen=True)
-class FindingIndex:
-    """Every finding of the run indexed once (one pass over the hosts), for the formats' group-bys.
-    Lists keep the run's order (hosts, then each host's findings); treat them as read-only."""
-
-    tallies: dict[str, HostTally]               # host -> its tally
-    by_check: dict[str, list[Finding]]          # check -> its findings, PASS included
-    not_passing: list[Finding]                  # every finding that is not PASS
-
-
-def index_findings(hosts: Iterable[HostResult]) -> FindingIndex:
-    tallies: dict[str, HostTally] = {}
-    by_check: defaultdict[str, list[Finding]] = defaultdict(list)
-    not_passing: list[Finding] = []
-    for host in hosts:
-        t = tallies[host.name] = tally(host.findings)
-        for f in host.findings:
-            by_check[f.check].append(f)
-        if t.counts["PASS"] != len(host.findings):
-            not_passing.extend(f for f in host.findings if f.status is not Status.PASS)
-    return FindingIndex(tallies, dict(by_check), not_passing)
 
 
 def _natural(text: str) -> tuple:

@@ -25,8 +25,9 @@ from typing import Any
 from healthcheck.reports import ReporterSpec, register
 from healthcheck.reports.bench_views import bench_views, busbw_check
 from healthcheck.reports.charts import Series, bar_chart, heatmap, line_chart, sparkline, strip_chart
-from healthcheck.reports.digest import BAD, STATUS_RANK, RunDigest, fold, margin, split_source
+from healthcheck.reports.digest import BAD, RunDigest, fold, margin, split_source
 from healthcheck.reports.field_views import field_context
+from healthcheck.reports.findings_index import STATUS_RANK
 from healthcheck.reports.fleet import version_rows
 from healthcheck.reports.panels import host_panels
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
