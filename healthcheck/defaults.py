@@ -29,6 +29,7 @@ class Defaults:
     inventory_max_values: int = 1_000_000  # YAML values with aliases (*ref) expanded: bounds alias bombs
     inventory_max_depth: int = 64        # YAML nesting depth
     interrupt_grace_s: float = 10.0      # Ctrl-C/SIGTERM: hosts in flight get this long to finish
+    merge_copy_threads: int = 8          # merge: host folders copied into the staging bundle at once (I/O waits)
     drain_max_fraction: float = 0.10     # circuit breaker: most of the fleet drained at once
     drain_broken_run_fraction: float = 0.5  # a run with this share of ERROR hosts looks broken
     busbw_excellent: float = 0.80        # fraction of expected busbw
