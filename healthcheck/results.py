@@ -23,13 +23,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
 from healthcheck.findings_table import TableError, read_table, write_table
+from healthcheck.gcpause import gc_paused
 from healthcheck.model import Finding, Status, host_verdict, json_safe, worst
 from healthcheck.observation_store import (
     STORE,
@@ -43,6 +46,7 @@ SCHEMA = "healthcheck.results/2"
 STATUS_VALUES = tuple(s.value for s in Status)  # iterating the Enum per host is slow at 10,000 hosts
 SCHEMAS = ("healthcheck.results/1", SCHEMA)  # readable; version 1 held every finding and observation inline
 FILES = {"findings": "findings.table.json.gz", "observations": STORE}
+_STATUS = attrgetter("status")
 _BAD = (Status.WARN, Status.ERROR, Status.FAIL, Status.SKIP)  # kept inline in results.json
 
 
@@ -104,13 +108,14 @@ class HostResult:
         if self.stored is not None and isinstance(self.stored.get("counts"), Mapping):
             out.update({k: int(v) for k, v in self.stored["counts"].items() if k in out and isinstance(v, int)})
             return out
-        for f in self.findings:
-            out[f.status.value] += 1
+        for status, n in Counter(map(_STATUS, self.findings)).items():  # C-level count, then one lookup a status
+            out[status.value] = n
         return out
 
-    def to_json(self) -> dict[str, Any]:
-        out = {"verdict": self.verdict.value, "profile": self.profile, "group": self.group,
-               "address": self.address, "counts": self.counts(),
+    def to_json(self, verdict: Status | None = None, counts: dict[str, int] | None = None) -> dict[str, Any]:
+        """``verdict`` and ``counts``: this host's, when the caller has computed them already."""
+        out = {"verdict": (self.verdict if verdict is None else verdict).value, "profile": self.profile,
+               "group": self.group, "address": self.address, "counts": self.counts() if counts is None else counts,
                "findings": [f.to_json() for f in self.findings if f.status in _BAD],
                "observations": key_observations(self.observations)}  # already JSON form (stages.grade_host)
         if self.observations_at is not None:
@@ -139,29 +144,32 @@ class RunResults:
 
     @property
     def verdict(self) -> Status:
-        verdicts = [h.verdict for h in self.hosts.values()]
-        graded = [v for v in verdicts if v is not Status.SKIP]
-        if not verdicts:
-            return Status.ERROR
-        return worst(graded) if graded else Status.SKIP
+        return run_verdict(h.verdict for h in self.hosts.values())
 
     def findings(self) -> Iterable[Finding]:
         for host in self.hosts.values():
             yield from host.findings
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, verdicts: Mapping[str, Status] | None = None,
+                counts: Mapping[str, Mapping[str, int]] | None = None) -> dict[str, Any]:
+        """Verdict, hosts per verdict, findings per status. ``verdicts``/``counts``: every host's, when the
+        caller has them (a host's verdict walks its findings: computed once per host, not once per use)."""
+        verdicts = verdicts if verdicts is not None else {n: h.verdict for n, h in self.hosts.items()}
         by_verdict = dict.fromkeys(STATUS_VALUES, 0)
         by_status = dict.fromkeys(STATUS_VALUES, 0)
-        for host in self.hosts.values():
-            by_verdict[host.verdict.value] += 1
-            for status, n in host.counts().items():
+        for name, host in self.hosts.items():
+            by_verdict[verdicts[name].value] += 1
+            for status, n in (counts[name] if counts is not None else host.counts()).items():
                 by_status[status] += n
-        return {"verdict": self.verdict.value, "hosts": len(self.hosts), "by_verdict": by_verdict,
-                "findings_by_status": by_status}
+        return {"verdict": run_verdict(verdicts.values()).value, "hosts": len(self.hosts),
+                "by_verdict": by_verdict, "findings_by_status": by_status}
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.extra, "schema": SCHEMA, "run": self.run, "summary": self.summary(), "files": FILES,
-                "hosts": {name: self.hosts[name].to_json() for name in sorted(self.hosts)}}
+        verdicts = {name: host.verdict for name, host in self.hosts.items()}
+        counts = {name: host.counts() for name, host in self.hosts.items()}
+        return {**self.extra, "schema": SCHEMA, "run": self.run, "summary": self.summary(verdicts, counts),
+                "files": FILES, "hosts": {name: self.hosts[name].to_json(verdicts[name], counts[name])
+                                          for name in sorted(self.hosts)}}
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> RunResults:
@@ -171,6 +179,16 @@ class RunResults:
         return cls(run=dict(obj.get("run") or {}),
                    hosts={n: HostResult.from_json(n, h) for n, h in (obj.get("hosts") or {}).items()},
                    extra=extra)
+
+
+def run_verdict(verdicts: Iterable[Status]) -> Status:
+    """The run's verdict from its hosts': the worst graded one; SKIP when every host was skipped, ERROR
+    when there is no host."""
+    seen = set(verdicts)
+    if not seen:
+        return Status.ERROR
+    graded = seen - {Status.SKIP}
+    return worst(graded) if graded else Status.SKIP
 
 
 def results_schema() -> dict[str, Any]:
@@ -183,8 +201,9 @@ def load_results(run_dir: Path, observations: bool = False) -> RunResults:
     table is missing or damaged, the non-PASS findings and the stated verdicts and counts stand);
     ``observations=True`` also reads every host's full observations from the observation store."""
     run_dir = Path(run_dir)
-    results = RunResults.from_json(json.loads((run_dir / "results.json").read_text()))
-    complete_results(run_dir, results, observations)
+    with gc_paused():
+        results = RunResults.from_json(json.loads((run_dir / "results.json").read_text()))
+        complete_results(run_dir, results, observations)
     return results
 
 

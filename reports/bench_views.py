@@ -186,9 +186,9 @@ def _bench_views(digest: RunDigest) -> BenchViews:
                 views.pairs.append(PairValue(*job.hosts, _pair_metric(job), job.metric, source))
             if job.benchmark == "imb" and (lat := imb_latency_us(parsed_result(digest, job))) is not None:
                 views.pairs.append(PairValue(*job.hosts, "latency_us", lat, source))
-    for f in digest.results.findings():
-        if f.category in ("nccl", "hpl", "imb", "osu") and f.expected is not None and f.check not in views.bands:
-            band = expected_band(f.expected)
+    for check, found in digest.index.by_check.items():
+        if check.split(".", 1)[0] in ("nccl", "hpl", "imb", "osu"):  # the first finding with a band, per check
+            band = next((b for f in found if f.expected is not None and (b := expected_band(f.expected))), None)
             if band is not None:
-                views.bands[f.check] = band
+                views.bands[check] = band
     return views

@@ -21,23 +21,42 @@ from pathlib import Path
 from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
+from ClusterShell.RangeSet import RangeSet
+from healthcheck.reports.findings_index import BAD, FindingIndex, HostTally, index_findings
 
+from healthcheck.gcpause import gc_paused
 from healthcheck.model import Finding, Status
 from healthcheck.observation_store import read_observations
-from healthcheck.results import HostResult, RunResults, complete_results
+from healthcheck.results import HostResult, RunResults, complete_results, run_verdict
 from healthcheck.rundir import RunDirError, raw_dir
 
-BAD = (Status.FAIL, Status.ERROR, Status.WARN)  # statuses listed in the "what is wrong" views
 EXCERPT_BYTES = 4096
 
 
 def fold(hosts: Iterable[str]) -> str:
     """Hosts as a folded ClusterShell nodeset: ``gpu[001-004,017]``."""
     names = sorted(set(hosts))
-    if not names:
-        return ""
+    return _fold(tuple(names)) if names else ""
+
+
+_SIMPLE = re.compile(r"([A-Za-z_.-]+)(\d+)")  # one name = letters then one number: ``gpu00042``
+
+
+@functools.lru_cache(maxsize=256)  # the same sets (hosts per verdict, per group) are folded by several formats
+def _fold(names: tuple[str, ...]) -> str:
+    """``NodeSet.fromlist(names)``, with the common names (letters then a number) grouped by prefix first:
+    one RangeSet parse per prefix instead of one NodeSet parse per name (10,000 names: 7x less CPU)."""
+    numbers: dict[str, list[str]] = defaultdict(list)
+    others = []
+    for name in names:
+        m = _SIMPLE.fullmatch(name)
+        if m:
+            numbers[m[1]].append(m[2])
+        else:
+            others.append(name)
     try:
-        return str(NodeSet.fromlist(names))
+        parts = [f"{prefix}[{RangeSet(','.join(nums))}]" for prefix, nums in numbers.items()]
+        return str(NodeSet.fromlist(parts + others))
     except Exception:  # a name NodeSet cannot parse (brackets, commas): list them plainly
         return ",".join(names)
 
@@ -116,7 +135,7 @@ class RunDigest:
 
     @functools.cached_property
     def verdict(self) -> Status:
-        return self.results.verdict
+        return run_verdict(self.verdicts.values())  # ``results.verdict`` would grade every host again
 
     @functools.cached_property
     def verdicts(self) -> dict[str, Status]:
@@ -129,12 +148,25 @@ class RunDigest:
         v = self.verdicts
         return sorted(self.results.hosts.values(), key=lambda h: (-v[h.name].rank, h.name))
 
+    @functools.cached_property
+    def index(self) -> FindingIndex:
+        """Every finding indexed once for all formats (tallies, by check, not passing)."""
+        return index_findings(self.results.hosts.values())
+
+    @property
+    def tallies(self) -> dict[str, HostTally]:
+        return self.index.tallies
+
     def summary(self) -> dict[str, Any]:
-        return self.memo("summary", self.results.summary)
+        def compute() -> dict[str, Any]:
+            counts = {name: host.counts() if host.stored is not None else self.tallies[name].counts
+                      for name, host in self.results.hosts.items()}
+            return self.results.summary(self.verdicts, counts)
+        return self.memo("summary", compute)
 
     @functools.cached_property
     def groups(self) -> list[FindingGroup]:
-        return group_findings(self.results.findings())
+        return group_findings(self.index.not_passing)  # BAD has no PASS: the same groups, a fraction of the loop
 
     def observations(self, host: HostResult) -> Mapping[str, Any]:
         """A host's full observations: from the observation store when results.json keeps only the key
@@ -189,9 +221,10 @@ def _read_json(path: Path) -> dict[str, Any]:
 def load_digest(run_dir: Path) -> RunDigest:
     """Read ``results.json`` (required), its findings table and ``manifest.json`` (optional) from ``run_dir``."""
     run_dir = Path(run_dir)
-    document = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
-    results = RunResults.from_json(document)
-    complete_results(run_dir, results)
+    with gc_paused():  # millions of acyclic objects: the collector would only walk them
+        document = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+        results = RunResults.from_json(document)
+        complete_results(run_dir, results)
     return RunDigest(run_dir=run_dir, results=results, document=document,
                      manifest=_read_json(run_dir / "manifest.json"))
 

@@ -14,16 +14,18 @@ from typing import Any
 
 from healthcheck.reports.digest import RunDigest
 
-from healthcheck.model import Status
-
 
 def _mappings(value: Any) -> list[Mapping[str, Any]]:
     return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
 
 
 def field_context(digest: RunDigest) -> dict[str, Any]:
-    observed = [f for h in digest.results.hosts.values() for f in h.findings
-                if getattr(f, "observe", False) and f.status is not Status.PASS]
+    """Computed once per digest (report.html and summary.md both show it)."""
+    return digest.memo("field_context", lambda: _field_context(digest))
+
+
+def _field_context(digest: RunDigest) -> dict[str, Any]:
+    observed = [f for f in digest.index.not_passing if getattr(f, "observe", False)]
     return {"offenders": _mappings(digest.document.get("offenders")),
             "evidence": _mappings(digest.document.get("evidence")),
             "observed": sorted(observed, key=lambda f: (-f.status.rank, f.check, f.host, f.component))}

@@ -50,14 +50,14 @@ def _values(obs: Any) -> dict[str, set[str]]:
     if not isinstance(obs, Mapping):
         return out
     for key, value in obs.items():
-        if isinstance(value, str | int | float) and not isinstance(value, bool) and _is_version_key(key):
-            out[key].add(str(value))
-        elif isinstance(value, list):
+        if isinstance(value, list):
             for rec in value:
                 if isinstance(rec, Mapping):
                     for k, v in rec.items():
                         if _is_version_key(k) and isinstance(v, str | int | float):
                             out[f"{key}.{k}"].add(str(v))
+        elif _is_version_key(key) and isinstance(value, str | int | float) and not isinstance(value, bool):
+            out[key].add(str(value))
     return out
 
 

@@ -5,8 +5,10 @@
 jinja2 autoescaping is on for everything, node output reaches the page only as escaped text, the
 host index travels as HTML-safe JSON read by ``textContent``-only JS, and a Content-Security-Policy
 allows exactly the one inline script (by hash) and no network at all. Per-host detail sections
-are rendered for the hosts that need attention (all hosts on small runs); the host table covers
-every host and is filtered and paginated in the browser, so 10,000 hosts stay responsive.
+are rendered for the hosts that need attention (all hosts on small runs); on larger runs all but the
+first ``DETAIL_LIVE`` are inert ``<template>`` elements the script clones when a host's link is
+followed (300 laid-out sections took seconds to open). The host table covers every host and is
+filtered and paginated in the browser, so 10,000 hosts stay responsive.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import base64
 import functools
 import hashlib
 import json
+import re
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 from typing import Any
@@ -24,17 +27,19 @@ from healthcheck.reports.bench_views import bench_views, busbw_check
 from healthcheck.reports.charts import Series, bar_chart, heatmap, line_chart, sparkline, strip_chart
 from healthcheck.reports.digest import BAD, RunDigest, fold, margin, split_source
 from healthcheck.reports.field_views import field_context
+from healthcheck.reports.findings_index import STATUS_RANK
 from healthcheck.reports.fleet import version_rows
 from healthcheck.reports.panels import host_panels
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from healthcheck.model import Status
 from healthcheck.results import HostResult
-from healthcheck.textsafe import printable
+from healthcheck.textsafe import has_unsafe, printable
 
 DETAIL_ALL_UP_TO = 64      # runs this small get a detail section for every host
 DETAIL_MAX = 300           # at most this many hosts get a detail section (worst first)
+DETAIL_LIVE = 20           # on larger runs, the first detail sections in the page; the rest are inert <template>s
 GROUPS_MAX = 400           # grouped findings listed in the page
 HEATMAP_MAX_NODES = 96
 HPL_BARS_MAX = 60          # slowest nodes drawn
@@ -60,10 +65,17 @@ def visible(value: Any) -> Any:
     return value
 
 
+# What ``json.dumps`` writes for the control characters ``printable`` escapes (all but tab and newline): a
+# text without these and without ``has_unsafe`` characters has no string that ``visible`` would change.
+_JSON_CONTROL = re.compile(r"\\[bfr]|\\u00[01]")
+
+
 def script_json(value: Any) -> Markup:
     """JSON safe inside ``<script type=application/json>``: ``<``, ``>``, ``&`` never appear raw;
     control and bidi characters arrive in the page as visible escapes."""
-    text = json.dumps(visible(value), separators=(",", ":"), ensure_ascii=False, default=str)
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    if has_unsafe(text) or _JSON_CONTROL.search(text):  # some string needs ``visible``: encode it again
+        text = json.dumps(visible(value), separators=(",", ":"), ensure_ascii=False, default=str)
     for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
                     ("\u2029", "\\u2029")):
         text = text.replace(ch, esc)
@@ -75,9 +87,9 @@ def environment() -> Environment:
     env = Environment(loader=PackageLoader("healthcheck.reports", "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True),
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                      finalize=lambda v: visible(v) if isinstance(v, str) else v)
+                      finalize=_cell)
     env.filters.update(duration=duration_text, pct=pct_text, category_name=category_name,
-                       cited=cited_message)
+                       cited=cited_message, table_rows=table_rows)
     env.globals.update(sparkline=sparkline, fold=fold)
     return env
 
@@ -107,6 +119,26 @@ def cited_message(message: Any) -> Markup:
     return Markup('{} <span class="cite" title="{}">(source: {})</span>').format(text, source, short)
 
 
+def table_rows(table: Any) -> Markup:
+    """The ``<tr>`` lines of a panel table, each cell escaped as ``{{ v }}`` would be (``visible``, then
+    autoescape), built in one pass: 300 detailed hosts have about 100,000 cells, too many for a Jinja loop."""
+    out = []
+    for i, row in enumerate(table.rows):
+        classes = table.classes[i] if table.classes else ()
+        cells = []
+        for j, value in enumerate(row):
+            css = classes[j] if j < len(classes) else ""
+            cells.append(Markup('<td class="{}">').format(_cell(css)) if css else "<td>")
+            cells.append(escape(_cell(value)))
+            cells.append("</td>")
+        out.append("    <tr>" + "".join(cells) + "</tr>\n")
+    return Markup("".join(out))
+
+
+def _cell(value: Any) -> Any:
+    return visible(value) if isinstance(value, str) else value  # the environment's ``finalize``
+
+
 def duration_text(seconds: Any) -> str:
     if not isinstance(seconds, int | float):
         return "?"
@@ -124,26 +156,30 @@ def category_name(category: str) -> str:
 
 
 def host_index(digest: RunDigest, detailed: set[str]) -> dict[str, Any]:
-    """Compact host table for the browser: interned checks, worst status per check."""
+    """Compact host table for the browser: interned checks; each host's worst status per check as an index
+    into ``shapes`` (hosts with the same checks in the same states share one: most of a fleet passes alike)."""
     checks: dict[str, int] = {}
     profiles: dict[str, int] = {}
+    shapes: dict[tuple, int] = {}
+    encoded: list[list[list[int]]] = []
+    position = {s: STATUS_ORDER.index(s.value) for s in Status}
     rows = []
+    tallies = digest.tallies
     for host in digest.hosts:
-        worst: dict[str, Status] = {}
-        counts = dict.fromkeys(STATUS_ORDER, 0)
-        for f in host.findings:
-            counts[f.status.value] += 1
-            if f.check not in worst or f.status.rank > worst[f.check].rank:
-                worst[f.check] = f.status
-        bad = sorted((f for f in host.findings if f.status in BAD), key=lambda f: -f.status.rank)
-        pairs = [[checks.setdefault(c, len(checks)), STATUS_ORDER.index(s.value)]
-                 for c, s in sorted(worst.items(), key=lambda cs: (-cs[1].rank, cs[0]))]
-        rows.append([host.name, STATUS_ORDER.index(digest.verdicts[host.name].value),
+        t = tallies[host.name]
+        key = tuple(t.worst.items())
+        shape = shapes.get(key)
+        if shape is None:
+            ordered = sorted(t.worst.items(), key=lambda cs: (-STATUS_RANK[cs[1][0]], cs[0]))
+            shape = shapes[key] = len(encoded)
+            encoded.append([[checks.setdefault(c, len(checks)), position[s]] for c, (s, _) in ordered])
+        rows.append([host.name, position[digest.verdicts[host.name]],
                      profiles.setdefault(host.profile or "", len(profiles)), host.group or "",
-                     [counts[s] for s in STATUS_ORDER], pairs,
-                     split_source(bad[0].message)[0][:200] if bad else "",
+                     [t.counts[s] for s in STATUS_ORDER], shape,
+                     split_source(t.first_bad.message)[0][:200] if t.first_bad else "",
                      int(host.name in detailed)])
-    return {"statuses": STATUS_ORDER, "checks": list(checks), "profiles": list(profiles), "hosts": rows}
+    return {"statuses": STATUS_ORDER, "checks": list(checks), "shapes": encoded, "profiles": list(profiles),
+            "hosts": rows}
 
 
 def by_category(digest: RunDigest) -> list[dict[str, Any]]:
@@ -203,9 +239,11 @@ def pair_threshold(views: Any, metric: str) -> float | None:
 def _blamed_by_pairs(digest: RunDigest) -> dict[str, list[str]]:
     """Nodes the pair attribution found bad (``<benchmark>.<test>.pairs.node`` FAIL), per benchmark."""
     out: dict[str, set[str]] = {}
-    for f in digest.results.findings():
-        if f.status is Status.FAIL and f.check.endswith(".pairs.node"):
-            out.setdefault(f.check.split(".", 1)[0], set()).add(f.host)
+    for check, found in digest.index.by_check.items():
+        if check.endswith(".pairs.node"):
+            for f in found:
+                if f.status is Status.FAIL:
+                    out.setdefault(check.split(".", 1)[0], set()).add(f.host)
     return {bench: sorted(hosts) for bench, hosts in out.items()}
 
 
@@ -264,6 +302,7 @@ def render_context(digest: RunDigest) -> dict[str, Any]:
             "groups_total": len(digest.groups), "groups_max": GROUPS_MAX,
             "profiles": sorted({h.profile or "(none)" for h in hosts}),
             "details": [host_detail(digest, h, passing_rows=small) for h in chosen],
+            "details_live": len(chosen) if small else DETAIL_LIVE,
             "details_skipped": sum(1 for h in hosts if verdicts[h.name] in BAD) - len(chosen)
             if not small else 0,
             "index": script_json(host_index(digest, {h.name for h in chosen})),

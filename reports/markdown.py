@@ -85,8 +85,11 @@ def bandwidth_lines(digest: RunDigest) -> list[str]:
     """"Bandwidth vs expectation": busbw per node, pair and cluster job, HPL per node, IMB per pair, with
     the band; one row per job (a pair's finding on both hosts is one row), worst first."""
     rows: dict[tuple[str, str, str], list] = {}
-    for f in digest.results.findings():
-        if not BANDWIDTH_CHECKS.match(f.check) or isinstance(f.value, bool) or not isinstance(f.value, int | float):
+    # Check by check (the digest's index): rows tie in the sort below only within one check, where the
+    # findings keep the run's order, so the table is the same as from one loop over every finding.
+    found = (f for check, fs in digest.index.by_check.items() if BANDWIDTH_CHECKS.match(check) for f in fs)
+    for f in found:
+        if isinstance(f.value, bool) or not isinstance(f.value, int | float):
             continue
         row = rows.setdefault((f.check, f.component or "", f.source or ""), [f, [], f.status.rank])
         row[1].append(f.host)

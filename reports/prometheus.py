@@ -52,21 +52,17 @@ def run_samples(digest: RunDigest, detail: bool = False) -> Iterable[Sample]:
     for status in Status:
         yield Sample("healthcheck_hosts", {"verdict": status.value}, float(len(by_verdict[status])))
     quiet = () if detail else (Status.PASS, Status.SKIP)
+    tallies = digest.tallies
     for host in digest.results.hosts.values():
         verdict = digest.verdicts[host.name].value
+        t = tallies[host.name]
         yield Sample("healthcheck_host_verdict", {"host": host.name, "verdict": verdict}, 1.0)
-        for status, n in host.counts().items():
+        for status, n in (t.counts if host.stored is None else host.counts()).items():
             yield Sample("healthcheck_host_findings", {"host": host.name, "status": status}, float(n))
-        worst: dict[str, Status] = {}
-        count: dict[tuple[str, Status], int] = defaultdict(int)
-        for f in host.findings:
-            if f.check not in worst or f.status.rank > worst[f.check].rank:
-                worst[f.check] = f.status
-            count[(f.check, f.status)] += 1
-        for check, status in worst.items():
+        for check, (status, n) in t.worst.items():
             if status not in quiet:
                 yield Sample("healthcheck_check_status", {"host": host.name, "check": check, "status": status.value},
-                             float(count[(check, status)]))
+                             float(n))
         gpus = host.observations.get("gpu")
         if isinstance(gpus, dict) and not detail:  # the key gauge; with detail the gpu extractor gives it
             count_value = number(gpus.get("count"))
@@ -120,6 +116,8 @@ class _Collector:
 
 
 def _label_value(value: str) -> str:
+    if "\\" not in value and "\n" not in value and '"' not in value:  # nearly every value: nothing to escape
+        return value
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
@@ -130,6 +128,7 @@ def exposition(samples: Iterable[Sample]) -> bytes:
     for s in samples:
         by_name[s.name][tuple(sorted(s.labels.items()))] = s.value
     out: list[str] = []
+    numbers: dict[float, str] = {}  # the same few values (1, 0, counts) recur on every host
     for name in sorted(by_name):
         kind, doc = METRICS[name]
         rows = by_name[name]
@@ -137,10 +136,21 @@ def exposition(samples: Iterable[Sample]) -> bytes:
         help_text = doc.replace("\\", "\\\\").replace("\n", "\\n")
         out.append(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n")
         for labels in sorted(rows):
-            values = dict(labels)
-            text = ",".join(f'{k}="{_label_value(values.get(k, ""))}"' for k in keys)
-            out.append(f"{name}{{{text}}} {floatToGoString(rows[labels])}\n" if keys
-                       else f"{name} {floatToGoString(rows[labels])}\n")
+            value = rows[labels]
+            number = numbers.get(value) if value else None  # 0.0 == -0.0, printed differently: never cached
+            if number is None:
+                number = floatToGoString(value)
+                if value and value == value:  # NaN: never equal to itself, never found again
+                    numbers[value] = number
+            if not keys:
+                out.append(f"{name} {number}\n")
+                continue
+            if len(labels) == len(keys):  # every label present: ``labels`` is already in ``keys`` order
+                text = ",".join(f'{k}="{_label_value(v)}"' for k, v in labels)
+            else:
+                values = dict(labels)
+                text = ",".join(f'{k}="{_label_value(values.get(k, ""))}"' for k in keys)
+            out.append(f"{name}{{{text}}} {number}\n")
     return "".join(out).encode("utf-8")
 
 

@@ -5,7 +5,7 @@
   "use strict";
   var PAGE = 50;
   var data = JSON.parse(document.getElementById("hc-index").textContent);
-  var S = data.statuses, hosts = data.hosts, checks = data.checks;
+  var S = data.statuses, hosts = data.hosts, checks = data.checks, shapes = data.shapes;
   var $ = function (id) { return document.getElementById(id); };
   var fHost = $("f-host"), fStatus = $("f-status"), fCheck = $("f-check");
   var state = { host: "", status: "", check: "", page: 1 }, matches = hosts;
@@ -34,7 +34,7 @@
     matches = hosts.filter(function (h) {
       if (byHost && !byHost(h[0])) return false;
       if (!check) return statusOk(h[1]);
-      return h[5].some(function (cs) { return checks[cs[0]].toLowerCase().indexOf(check) >= 0 && statusOk(cs[1]); });
+      return shapes[h[5]].some(function (cs) { return checks[cs[0]].toLowerCase().indexOf(check) >= 0 && statusOk(cs[1]); });
     });
     var pages = Math.max(1, Math.ceil(matches.length / PAGE));
     state.page = Math.min(Math.max(1, state.page), pages);
@@ -47,7 +47,7 @@
     var v = el("td"); v.appendChild(el("span", S[h[1]], "st st-" + S[h[1]])); tr.appendChild(v);
     tr.appendChild(el("td", data.profiles[h[2]] + (h[3] ? " · " + h[3] : "")));
     tr.appendChild(el("td", h[4].join("/"), "num"));
-    var chips = el("td", null, "chips"), bad = h[5].filter(function (cs) { return S[cs[1]] !== "PASS" && S[cs[1]] !== "SKIP"; });
+    var chips = el("td", null, "chips"), bad = shapes[h[5]].filter(function (cs) { return S[cs[1]] !== "PASS" && S[cs[1]] !== "SKIP"; });
     bad.slice(0, 6).forEach(function (cs) { chips.appendChild(el("code", checks[cs[0]], "chip-" + S[cs[1]])); });
     if (bad.length > 6) chips.appendChild(el("span", "+" + (bad.length - 6) + " more", "muted"));
     tr.appendChild(chips);
@@ -70,6 +70,19 @@
     ["status", "host", "check"].forEach(function (k) { if (state[k]) parts.push(k + "=" + encodeURIComponent(state[k])); });
     if (state.page > 1) parts.push("page=" + state.page);
     history.replaceState(null, "", parts.length ? "#" + parts.join("&") : location.pathname + location.search);
+  }
+  // Host details past the first few are inert <template id="t-h-NAME">s: cloned in place when their
+  // anchor is followed (no HTML is parsed here: the browser parsed the escaped markup with the page).
+  function reveal(id) {
+    var t = document.getElementById("t-" + id);
+    if (t && t.content) t.parentNode.replaceChild(document.importNode(t.content, true), t);
+    return document.getElementById(id);
+  }
+  function toAnchor() {
+    var h = decodeURIComponent(location.hash.slice(1));
+    if (h.indexOf("h-") !== 0 || document.getElementById(h)) return;
+    var target = reveal(h);
+    if (target) target.scrollIntoView();
   }
   function fromHash() {
     var h = location.hash.slice(1);
@@ -99,11 +112,15 @@
   $("filter").addEventListener("submit", function (e) { e.preventDefault(); });
   $("p-prev").addEventListener("click", function () { state.page -= 1; toHash(); apply(); });
   $("p-next").addEventListener("click", function () { state.page += 1; toHash(); apply(); });
-  window.addEventListener("hashchange", function () { if (fromHash()) { apply(); $("hosts").scrollIntoView(); } });
-  // Printing (or saving as PDF) shows everything: open the folded sections first.
+  window.addEventListener("hashchange", function () {
+    if (fromHash()) { apply(); $("hosts").scrollIntoView(); } else { toAnchor(); }
+  });
+  // Printing (or saving as PDF) shows everything: every host's details, the folded sections open.
   window.addEventListener("beforeprint", function () {
+    document.querySelectorAll("template.host-detail").forEach(function (t) { reveal(t.id.slice(2)); });
     document.querySelectorAll("details").forEach(function (d) { d.open = true; });
   });
   fromHash();
   apply();
+  toAnchor();
 })();

@@ -84,6 +84,27 @@ def test_escaping_alone_keeps_it_inert(report: Path) -> None:
     assert "<title>healthcheck FAIL" in dom
 
 
+def test_host_details_in_templates_open_from_their_link(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On larger runs the details past the first few are inert <template>s, cloned when their anchor is followed."""
+    import healthcheck.reports.html as report_html
+
+    if CHROMIUM is None:
+        pytest.skip("chromium not installed (apt-get install chromium)")
+    monkeypatch.setattr(report_html, "DETAIL_ALL_UP_TO", 2)
+    monkeypatch.setattr(report_html, "DETAIL_LIVE", 1)
+    run_dir = make_run(tmp_path)
+    reports.write_all(run_dir, ["html"])
+    page = run_dir / "report.html"
+    assert '<template class="host-detail" id="t-h-gpu004">' in page.read_text(encoding="utf-8")
+    dom = chromium(page, "", "--dump-dom")
+    assert 'id="h-gpu001"' in dom and '<template class="host-detail" id="t-h-gpu004">' in dom
+    dom = chromium(page, "#h-gpu004", "--dump-dom")
+    assert '<template class="host-detail" id="t-h-gpu004">' not in dom
+    article = re.search(r'<article class="host-detail v-FAIL" id="h-gpu004">(.*?)</article>', dom, re.S)
+    assert article is not None and "nvlink.link.down" in article[1]
+    assert '<template class="host-detail" id="t-h-gpu002">' in dom  # only the host asked for
+
+
 def test_screenshot(report: Path) -> None:
     shot = report.parent / "report.png"
     chromium(report, "", f"--screenshot={shot}", "--window-size=1300,1600", "--hide-scrollbars")

@@ -203,6 +203,19 @@ def test_fold_mixed_names_and_empty() -> None:
     assert fold([]) == ""
 
 
+def test_fold_grouped_by_prefix_is_what_nodeset_folds() -> None:
+    """``fold`` groups ``letters+number`` names by prefix before ClusterShell sees them: the same text as
+    ``NodeSet.fromlist`` of every name, for other names (two numbers, padding mixes, odd characters) too."""
+    from ClusterShell.NodeSet import NodeSet
+
+    names = ([f"gpu{i:05d}" for i in range(1, 400, 3)] + [f"gpu{i}" for i in (1, 2, 3, 17)] + ["gpu01", "gpu001"]
+             + [f"h100-node{i:02d}" for i in range(1, 9)] + [f"rack{r}-n{i}" for r in range(3) for i in range(4)]
+             + ["login", "a.b-c1", "x_y2", "node-01", "node-1", "Node7", "123", "gpu1x", "cpu7"])
+    for chosen in (names, names[::2], names[1::3], names[-20:], ["n[1]", "a,b", "gpu1", "gpu2"]):
+        assert fold(chosen) == str(NodeSet.fromlist(sorted(set(chosen))))
+    assert fold(["gpu[1", "gpu2"]) == "gpu2,gpu[1"  # a name NodeSet cannot parse: all listed plainly
+
+
 def test_group_keeps_distinct_messages() -> None:
     fs = [Finding(h, "thermal.gpu_temp_c", Status.WARN, f"gpu0: temperature {t} C", component="gpu0")
           for h, t in (("a1", 84), ("a2", 85), ("a3", 84))]

@@ -117,7 +117,8 @@ def test_host_index_is_compact_and_script_safe(tmp_path: Path) -> None:
     assert index["statuses"] == ["FAIL", "ERROR", "WARN", "SKIP", "PASS"]
     row = next(r for r in index["hosts"] if r[0] == "gpu002")
     assert row[1] == 0 and row[4] == [1, 0, 1, 0, 2] and row[7] == 0
-    assert [index["checks"][c] for c, _ in row[5]][:2] == ["gpu.row_remap.pending", "gpu.temperature"]
+    assert [index["checks"][c] for c, _ in index["shapes"][row[5]]][:2] == ["gpu.row_remap.pending", "gpu.temperature"]
+    assert len(index["shapes"]) == len({tuple(map(tuple, shape)) for shape in index["shapes"]})  # each shape once
     text = str(script_json({"m": XSS + IMG_XSS + "\u2028"}))
     assert "<" not in text and ">" not in text and "&" not in text and "\u2028" not in text
     assert json.loads(text) == {"m": XSS + IMG_XSS + "\u2028"}
@@ -151,6 +152,11 @@ def test_small_run_details_all_hosts_big_run_caps(tmp_path: Path, monkeypatch: p
     detailed = re.findall(r'<article class="host-detail v-\w+" id="h-([^"]+)"', page)
     assert detailed == ["gpu001", "gpu002", "gpu004"]
     assert "3 further hosts need attention" in page
+    monkeypatch.setattr(report_html, "DETAIL_LIVE", 1)  # the rest as inert templates, the same markup inside
+    page = render_html(load_digest(make_run(tmp_path / "c"))).decode()
+    assert re.findall(r'<template class="host-detail" id="t-h-([^"]+)"><article class="host-detail v-\w+" id="h-\1"',
+                      page) == ["gpu002", "gpu004"]
+    assert re.findall(r'<article class="host-detail v-\w+" id="h-([^"]+)"', page) == detailed
 
 
 def test_big_run_counts_passing_findings_per_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

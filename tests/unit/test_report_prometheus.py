@@ -146,7 +146,11 @@ def test_direct_writer_matches_prometheus_client_byte_for_byte(tmp_path: Path) -
     digest.options = {"metrics_detail": True}
     samples = [*run_samples(digest, True), *bench_samples(digest),
                Sample("healthcheck_hosts", {"verdict": 'x"}\n\\'}, 2.0),
-               Sample("healthcheck_run_duration_seconds", {}, float("inf"))]
+               Sample("healthcheck_run_duration_seconds", {}, float("inf")),
+               # values the writer's number cache must keep apart: 0.0 and -0.0, NaN, 1 and 1.0
+               *(Sample("healthcheck_host_findings", {"host": f"n{i}", "status": "PASS"}, v)
+                 for i, v in enumerate((0.0, -0.0, float("nan"), float("nan"), 1, 1.0, 1e21))),
+               Sample("healthcheck_check_status", {"host": "n1", "check": "x"}, 3.0)]  # a label missing
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Collector(families(samples)))
     assert exposition(samples) == generate_latest(registry)
