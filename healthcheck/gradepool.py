@@ -8,9 +8,11 @@ Grading is CPU-bound Python (about 25 ms a host), so threads share one core; wor
 forked from the run inherit its probes, profiles and options, and only host names go out and
 results come back. Each worker reads one host's folder, grades it exactly as a live sweep does
 (``stages.grade_host``), and returns its findings, its key observations and its full observations
-already compressed (``observation_store.encode_observations``). A host whose grading crashes, or
-whose worker dies, gets a ``host.grade`` ERROR; the others go on. One worker, or a platform without
-``fork``, grades in-process.
+already compressed (``observation_store.encode_observations``). The findings travel as columns
+of plain values and are rebuilt in the run's process with their repeated strings shared (``Graded``
+pickles through ``_received``): that process keeps every host's findings until the reports are written.
+A host whose grading crashes, or whose worker dies, gets a ``host.grade`` ERROR; the others go on.
+One worker, or a platform without ``fork``, grades in-process.
 """
 
 from __future__ import annotations
