@@ -8,7 +8,8 @@ the system, gpu, topology, nvlink, fabric and xid probes, taken round-robin from
 four hosts (h100-node03 faulty: one host in four FAILs; hostname.out says the host's own name). Files
 are hard links to the sample (cheap to build; merge copies them). Then runs ``healthcheck merge SPOOL
 --run-dir RUN -i INVENTORY`` with an inventory that also names 1% of hosts that have no bundle ("no
-result from node"), under ``/usr/bin/time -v`` for the peak RSS. Nothing here is asserted.
+result from node"), under ``/usr/bin/time -v`` for the peak RSS and the CPU seconds (user + system) of the whole
+process tree (grading workers included). Nothing here is asserted.
 """
 
 from __future__ import annotations
@@ -75,10 +76,14 @@ def main() -> None:
                               capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
         wall = time.monotonic() - started
         rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr)
+        user, system = (float(m) for m in re.findall(r"(?:User|System) time \(seconds\): ([\d.]+)", proc.stderr)
+                        or (0, 0))
         summary = next((line for line in proc.stdout.splitlines() if line.startswith("verdict")), proc.stderr[-300:])
         sizes = {p.name: round(p.stat().st_size / 1e6, 1) for p in (base / "run").glob("*.*") if p.is_file()}
         print(json.dumps({"hosts": count, "absent": len(absent), "spool_build_s": round(built, 1),
-                          "merge_wall_s": round(wall, 1), "peak_rss_mb": int(rss.group(1)) // 1024 if rss else None,
+                          "merge_wall_s": round(wall, 1), "merge_cpu_s": round(user + system, 1) if timer else None,
+                          "user_s": round(user, 1), "sys_s": round(system, 1),
+                          "peak_rss_mb": int(rss.group(1)) // 1024 if rss else None,
                           "rc": proc.returncode, "summary": summary, "sizes_mb": sizes,
                           "load": round(os.getloadavg()[0], 1)}), flush=True)
         if args.keep is None:

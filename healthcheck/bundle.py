@@ -3,6 +3,7 @@
     hosts = read_bundle(Path("runs/20261122T031500Z"))      # {host: HostCollection}
     listed = read_manifest_hosts(Path("runs/20261122T031500Z"))  # the hosts its manifest names, or None
     problems = copy_bundle_rest(bundle, run_dir)             # the rest of raw/ (benchmark jobs), safely
+    problems = copy_raw_folder(raw_dir(bundle), run_dir)     # every output (``run --replay --copy-raw``)
 
 A bundle may come from anywhere (a ticket, an nvidia-bug-report). So: symbolic links are never
 followed, anything that is not a regular file or a real folder is refused, and every malformed
@@ -24,7 +25,7 @@ from typing import Any
 
 from healthcheck.inventory import host_name_problem
 from healthcheck.model import CommandResult, Host, HostCollection
-from healthcheck.rundir import HOST_META, RunDirError
+from healthcheck.rundir import HOST_META, RAW_SOURCE, RunDirError
 
 MAX_FILE_BYTES = 64 * 1024 * 1024  # one raw file read from a bundle (16x the default output cap)
 _HOST_FIELDS = {"name", "address", "user", "port", "profile", "group", "transport", "vars"}
@@ -309,10 +310,17 @@ def copy_bundle_rest(bundle: Path, run_dir: Path, only: Callable[[str], bool] | 
     source = Path(bundle) / "raw"
     if not source.is_dir() or source.is_symlink():
         return []
+    return copy_raw_folder(source, run_dir, only)
+
+
+def copy_raw_folder(source: Path, run_dir: Path, only: Callable[[str], bool] | None = None) -> list[str]:
+    """Copy the entries of a bundle's raw folder ``source`` (``rundir.raw_dir``, a reference already
+    checked) into ``run_dir/raw`` as ``copy_bundle_rest`` does; a ``_source.json`` is never copied."""
     refused: list[str] = []
     for name, entry in sorted(_entries(source).items()):
         target = Path(run_dir) / "raw" / name
-        if name.startswith(".") or os.path.lexists(target) or (only is not None and not only(name)):
+        if name.startswith(".") or name == RAW_SOURCE or os.path.lexists(target) \
+                or (only is not None and not only(name)):
             continue
         _copy_tree(Path(entry.path), target, f"raw/{name}", refused, depth=0)
     return refused

@@ -7,7 +7,9 @@ to ``HISTORY/runs/<UTC stamp>/``, passes the previous run so probes grade counte
 regression findings, ``changes`` and ``trends`` (``healthcheck.sweep``), prunes runs older than
 ``--keep-days`` and renders the reports once. Exit codes for alerting: 0 every host passes (WARN,
 regressions included, allowed unless --strict), 1 a host FAILs or ERRORs (``--fail-on new``: only
-when a host newly fails), 2 usage or setup error, 3 another sweep holds the lock.
+when a host newly fails), 2 usage or setup error (or the run directory became unwritable), 3 another
+sweep holds the lock, 130 / 143 interrupted by SIGINT / SIGTERM as ``healthcheck run`` is (results and
+reports written from what was gathered; an interrupted run is not recorded in the history).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import click
 from healthcheck.cli_options import TargetOptions, check_source, plan_option, target_options, verbose_option
 from healthcheck.defaults import DEFAULTS
 from healthcheck.history import SweepLockedError
+from healthcheck.interrupt import Interrupted, exit_status
+from healthcheck.results import RunResults
 from healthcheck.sweep import SweepRecord, run_sweep
 
 EXIT_LOCKED = 3
@@ -41,6 +45,22 @@ def print_changes(record: SweepRecord) -> None:
         click.echo(f"  {f.status.value:<9} {f.host:<16} {f.check:<28} {f.message}")
     if record.pruned:
         click.echo(f"retention: forgot {len(record.pruned)} run(s) older than the keep window")
+
+
+def ended_early(results: RunResults, record: SweepRecord, history_dir: Path) -> int:
+    """Say why a sweep ended early (a signal, an unwritable run directory) and return its exit code:
+    130/143 for SIGINT/SIGTERM as ``healthcheck run``, 2 for a stop."""
+    from healthcheck.cli import ExitCode
+
+    interrupted = bool(results.run.get("interrupted"))
+    if record.recorded:
+        click.echo(f"interrupted ({record.signal}) after every host was graded: recorded and reported", err=True)
+    else:
+        why = f"interrupted ({record.signal or 'SIGINT'})" if interrupted \
+            else f"the sweep stopped early: {results.run.get('stopped')}"
+        click.echo(f"{why}: hosts not swept are marked ERROR (host.swept); not recorded in the history "
+                   f"{history_dir}", err=True)
+    return exit_status(record.signal) if interrupted or record.recorded else ExitCode.USAGE
 
 
 @click.command()
@@ -77,9 +97,10 @@ def sweep(target: TargetOptions, replay: Path | None, history_dir: Path, benchma
     run", and offender.repeat FAILs (the same part failing on --offender-failures of its last
     --offender-window runs). Exit codes for alerting: 0 every host passes (WARN allowed unless --strict), 1 a host
     FAILs or ERRORs (--fail-on new: only a newly failing host), 2 usage or setup error, 3 another
-    sweep holds the lock (not started).
+    sweep holds the lock (not started), 130/143 interrupted by Ctrl-C/SIGTERM (results and reports
+    written, the run not recorded in the history).
     """
-    from healthcheck.cli import SETUP_ERRORS, ExitCode, _csv, exit_code, print_summary
+    from healthcheck.cli import SETUP_ERRORS, ExitCode, _csv, _exit, exit_code, print_summary
     check_source(target, replay, local_allowed=False)
     opts = target.run_options(replay=replay, benchmarks=_csv(benchmarks) or (), plan=plan,
                               progress=sys.stderr.isatty(), probe_options={"plan": plan},
@@ -94,11 +115,18 @@ def sweep(target: TargetOptions, replay: Path | None, history_dir: Path, benchma
     except SETUP_ERRORS as exc:
         click.echo(f"healthcheck: {exc}", err=True)
         sys.exit(ExitCode.USAGE)
+    except KeyboardInterrupt as exc:  # a signal before the run directory was written: nothing to keep
+        name = exc.args[0] if isinstance(exc, Interrupted) and exc.args else "SIGINT"
+        click.echo(f"interrupted ({name}) before the sweep started; nothing recorded", err=True)
+        sys.exit(exit_status(name))
     print_summary(results, run_dir, verbose)
-    print_changes(record)
+    if record.recorded:
+        print_changes(record)
     if record.report_error:
         click.echo(f"healthcheck: reports not rendered ({record.report_error}); results.json is complete, "
                    f"retry with: healthcheck report {run_dir}", err=True)
+    if not record.recorded or record.signal:
+        _exit(ended_early(results, record, history_dir))
     if fail_on == "new":
         sys.exit(ExitCode.FAILED if record.changes["new_failures"] else ExitCode.OK)
     sys.exit(exit_code(results, strict))

@@ -15,6 +15,8 @@ class Defaults:
     connect_timeout_s: float = 10.0      # TCP connect + SSH handshake + auth
     server_alive_interval_s: float = 15.0  # keepalive after this much silence (ssh_config wins)
     server_alive_count_max: int = 3      # unanswered keepalives before the connection counts as lost
+    ssh_read_linger_s: float = 0.2       # paramiko client, session output: after a short read, wait this
+                                         # long for the rest of the burst (one wake-up, not one per packet)
     jump_handshakes: int = 8             # target handshakes in flight through one jump host
     handshake_attempts: int = 6          # tries of a handshake the sshd dropped (MaxStartups), with backoff
     command_timeout_s: float = 60.0      # per command, enforced on the node with `timeout`
@@ -29,6 +31,7 @@ class Defaults:
     inventory_max_values: int = 1_000_000  # YAML values with aliases (*ref) expanded: bounds alias bombs
     inventory_max_depth: int = 64        # YAML nesting depth
     interrupt_grace_s: float = 10.0      # Ctrl-C/SIGTERM: hosts in flight get this long to finish
+    merge_copy_threads: int = 8          # merge: host folders copied into the staging bundle at once (I/O waits)
     drain_max_fraction: float = 0.10     # circuit breaker: most of the fleet drained at once
     drain_broken_run_fraction: float = 0.5  # a run with this share of ERROR hosts looks broken
     busbw_excellent: float = 0.80        # fraction of expected busbw

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import platform
-import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -22,7 +21,13 @@ from typing import Any
 
 import healthcheck
 from healthcheck import probes as probe_registry
-from healthcheck.bundle import copy_bundle_rest, read_manifest_hosts, validate_bundle, written_by_a_run
+from healthcheck.bundle import (
+    copy_bundle_rest,
+    copy_raw_folder,
+    read_manifest_hosts,
+    validate_bundle,
+    written_by_a_run,
+)
 from healthcheck.defaults import DEFAULTS
 from healthcheck.gradepool import Graded, GradeJob, grade_collection, grade_hosts, worker_count
 from healthcheck.grading import apply_observe
@@ -110,7 +115,7 @@ class RunOutcome:
     results: RunResults
     report_error: str | None = None
     interrupted: bool = False
-    signal: str | None = None             # SIGINT or SIGTERM when interrupted by a signal
+    signal: str | None = None             # the first SIGINT/SIGTERM, also one that came while results were written
     fatal: str | None = None              # the run directory became unwritable: the sweep stopped
 
 
@@ -222,6 +227,7 @@ def execute_run(opts: RunOptions) -> RunOutcome:
         finally:
             getattr(transport, "close", lambda: None)()
         interrupted = sweep_end.interrupted
+        profile_of = _profiles_of(hosts, profiles)  # once per run: built per host it was quadratic in hosts
         try:
             if opts.replay is not None:
                 _keep_bundle_outputs(opts, run_dir, host_results, log)
@@ -230,13 +236,13 @@ def execute_run(opts: RunOptions) -> RunOutcome:
                 ("benchmarks", lambda: _benchmarks(opts, mode, run_dir, hosts, profiles, transport, host_results)),
                 ("fleet", lambda: _fleet(host_results, hosts, profiles)))
             for stage, run_stage in stages:
-                _append(log, _observe(_guarded(stage, run_stage, host_results), hosts, profiles))
+                _append(log, _observe(_guarded(stage, run_stage, host_results), profile_of))
         except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM after the sweep: results are still written
             guard.note(exc)
             interrupted = True
         guard.shield()
         for host in host_results.values():  # benchmark and fleet findings too: observe-only marks in one place
-            host.findings = _observe(host.findings, hosts, profiles)
+            host.findings = _observe(host.findings, profile_of)
         _append(log, nothing_checked(host_results))  # the one place "nothing checked is never PASS" is applied
         run_info = {"id": run_dir.name, "started": started.isoformat(timespec="seconds"),
                     "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -258,7 +264,7 @@ def execute_run(opts: RunOptions) -> RunOutcome:
             update_latest(run_dir)
         report_error = _render(run_dir, results, opts.metrics_detail) if opts.render else None
     return RunOutcome(run_dir=run_dir, results=results, report_error=report_error, interrupted=interrupted,
-                      signal=guard.signal if interrupted else None, fatal=sweep_end.fatal)
+                      signal=guard.signal, fatal=sweep_end.fatal)
 
 
 def _keep_bundle_outputs(opts: RunOptions, run_dir: Path, host_results: dict[str, HostResult],
@@ -267,11 +273,10 @@ def _keep_bundle_outputs(opts: RunOptions, run_dir: Path, host_results: dict[str
     copied when the bundle is about to be deleted (``copy_raw``); benchmark jobs and telemetry
     (``raw/_*``: few files) are copied. Links and special files are refused, never followed."""
     bundle = Path(opts.replay or "")
-    if opts.copy_raw:
-        shutil.copytree(raw_dir(bundle), run_dir / "raw", dirs_exist_ok=True, symlinks=True)
-        return
-    reference_raw(run_dir, bundle)
-    refused = copy_bundle_rest(bundle, run_dir, only=lambda name: name.startswith("_"))
+    if opts.copy_raw or not reference_raw(run_dir, bundle):  # not referable (no raw/, under /usr): copied
+        refused = [r for r in copy_raw_folder(raw_dir(bundle), run_dir) if r.startswith("raw/_")]
+    else:  # a host's refused files are already that host's errors (graded from the same folder)
+        refused = copy_bundle_rest(bundle, run_dir, only=lambda name: name.startswith("_"))
     _bundle_problems(refused, host_results, log)
 
 
@@ -490,9 +495,13 @@ def _guarded(stage: str, run_stage: Any, host_results: dict[str, HostResult]) ->
     return findings
 
 
-def _observe(findings: list[Finding], hosts: Sequence[Host], profiles: Mapping[str, Profile]) -> list[Finding]:
+def _profiles_of(hosts: Sequence[Host], profiles: Mapping[str, Profile]) -> dict[str, Profile]:
+    """Each host's profile with its host vars (``hostvars.host_profile``), by host name."""
+    return {h.name: host_profile(h, profiles.get(h.profile or "", EMPTY_PROFILE)) for h in hosts}
+
+
+def _observe(findings: list[Finding], profile_of: Mapping[str, Profile]) -> list[Finding]:
     """Each finding marked observe-only when its host's profile says so (``grading.apply_observe``)."""
-    profile_of = {h.name: host_profile(h, profiles.get(h.profile or "", EMPTY_PROFILE)) for h in hosts}
     return [g for f in findings for g in apply_observe([f], profile_of.get(f.host, EMPTY_PROFILE))]
 
 

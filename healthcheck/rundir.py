@@ -27,7 +27,10 @@ from healthcheck.model import Finding, HostCollection
 
 HOST_META = "_host.json"
 RAW_SOURCE = "_source.json"   # a replay references the bundle's raw outputs instead of copying them
-_MAX_REFERENCES = 8           # a replay of a replay of ...: bounded, a reference loop cannot hang
+_MAX_REFERENCE_BYTES = 64 * 1024
+_MAX_PROBED_FOLDERS = 256     # host folders looked into for outputs before a referenced folder is refused
+SYSTEM_TREES = ("/etc", "/proc", "/sys", "/dev", "/boot", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
+                "/libx32", "/run", "/var/run")  # a reference into these is refused whatever it holds
 
 
 class RunDirError(ValueError):
@@ -142,24 +145,82 @@ def _write_host_files(folder: Path, collection: HostCollection) -> None:
 
 def raw_dir(path: Path) -> Path:
     """The folder holding the host folders of a run or bundle: ``path/raw`` (or ``path`` itself when it
-    has no raw/ folder), following a replay's ``raw/_source.json`` to the bundle it re-graded."""
+    has no raw/ folder), following a replay's ``raw/_source.json`` to the bundle it re-graded when
+    ``reference_problem`` finds nothing wrong with it; a refused reference raises ``RunDirError``
+    naming the file and why (docs/results-schema.md)."""
     path = Path(path)
-    raw = path / "raw" if (path / "raw").is_dir() else path
-    for _ in range(_MAX_REFERENCES):
-        ref = raw / RAW_SOURCE
-        if not ref.is_file():
-            return raw
-        try:
-            raw = Path(json.loads(ref.read_text())["raw"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise RunDirError(f"{ref} is unreadable: {exc}") from exc
-    raise RunDirError(f"{path}: more than {_MAX_REFERENCES} nested raw/{RAW_SOURCE} references")
+    raw = path / "raw"
+    if raw.is_symlink():
+        raise RunDirError(f"{raw} is a symbolic link (links in a bundle are never followed)")
+    raw = raw if raw.is_dir() else path
+    ref = raw / RAW_SOURCE
+    return _follow(ref) if os.path.lexists(ref) else raw
 
 
-def reference_raw(run_dir: Path, bundle: Path) -> None:
+def _follow(ref: Path) -> Path:
+    """The folder a ``raw/_source.json`` names, once checked (a run directory may come from anyone)."""
+    from healthcheck.bundle import BundleFileError, read_regular  # bundle.py imports this module
+
+    try:
+        text, cut = read_regular(ref, _MAX_REFERENCE_BYTES)
+        target = None if cut else json.loads(text.decode("utf-8"))["raw"]
+    except BundleFileError as exc:
+        raise RunDirError(f"{ref}: refused: {exc}") from None
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError, RecursionError) as exc:
+        raise RunDirError(f"{ref} is unreadable: {exc}") from None
+    if not isinstance(target, str) or "\x00" in target or not os.path.isabs(target) \
+            or os.path.normpath(target) != target:
+        raise RunDirError(f"{ref}: refused: 'raw' is not an absolute, normalised path: {str(target)[:200]!r}")
+    problem = reference_problem(Path(target))
+    if problem is not None:
+        raise RunDirError(f"{ref}: refused: {target} {problem}")
+    return Path(target)
+
+
+def reference_problem(target: Path) -> str | None:
+    """Why ``target`` cannot be a replay's referenced raw/ folder, or None. Honoured only: outside the
+    system trees, with no symbolic link on the way, a folder named ``raw`` holding host folders
+    (``<host>/*.out`` or ``<host>/_host.json``), and not itself a reference (a replay refers to the
+    outputs directly, so one hop is all a run ever writes)."""
+    if str(target) == "/" or any(target == Path(t) or Path(t) in target.parents for t in SYSTEM_TREES):
+        return "is a system directory, never a bundle"
+    try:
+        real = os.path.realpath(target, strict=True)
+    except OSError:
+        return "does not exist (the bundle this run re-graded was moved or deleted)"
+    if real != str(target):
+        return f"passes through a symbolic link (it resolves to {real}); links are never followed"
+    if not target.is_dir():
+        return "is not a folder"
+    if target.name != "raw":
+        return "is not a bundle's raw/ folder"
+    if os.path.lexists(target / RAW_SOURCE):
+        return f"holds a {RAW_SOURCE} itself (a reference to a reference is never written by a replay)"
+    if not _holds_host_folders(target):
+        return "holds no host folders with outputs (<host>/<command_id>.out or _host.json): not a bundle"
+    return None
+
+
+def _holds_host_folders(raw: Path) -> bool:
+    with os.scandir(raw) as entries:
+        folders = (e for e in entries if not e.name.startswith(("_", ".")) and e.is_dir(follow_symlinks=False))
+        for entry in itertools.islice(folders, _MAX_PROBED_FOLDERS):
+            with os.scandir(entry.path) as files:
+                if any((f.name == HOST_META or f.name.endswith(".out")) and f.is_file(follow_symlinks=False)
+                       for f in files):
+                    return True
+    return False
+
+
+def reference_raw(run_dir: Path, bundle: Path) -> bool:
     """Make ``run_dir`` a bundle by pointing its raw/ at ``bundle``'s outputs (no copy: a replay of
-    10,000 hosts would otherwise rewrite 850,000 files)."""
-    write_json(Path(run_dir) / "raw" / RAW_SOURCE, {"raw": str(raw_dir(bundle).resolve())})
+    10,000 hosts would otherwise rewrite 850,000 files). False, and nothing written, when those outputs
+    could not be followed back (``reference_problem``: a bundle without raw/, one under /usr): copy them."""
+    raw = raw_dir(bundle).resolve()
+    if reference_problem(raw) is not None:
+        return False
+    write_json(Path(run_dir) / "raw" / RAW_SOURCE, {"raw": str(raw)})
+    return True
 
 
 def host_names(path: Path) -> list[str]:

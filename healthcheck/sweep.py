@@ -46,6 +46,7 @@ from typing import Any
 from healthcheck.assetdiff import AssetChange, diff_assets, stale_counter_keys
 from healthcheck.defaults import DEFAULTS
 from healthcheck.history import RUNS_DIR, HistoryIndex, sweep_lock
+from healthcheck.interrupt import InterruptGuard
 from healthcheck.model import Finding
 from healthcheck.offenders import failure_keys, offender_findings, repeat_offenders
 from healthcheck.regression import (
@@ -70,6 +71,8 @@ class SweepRecord:
     findings: list[Finding] = field(default_factory=list)
     pruned: list[str] = field(default_factory=list)
     report_error: str | None = None
+    recorded: bool = True              # False: interrupted or stopped, not in the history
+    signal: str | None = None          # SIGINT or SIGTERM received during the sweep (exit 130 / 143)
 
 
 def _asset_changes(previous_dir: str | None, results: RunResults) -> list[AssetChange]:
@@ -95,22 +98,32 @@ def run_sweep(opts: Any, history_dir: Path, **grading: Any) -> tuple[RunResults,
     """Under the sweep lock: run ``opts`` (a ``pipeline.RunOptions``) into ``HISTORY/runs/``, with the
     previous run for counter growth, annotate and record it, and render its reports once.
 
+    SIGINT/SIGTERM as in ``healthcheck run``: the first ends the sweep (hosts not started are ERROR
+    ``host.swept``), the second ends the grace of hosts in flight; results and reports are written
+    from what was gathered, but an interrupted (or stopped) run is not recorded in the history (its
+    hosts were not all checked: no "new failures", no offender counts); ``record.signal`` names the
+    signal. A signal after every host was graded only waits for the record and the reports.
     Raises ``SweepLockedError`` when another sweep holds the lock; ``grading`` goes to
-    ``annotate_and_record``.
+    ``annotate_and_record``; a signal before the run directory exists raises ``KeyboardInterrupt``.
     """
     from healthcheck.pipeline import execute_run, render_reports
 
     history_dir = Path(history_dir)
-    with sweep_lock(history_dir):
+    with sweep_lock(history_dir), InterruptGuard() as guard:
         opts.out, opts.run_dir = history_dir / RUNS_DIR, None
         opts.previous = opts.previous or latest_run_dir(history_dir)
         opts.render = False  # rendered once below, with the history's changes and trends in
-        outcome = execute_run(opts)
-        record = annotate_and_record(outcome.run_dir, history_dir, **grading)
+        outcome = execute_run(opts)  # its own guard: ends the sweep early on the first signal
+        guard.shield()  # from here on a signal is only recorded: the record and the reports get written
+        if outcome.interrupted or outcome.fatal:
+            record = SweepRecord(run_id=outcome.run_dir.name, seq=0, changes={}, trends={}, recorded=False)
+        else:
+            record = annotate_and_record(outcome.run_dir, history_dir, **grading)
         try:
             render_reports(outcome.run_dir)
         except Exception as exc:  # the run is recorded; `healthcheck report RUN_DIR` can retry
             record.report_error = f"{type(exc).__name__}: {exc}"
+    record.signal = outcome.signal or guard.signal
     return load_results(outcome.run_dir), outcome.run_dir, record
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from healthcheck.probes.gpu_eval_health import evaluate_gpu_health
-from healthcheck.probes.gpu_findings import collapse, gpu_finding, graded
+from healthcheck.probes.gpu_findings import GpuResult, built, collapse, gpu_finding, graded
 from healthcheck.probes.gpu_model import GpuObservation, GpuObservations
 from healthcheck.probes.nvidia_smi_log import SmiError
 
@@ -66,7 +66,7 @@ def evaluate_gpu(obs: GpuObservations, ctx: EvalContext) -> list[Finding]:
         findings.append(finding_from_expectation(
             ctx.host.name, "gpu.count", ctx.profile.expect("gpu.count"), obs.count, source=obs.source,
             profile=ctx.profile, remedy=REMEDY_MISSING))
-    per_gpu: list[Finding | None] = []
+    per_gpu: list[GpuResult | None] = []
     for gpu in obs.gpus:
         per_gpu += _inventory(obs, gpu, ctx) + _pcie(obs, gpu, ctx) + _state(obs, gpu, ctx)
         per_gpu += evaluate_gpu_health(obs, gpu, ctx)
@@ -85,7 +85,7 @@ def _error_finding(error: SmiError, obs: GpuObservations, ctx: EvalContext) -> F
                    remedy=_ERROR_REMEDY[error.kind], source=obs.source)
 
 
-def _inventory(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[Finding | None]:
+def _inventory(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[GpuResult | None]:
     out = [graded(ctx, obs, gpu, "gpu.model", gpu.name, REMEDY_MODEL),
            graded(ctx, obs, gpu, "gpu.memory_mib", gpu.memory_total_mib, REMEDY_MEMORY),
            graded(ctx, obs, gpu, "gpu.persistence_mode", gpu.persistence_mode, REMEDY_PERSISTENCE),
@@ -103,8 +103,8 @@ def _inventory(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> l
     return out
 
 
-def _pcie(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[Finding | None]:
-    out: list[Finding | None] = [
+def _pcie(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[GpuResult | None]:
+    out: list[GpuResult | None] = [
         graded(ctx, obs, gpu, "gpu.pcie.gen_max", gpu.pcie_gen_max, REMEDY_GEN_MAX),
         _replays(obs, gpu, ctx)]
     width_exp = ctx.profile.expect("gpu.pcie.width")
@@ -144,7 +144,7 @@ def _previous_replays(ctx: EvalContext, gpu: GpuObservation) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _replays(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> Finding | None:
+def _replays(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> GpuResult | None:
     """PCIe replays graded by their growth since the previous run (``gpu.pcie.replays.growth``).
 
     The counter accumulates from driver load: healthy HGX H100s in the corpus (gpud captures,
@@ -164,14 +164,16 @@ def _replays(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> Fin
     growth, note = ((gpu.pcie_replays - before, f"{before} -> {gpu.pcie_replays} since the previous run")
                     if gpu.pcie_replays >= before else
                     (gpu.pcie_replays, f"counter reset since the previous run ({before} before)"))
-    f = graded(ctx, obs, gpu, "gpu.pcie.replays", growth, REMEDY_REPLAYS, exp, detail=note)
-    return f if f is None else Finding(**{**f.__dict__, "message": f.message.replace(
-        "gpu pcie replays", "PCIe replay growth", 1)})
+    result = graded(ctx, obs, gpu, "gpu.pcie.replays", growth, REMEDY_REPLAYS, exp, detail=note)
+    if result is None:
+        return None
+    f = built(result)
+    return Finding(**{**f.__dict__, "message": f.message.replace("gpu pcie replays", "PCIe replay growth", 1)})
 
 
-def _state(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[Finding | None]:
+def _state(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[GpuResult | None]:
     """The driver's reset/recovery flags, unreadable fields, fan errors (fabric: the fabric probe)."""
-    out: list[Finding | None] = []
+    out: list[GpuResult | None] = []
     flags = [name for name, on in (("reset required", gpu.reset_required),
                                    ("drain and reset recommended", gpu.drain_and_reset_recommended)) if on]
     if gpu.reset_required is not None or flags:

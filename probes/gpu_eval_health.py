@@ -24,11 +24,11 @@ Rules (thresholds from the profile where they are numbers; see docs/gpu.md for s
 
 from __future__ import annotations
 
-from healthcheck.probes.gpu_findings import gpu_finding, graded
+from healthcheck.probes.gpu_findings import GpuResult, gpu_finding, graded
 from healthcheck.probes.gpu_model import GpuObservation, GpuObservations
 
 from healthcheck.defaults import DEFAULTS
-from healthcheck.model import Finding, Status
+from healthcheck.model import Status
 from healthcheck.spec import EvalContext
 from healthcheck.verdicts import flag_vs_measurement
 
@@ -58,13 +58,13 @@ REMEDY_RETIRED = ("Pages are pending retirement: reboot (or reload the driver) t
 REMEDY_THERMAL = "Check fans, airflow, inlet temperature and heatsink seating; re-run under the same load"
 
 
-def evaluate_gpu_health(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[Finding | None]:
+def evaluate_gpu_health(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[GpuResult | None]:
     return [*_ecc(obs, gpu, ctx), *_memory_repair(obs, gpu, ctx), *_thermal(obs, gpu, ctx),
             _clock_events(obs, gpu, ctx)]
 
 
-def _ecc(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[Finding | None]:
-    out: list[Finding | None] = []
+def _ecc(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[GpuResult | None]:
+    out: list[GpuResult | None] = []
     for counter in ("sram_uncorrectable", "sram_correctable", "dram_uncorrectable", "dram_correctable"):
         volatile, aggregate = getattr(gpu.ecc_volatile, counter), getattr(gpu.ecc_aggregate, counter)
         present = [v for v in (volatile, aggregate) if v is not None]
@@ -80,8 +80,8 @@ def _ecc(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[Fi
     return out
 
 
-def _memory_repair(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[Finding | None]:
-    out: list[Finding | None] = []
+def _memory_repair(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[GpuResult | None]:
+    out: list[GpuResult | None] = []
     remap = gpu.remap
     if remap is not None:
         hist = (f"bank histogram max {_show(remap.banks_max)}, high {_show(remap.banks_high)}, partial "
@@ -117,9 +117,9 @@ def _memory_repair(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) 
     return out
 
 
-def _thermal(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[Finding | None]:
+def _thermal(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[GpuResult | None]:
     """GPU core against its own limits (absolute or T.Limit), then HBM against its max operating."""
-    out: list[Finding | None] = []
+    out: list[GpuResult | None] = []
     limits = _core_limits(gpu)
     if limits is not None:
         margin_slow, margin_op, expected, mode, limit = limits
@@ -170,7 +170,7 @@ def _core_limits(gpu: GpuObservation) -> tuple[float, float | None, str, str, st
     return None
 
 
-def _clock_events(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> Finding | None:
+def _clock_events(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> GpuResult | None:
     if not gpu.clock_events and not _reports_reasons(obs, gpu):
         return None
     faults = [r for r in gpu.clock_events if r in CLOCK_EVENT_STATUS]

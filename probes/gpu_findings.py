@@ -6,20 +6,47 @@
 
 Every bad GPU keeps its own finding (component ``gpu3``); GPUs that pass the same check are
 folded into one node-level PASS that states the range of values, so an 8-GPU host does not
-produce 8 identical lines per check.
+produce 8 identical lines per check. A passing GPU is a light ``PassingGpu`` until ``collapse``
+knows whether it is folded (most are) or left alone (then it becomes the Finding it stands for).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from healthcheck.probes.gpu_model import GpuObservation, GpuObservations
 
-from healthcheck.grading import expected_text, finding_from_expectation, grade
+from healthcheck.grading import describe, expected_text, finding_from_expectation, grade, passes
 from healthcheck.model import Finding, JSONScalar, Status
 from healthcheck.profiles import Expectation
 from healthcheck.spec import EvalContext
+
+
+class PassingGpu:
+    """A per-GPU PASS with the fields ``collapse`` folds; ``finding()`` is the Finding it stands for,
+    its message built only then (``message`` may be a function that builds it)."""
+
+    __slots__ = ("_message", "check", "component", "expected", "host", "source", "unit", "value")
+    status = Status.PASS
+
+    def __init__(self, host: str, check: str, component: str, value: JSONScalar, expected: JSONScalar,
+                 unit: str | None, source: str, message: str | Callable[[], str]) -> None:
+        self.host, self.check, self.component, self.value = host, check, component, value
+        self.expected, self.unit, self.source, self._message = expected, unit, source, message
+
+    def finding(self) -> Finding:
+        message = self._message if isinstance(self._message, str) else self._message()
+        return Finding(host=self.host, check=self.check, status=Status.PASS, component=self.component,
+                       value=self.value, expected=self.expected, unit=self.unit, message=message,
+                       source=self.source)
+
+
+GpuResult = Finding | PassingGpu
+
+
+def built(result: GpuResult) -> Finding:
+    return result.finding() if isinstance(result, PassingGpu) else result
 
 
 def component(gpu: GpuObservation) -> str:
@@ -33,8 +60,11 @@ def label(gpu: GpuObservation) -> str:
 
 def gpu_finding(ctx: EvalContext, obs: GpuObservations, gpu: GpuObservation, check: str, status: Status,
                 value: JSONScalar, expected: JSONScalar, *, message: str, remedy: str | None = None,
-                unit: str | None = None) -> Finding:
+                unit: str | None = None) -> GpuResult:
     """A finding about one GPU; ``message`` is prefixed with the GPU and its bus id."""
+    if status is Status.PASS:
+        return PassingGpu(ctx.host.name, check, component(gpu), value, expected, unit, obs.source,
+                          f"{label(gpu)}: {message}")
     return Finding(host=ctx.host.name, check=check, status=status, component=component(gpu),
                    value=value, expected=expected, unit=unit, message=f"{label(gpu)}: {message}",
                    remedy=remedy if status in (Status.WARN, Status.FAIL, Status.ERROR) else None,
@@ -43,7 +73,7 @@ def gpu_finding(ctx: EvalContext, obs: GpuObservations, gpu: GpuObservation, che
 
 def graded(ctx: EvalContext, obs: GpuObservations, gpu: GpuObservation, check: str, measured: Any,
            remedy: str, exp: Expectation | None = None, detail: str = "",
-           optional: bool = False) -> Finding | None:
+           optional: bool = False) -> GpuResult | None:
     """``measured`` against the profile expectation ``check`` (SKIP when the profile has none).
 
     Returns None when the value was not reported and the output is a subset (``obs.partial``) or
@@ -61,6 +91,12 @@ def graded(ctx: EvalContext, obs: GpuObservations, gpu: GpuObservation, check: s
             return None
         return gpu_finding(ctx, obs, gpu, check, Status.SKIP, None, expected_text(exp),
                            message=f"{_what(check)} not reported by {obs.source}")
+    if passes(exp, measured) and isinstance(measured, (str, int, float, bool)):
+        # What finding_from_expectation would give, built once: most GPUs pass most checks.
+        expected, unit, who = expected_text(exp), exp.unit, label(gpu)
+        return PassingGpu(ctx.host.name, check, component(gpu), measured, expected, unit, obs.source,
+                          lambda: describe(check, who, measured, unit, expected, Status.PASS)
+                          + (f" ({detail})" if detail else ""))
     f = finding_from_expectation(ctx.host.name, check, exp, measured, source=obs.source, remedy=remedy,
                                  component=component(gpu), profile=ctx.profile)
     message = f.message.replace(f"{component(gpu)}: ", f"{label(gpu)}: ", 1)
@@ -76,27 +112,33 @@ def grade_value(exp: Expectation | None, measured: Any) -> Status | None:
     return grade(exp, measured)
 
 
-def collapse(findings: Iterable[Finding | None], n_gpus: int) -> list[Finding]:
+def collapse(findings: Iterable[GpuResult | None], n_gpus: int) -> list[Finding]:
     """Per check: keep non-PASS findings, fold PASS (and SKIP) findings into one node-level finding."""
-    groups: dict[str, list[Finding]] = {}
+    groups: dict[str, list[GpuResult]] = {}
     for f in findings:
         if f is not None:
             groups.setdefault(f.check, []).append(f)
     out: list[Finding] = []
     for check, group in groups.items():
-        node = [f for f in group if f.component == "node"]
-        out.extend(dict.fromkeys(node))  # identical node-level findings (e.g. "no expectation") once
-        out.extend(f for f in group if f.status not in (Status.PASS, Status.SKIP) and f.component != "node")
-        for status in (Status.PASS, Status.SKIP):
-            same = [f for f in group if f.status is status and f.component != "node"]
+        node: list[GpuResult] = []
+        bad: list[GpuResult] = []
+        folded: dict[Status, list[GpuResult]] = {Status.PASS: [], Status.SKIP: []}
+        for f in group:
+            if f.component == "node":
+                node.append(f)
+            else:
+                folded.get(f.status, bad).append(f)
+        out.extend(dict.fromkeys(map(built, node)))  # identical node-level findings (e.g. "no expectation") once
+        out.extend(map(built, bad))
+        for status, same in folded.items():
             if len(same) == 1:
-                out.append(same[0])
+                out.append(built(same[0]))
             elif same:
                 out.append(_fold(check, status, same, n_gpus))
     return out
 
 
-def _fold(check: str, status: Status, group: list[Finding], n_gpus: int) -> Finding:
+def _fold(check: str, status: Status, group: list[GpuResult], n_gpus: int) -> Finding:
     first = group[0]
     values = [f.value for f in group]
     numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]

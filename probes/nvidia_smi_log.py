@@ -22,6 +22,7 @@ OWOD#81), "WARNING: infoROM is corrupted at gpu ..." (NVIDIA/gpu-operator#20, rc
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -144,6 +145,7 @@ RENAMED_SECTIONS = {"clocks_throttle_reasons": "clocks_event_reasons", "power_re
 _REASON_PREFIX = re.compile(r"^clocks_(?:throttle|event)_reason_")
 
 
+@functools.lru_cache(maxsize=256)  # a handful of tags, read for every GPU
 def canonical_reason(tag: str) -> str:
     """``clocks_throttle_reason_hw_slowdown`` / ``clocks_event_reason_hw_slowdown`` -> ``hw_slowdown``."""
     return _REASON_PREFIX.sub("", tag)

@@ -15,6 +15,12 @@ gpu ...") is returned as error lines, not a parse failure. ``<supported_clocks>`
 ``<processes>`` are dropped before parsing: we read neither, and some drivers emit malformed
 ``<supported_clocks>`` (lollipopkit/flutter_server_box#286). A document without its closing
 ``</nvidia_smi_log>`` is truncated and raises ``ParseError``.
+
+Speed (a fleet replay parses one 90 KB report per host): expat checks the document is well-formed
+(the same parser and settings as ElementTree), then a plain document (no entity, comment, CDATA,
+processing instruction, namespace or carriage return past the prolog: every nvidia-smi report) is
+split on its tags with string methods into the same tree ElementTree would give. Anything else, and
+every malformed document, goes through ElementTree itself, whose error ``ParseError`` quotes.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 from typing import Any
+from xml.parsers import expat
 
 from healthcheck.probes.nvidia_smi_log import (
     RENAMED_SECTIONS,
@@ -35,8 +42,13 @@ from healthcheck.spec import ParseError
 
 _START = re.compile(r"<\?xml[^>]*\?>|<nvidia_smi_log\b")
 _END = "</nvidia_smi_log>"
-_DROP = re.compile(r"<(supported_clocks|processes|accounted_processes)>.*?</\1>", re.S)
+_DROPPED = ("supported_clocks", "processes", "accounted_processes")
 _REPEATED = {"gpu", "mig_device"}
+_ROOT = "<nvidia_smi_log"
+_NOT_PLAIN = ("&", "<!", "<?", "\r", "xmlns")  # past the prolog: entities, comments, CDATA, PIs, namespaces
+_UTF8 = re.compile(r"""encoding\s*=\s*["']utf-?8["']""", re.I)
+_TAG_END_ODD = frozenset("\"' \t\n")  # a tag ending so has attributes or trailing whitespace
+_ATTRIBUTE = re.compile(r"""([^\s=]+)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
 
 
 def parse_nvidia_smi_xml(text: str) -> SmiLog:
@@ -51,15 +63,14 @@ def parse_nvidia_smi_xml(text: str) -> SmiLog:
     if end < 0:
         raise ParseError("nvidia-smi -q -x output is truncated (no </nvidia_smi_log>)", text[-200:])
     outside = text[:start.start()] + "\n" + text[end + len(_END):]
-    document = _DROP.sub("", text[start.start():end + len(_END)])
-    try:
-        root = ET.fromstring(document.encode("utf-8"))
-    except (ET.ParseError, LookupError, ValueError) as exc:  # LookupError: a bogus encoding= declaration
-        raise ParseError(f"nvidia-smi -q -x output is not well-formed XML: {exc}", document) from exc
-    if root.tag != "nvidia_smi_log":
-        raise ParseError(f"unexpected XML root <{root.tag}>", document)
-    top = _element_tree(root)
-    gpus = tuple(_normalize_gpu(gpu) for gpu in top.get("gpu", []))
+    document = _drop_unread(text[start.start():end + len(_END)])
+    top = _plain_tree(document)
+    if top is None:
+        top = _element_tree(_etree_root(document))
+    listed = top.get("gpu", [])
+    if not all(isinstance(gpu, dict) for gpu in listed):
+        raise ParseError("a <gpu> element of nvidia-smi -q -x output has no fields", document)
+    gpus = tuple(_normalize_gpu(gpu) for gpu in listed)
     return SmiLog(
         driver_version=_text(top.get("driver_version")),
         cuda_version=_text(top.get("cuda_version")),
@@ -67,6 +78,102 @@ def parse_nvidia_smi_xml(text: str) -> SmiLog:
         gpus=gpus,
         errors=find_nvidia_smi_errors(outside),
     )
+
+
+def _drop_unread(document: str) -> str:
+    """``document`` without the ``<supported_clocks>``, ``<processes>`` and ``<accounted_processes>``
+    sections: each from its opening tag to the first closing tag of the same name (an opening tag
+    never closed stays). Every tag is searched for once per section, not once per section of any tag."""
+    at = {tag: document.find(f"<{tag}>") for tag in _DROPPED}
+    kept: list[str] = []
+    pos = 0
+    while any(a >= 0 for a in at.values()):
+        start, tag = min((a, t) for t, a in at.items() if a >= 0)
+        closed = document.find(f"</{tag}>", start)
+        if closed < 0:  # never closed: so is any later one of this tag
+            at[tag] = -1
+            continue
+        kept.append(document[pos:start])
+        pos = closed + len(tag) + 3
+        for other, a in at.items():
+            if 0 <= a < pos:
+                at[other] = document.find(f"<{other}>", pos)
+    kept.append(document[pos:])
+    return "".join(kept)
+
+
+def _etree_root(document: str) -> ET.Element:
+    """The reference parse (ElementTree): any document, and the error message for a malformed one."""
+    try:
+        root = ET.fromstring(document.encode("utf-8"))
+    except (ET.ParseError, LookupError, ValueError) as exc:  # LookupError: a bogus encoding= declaration
+        raise ParseError(f"nvidia-smi -q -x output is not well-formed XML: {exc}", document) from exc
+    if root.tag != "nvidia_smi_log":
+        raise ParseError(f"unexpected XML root <{root.tag}>", document)
+    return root
+
+
+def _plain_tree(document: str) -> dict[str, Any] | None:
+    """``_element_tree`` of a well-formed plain document, without building an ElementTree; None for
+    anything else (malformed, or XML features ``_split_tree`` does not read), left to ElementTree."""
+    at = document.find(_ROOT)
+    prolog, body = document[:at], document[at:]
+    if (at < 0 or "[" in prolog or prolog.count("<!--") != prolog.count("-->")
+            or ("encoding" in prolog and not _UTF8.search(prolog))
+            or any(mark in body for mark in _NOT_PLAIN) or body.count("<") != body.count(">")):
+        return None  # equal counts: every '>' ends a tag, none is in an attribute value or text
+    try:
+        expat.ParserCreate(namespace_separator="}").Parse(document.encode("utf-8"), True)  # as ElementTree
+    except (expat.ExpatError, LookupError, ValueError):
+        return None
+    return _split_tree(body)
+
+
+def _split_tree(body: str) -> dict[str, Any] | None:
+    """The root element of a well-formed plain document as ``_element_tree`` gives it, read by
+    splitting on '<' and '>' into (tag, text after it) pairs. An opening tag followed by a closing
+    one is a leaf (its stripped text); one followed by another opening tag is a container (a dict)."""
+    parts = body.replace(">", "<").split("<")
+    pairs = zip(parts[1::2], parts[2::2], strict=True)
+    stack: list[tuple[dict[str, Any], str]] = []  # open containers: (the parent's children, own tag)
+    node: dict[str, Any] = {}  # children of the innermost open container
+    for piece, after in pairs:
+        if piece[0] == "/":  # a container closes
+            value, (node, tag) = node, stack.pop()
+            if not stack:  # the root
+                return value if tag == "nvidia_smi_log" else None
+            _put(node, tag, value)
+            continue
+        while True:  # an opening tag: a leaf, or a container whose first child is the next tag
+            if piece[-1] == "/":  # <empty/>
+                _put(node, piece[:-1].split(None, 1)[0], "")
+                break
+            following, following_text = next(pairs, ("/", ""))
+            tag, attrs = (piece, "") if piece[-1] not in _TAG_END_ODD else \
+                piece.split(None, 1) if "=" in piece else (piece.rstrip(), "")
+            if following[0] == "/":  # its own closing tag: a leaf
+                if tag in _REPEATED:
+                    node.setdefault(tag, []).append(after.strip())
+                else:
+                    node[tag] = after.strip()
+                break
+            stack.append((node, tag))
+            node = _attributes(attrs) if attrs else {}
+            piece, after = following, following_text
+    return None
+
+
+def _put(node: dict[str, Any], tag: str, value: Any) -> None:
+    if tag in _REPEATED:
+        node.setdefault(tag, []).append(value)
+    else:
+        node[tag] = value
+
+
+def _attributes(attrs: str) -> dict[str, str]:
+    """``id="00000000:19:00.0"`` -> {"@id": ...}, whitespace normalized as expat does."""
+    return {f"@{key}": (double or single).replace("\t", " ").replace("\n", " ").strip()
+            for key, double, single in _ATTRIBUTE.findall(attrs)}
 
 
 def _element_tree(element: ET.Element) -> dict[str, Any]:

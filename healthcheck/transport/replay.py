@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from healthcheck.bundle import read_host
+from healthcheck.bundle import read_bundle_host
 from healthcheck.model import CommandResult, Host, HostCollection
 from healthcheck.rundir import host_names, raw_dir
 
@@ -25,7 +25,7 @@ class ReplayTransport:
         self.names = frozenset(host_names(self.bundle))
 
     def _read(self, name: str) -> HostCollection | None:
-        return read_host(self.raw / name) if name in self.names else None
+        return read_bundle_host(self.raw, name) if name in self.names else None  # links refused
 
     def collect(self, host: Host, commands: Sequence[object], deadline_s: float) -> HostCollection:
         found = self._read(host.name)

@@ -172,3 +172,85 @@ def test_bad_host_names_are_refused_before_any_connection(ssh_cluster_factory, t
         assert proc.stderr.startswith("healthcheck: --hosts: host name ")
     assert [h.connections() for h in cluster.hosts] == [0, 0]
     assert not (tmp_path / "runs").exists()
+
+
+def _start_sweep(inv: Path, cluster, history: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "healthcheck", "sweep", "-i", str(inv), "-F",
+                             str(cluster.ssh_config), "--history", str(history), "--probes", "system", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+
+
+def _sweep_run_dir(history: Path, limit_s: float = 60) -> Path:
+    """The run directory the sweep is writing (HISTORY/runs/<stamp>), once it exists."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        found = [p for p in (history / "runs").glob("*") if p.is_dir() and not p.is_symlink()] \
+            if (history / "runs").is_dir() else []
+        if found:
+            return found[0]
+        time.sleep(0.1)
+    raise AssertionError(f"no run directory under {history / 'runs'} after {limit_s} s")
+
+
+def _recorded_runs(history: Path) -> list[str]:
+    from healthcheck.history import HistoryIndex
+
+    if not (history / "history.sqlite").is_file():
+        return []
+    with HistoryIndex.open(history) as index:
+        return [r.run_id for r in index.runs()]
+
+
+def test_sweep_sigterm_exits_143_writes_results_and_records_nothing(ssh_cluster_factory, tmp_path):
+    cluster = ssh_cluster_factory(4)
+    for h in cluster.hosts:
+        cluster.add_tool(h.name, "uname", {"-r": ("6.1.0\n", 0, 2)})
+    inv = cluster.write_inventory(tmp_path / "inv.yaml")
+    history = tmp_path / "history"
+    proc = _start_sweep(inv, cluster, history, "--forks", "1")
+    run_dir = _sweep_run_dir(history)
+    assert _wait_for_hosts(run_dir, 1)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 143, stderr
+    assert f"interrupted (SIGTERM): hosts not swept are marked ERROR (host.swept); not recorded in the history " \
+           f"{history}" in stderr
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["run"]["interrupted"] is True and results["run"]["signal"] == "SIGTERM"
+    swept = sorted(n for n, h in results["hosts"].items() if h["verdict"] == "PASS")
+    not_swept = sorted(n for n, h in results["hosts"].items() if _checks(results, n) == [("host.swept", "ERROR")])
+    assert swept and not_swept and sorted(swept + not_swept) == ["node01", "node02", "node03", "node04"]
+    assert results["hosts"][not_swept[-1]]["findings"][0]["message"] == \
+        "not swept: the run was interrupted (SIGTERM) before this host started"
+    assert (run_dir / "report.html").is_file() and (run_dir / "junit.xml").is_file()
+    assert _recorded_runs(history) == []  # an interrupted sweep is not history: no "new failures" next night
+    again = _start_sweep(inv, cluster, history, "--forks", "4")  # the lock was released
+    out, stderr = again.communicate(timeout=120)
+    assert again.returncode == 0, stderr
+    assert "since (no earlier run): 0 new failure(s)" in out
+    assert len(_recorded_runs(history)) == 1
+
+
+def test_sweep_second_ctrl_c_ends_the_grace_and_exits_130(ssh_cluster_factory, tmp_path):
+    cluster = ssh_cluster_factory(2)
+    cluster.add_tool("node02", "uname", {"-r": ("6.1.0\n", 0, 120)})  # in flight for two minutes
+    inv = cluster.write_inventory(tmp_path / "inv.yaml")
+    history = tmp_path / "history"
+    proc = _start_sweep(inv, cluster, history, "--forks", "2", "--timeout", "300")
+    run_dir = _sweep_run_dir(history)
+    assert _wait_for_hosts(run_dir, 1) == {"node01"}
+    proc.send_signal(signal.SIGINT)
+    time.sleep(1)
+    proc.send_signal(signal.SIGINT)  # the first one was waiting for node02's grace; this ends it now
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "interrupted (SIGINT): hosts not swept are marked ERROR (host.swept)" in stderr
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["run"]["signal"] == "SIGINT"
+    assert results["hosts"]["node01"]["verdict"] == "PASS"
+    [swept] = results["hosts"]["node02"]["findings"]
+    assert (swept["check"], swept["status"]) == ("host.swept", "ERROR")
+    assert swept["message"] == ("not swept: the run was interrupted (SIGINT) while this host was in flight; "
+                                "its outputs were not kept")
+    assert sorted(p.name for p in (run_dir / "raw").iterdir()) == ["node01"]
+    assert (run_dir / "report.html").is_file() and _recorded_runs(history) == []

@@ -18,6 +18,7 @@ from healthcheck.rundir import RunDirError
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "inventories" / "samples" / "h100-4node"
+HOSTS = ("h100-node01", "h100-node02", "h100-node03", "h100-node04")
 SECRET = "-----BEGIN OPENSSH PRIVATE KEY----- not-for-the-report"
 
 
@@ -192,3 +193,93 @@ def test_read_regular_reads_whole_files_and_cuts_at_the_limit(tmp_path):
     (tmp_path / "file").write_text("not a folder")
     for name in ("file", "missing", "link.out"):
         assert "is a symbolic link or not a folder" in read_bundle_host(tmp_path, name).transport_error
+
+
+def _handed_over(bundle: Path, tmp_path: Path, target: str | Path) -> Path:
+    """A replayed run directory as someone else could hand it over: its raw/_source.json names ``target``."""
+    run = _replay(bundle, tmp_path / "runs", render=True).run_dir
+    (run / "raw" / "_source.json").write_text(json.dumps({"raw": str(target)}))
+    return run
+
+
+def _forged_targets(bundle: Path, tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    (tmp_path / "outside" / "raw" / "etc").mkdir(parents=True)  # a folder named raw, with a host-like folder
+    (tmp_path / "outside" / "raw" / "etc" / "passwd.out").write_text(SECRET + "\n")
+    (tmp_path / "linked").symlink_to(bundle)
+    return {
+        "etc": (Path("/etc"), "/etc is a system directory, never a bundle"),
+        "system-subfolder": (Path("/usr/lib"), "/usr/lib is a system directory, never a bundle"),
+        "symlink": (tmp_path / "linked" / "raw", f"{tmp_path / 'linked' / 'raw'} passes through a symbolic link "
+                                                 f"(it resolves to {bundle / 'raw'}); links are never followed"),
+        "missing": (tmp_path / "gone" / "raw", f"{tmp_path / 'gone' / 'raw'} does not exist (the bundle this run "
+                                               "re-graded was moved or deleted)"),
+        "not-raw": (bundle, f"{bundle} is not a bundle's raw/ folder"),
+        "relative": (Path("bundle/raw"), "'raw' is not an absolute, normalised path: 'bundle/raw'"),
+    }
+
+
+@pytest.mark.parametrize("case", ["etc", "system-subfolder", "symlink", "missing", "not-raw", "relative"])
+def test_forged_source_reference_is_refused_naming_the_file(bundle, tmp_path, case):
+    """A run directory from someone else can point raw/_source.json anywhere: replay refuses it (exit 2,
+    naming the file), the report renders without reading there, and rerun/merge are never led by it."""
+    from click.testing import CliRunner
+    from healthcheck.reports.digest import load_digest
+
+    from healthcheck.cli import main
+    from healthcheck.merge import merge_bundles
+    from healthcheck.rundir import raw_dir
+
+    target, why = _forged_targets(bundle, tmp_path)[case]
+    run = _handed_over(bundle, tmp_path, target)
+    ref = run / "raw" / "_source.json"
+    message = f"{ref}: refused: {why}" if case == "relative" else f"{ref}: refused: {target} {why.split(' ', 1)[1]}"
+    with pytest.raises(RunDirError) as refused:
+        raw_dir(run)
+    assert str(refused.value) == message
+    replay = CliRunner().invoke(main, ["run", "--replay", str(run), "--run-dir", str(tmp_path / "again")])
+    assert replay.exit_code == 2, replay.output
+    assert replay.output.strip() == f"healthcheck: {message}"
+    assert load_digest(run).raw_excerpt("h100-node01", "hostname") is None  # nothing read from the target
+    report = CliRunner().invoke(main, ["report", str(run)])
+    assert report.exit_code == 0, report.output
+    assert SECRET not in (run / "report.html").read_text()
+    merged = merge_bundles([run, bundle], tmp_path / "merged", render=False)
+    assert f"{ref}: a replayed run refers to another bundle's outputs; merge does not follow it: " \
+           "give that bundle as a source" in merged.skipped
+    assert {p["source"] for p in merged.provenance.values()} == {str(bundle / "raw" / h) for h in HOSTS}
+
+
+def test_forged_reference_to_a_folder_named_raw_reads_only_a_bundle(bundle, tmp_path):
+    """A folder named raw whose host folders hold outputs is a bundle; any other is refused, and the
+    reference file itself is read as untrusted (a link is refused, never followed)."""
+    from healthcheck.rundir import raw_dir
+
+    (tmp_path / "outside" / "raw").mkdir()
+    (tmp_path / "outside" / "raw" / "notes").mkdir()
+    (tmp_path / "outside" / "raw" / "notes" / "id_key").write_text(SECRET + "\n")
+    run = _handed_over(bundle, tmp_path, tmp_path / "outside" / "raw")
+    with pytest.raises(RunDirError, match=r"holds no host folders with outputs .*: not a bundle$"):
+        raw_dir(run)
+    (tmp_path / "elsewhere.json").write_text(json.dumps({"raw": str((bundle / "raw").resolve())}))
+    (run / "raw" / "_source.json").unlink()
+    (run / "raw" / "_source.json").symlink_to(tmp_path / "elsewhere.json")
+    with pytest.raises(RunDirError, match=r"_source.json: refused: is a symbolic link"):
+        raw_dir(run)
+    (run / "raw" / "_source.json").unlink()
+    (run / "raw" / "_source.json").write_text(json.dumps({"raw": str((bundle / "raw").resolve())}))
+    assert raw_dir(run) == (bundle / "raw").resolve()  # what a replay writes is followed, one hop
+
+
+def test_bundle_that_cannot_be_referenced_is_copied_through_the_untrusted_reader(tmp_path):
+    """A hand-made bundle without raw/ cannot be followed back by the rule above: its outputs are copied
+    (regular files only), so the replay is a bundle on its own."""
+    (tmp_path / "b" / "n1").mkdir(parents=True)
+    (tmp_path / "b" / "n1" / "uname-r.out").write_text("6.1.0\n")
+    (tmp_path / "b" / "n1" / "link.out").symlink_to(tmp_path / "b" / "n1" / "uname-r.out")
+    outcome = _replay(tmp_path / "b", tmp_path / "runs")
+    raw = outcome.run_dir / "raw"
+    assert not (raw / "_source.json").exists()
+    assert sorted(p.name for p in (raw / "n1").iterdir()) == ["uname-r.out"]
+    again = _replay(outcome.run_dir, tmp_path / "runs2")
+    assert sorted(again.results.hosts) == ["n1"]
+    assert json.loads((again.run_dir / "raw" / "_source.json").read_text()) == {"raw": str(raw.resolve())}

@@ -251,3 +251,18 @@ def test_slowdown_flags_at_full_clock_are_warn_and_the_finding_states_flag_and_c
     statuses = {f.status for f in cut if f.check == "gpu.clock_events"}
     assert statuses == {Status.FAIL}
     assert "SM 86 of 1980 MHz (4%: clocks reduced)" in next(f for f in cut if f.check == "gpu.clock_events").message
+
+
+def test_a_gpu_passing_alone_keeps_its_full_finding_and_eight_fold_into_one():
+    obs = parse_nvidia_smi_output("nvidia-smi-q-x", fixture_text("nvidia-smi-xml/h100-8x-healthy.xml"), 0)
+    one = {f.check: f for f in evaluate_gpu(dataclasses.replace(obs, gpus=obs.gpus[:1], count=1), _ctx())}
+    assert one["gpu.ecc.dram_uncorrectable"].to_json() == {
+        "host": "gpu001", "check": "gpu.ecc.dram_uncorrectable", "status": "PASS", "component": "gpu0",
+        "message": "gpu0 (00000000:19:00.0): gpu ecc dram uncorrectable 0 errors, within <= 20000000 errors "
+                   "(volatile 0, aggregate 0)",
+        "value": 0, "expected": "<= 20000000 errors", "unit": "errors", "remedy": None, "source": "nvidia-smi-q-x"}
+    assert (one["gpu.reset_required"].component, one["gpu.reset_required"].message) == (
+        "gpu0", "gpu0 (00000000:19:00.0): no reset required")
+    eight = [f for f in evaluate_gpu(obs, _ctx()) if f.check == "gpu.ecc.dram_uncorrectable"]
+    assert [(f.component, f.message) for f in eight] == [
+        ("node", "all 8 GPUs: ecc dram uncorrectable 0 errors, within <= 20000000 errors")]

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from healthcheck.probes.gpu_model import observations_from_log
-from healthcheck.probes.nvidia_smi_xml import parse_nvidia_smi_xml
+from healthcheck.probes.nvidia_smi_xml import (
+    _START,
+    _drop_unread,
+    _element_tree,
+    _etree_root,
+    _plain_tree,
+    parse_nvidia_smi_xml,
+)
 
 from healthcheck.spec import ParseError
-from tests.conftest import CORPUS, corpus_files, corpus_text, fixture_text
+from tests.conftest import CORPUS, FIXTURES, ROOT, corpus_files, corpus_text, fixture_text
+
+SAMPLES = ROOT / "inventories" / "samples"
 
 
 def _obs(text: str):
@@ -116,3 +127,74 @@ def test_corpus_folder_is_where_we_think():
     if not CORPUS.is_dir():
         pytest.skip("../shared/corpus absent")
     assert len(corpus_files("nvidia-smi-xml")) == 8
+
+
+# --- the plain-document reader against ElementTree -------------------------------------------------
+
+def _xml_sources() -> list[str]:
+    paths = [*corpus_files("nvidia-smi-xml"), *sorted((FIXTURES / "nvidia-smi-xml").glob("*.xml")),
+             *sorted(SAMPLES.glob("*/raw/*/nvidia-smi-q-x.out"))]
+    texts = [p.read_text(errors="replace") for p in paths]
+    return [t.split("\n", 1)[1] if t.startswith("# source:") else t for t in texts]
+
+
+def _document(text: str) -> str:
+    start = _START.search(text).start()
+    return _drop_unread(text[start:text.index("</nvidia_smi_log>") + len("</nvidia_smi_log>")])
+
+
+def test_plain_reader_gives_elementtrees_tree_for_every_real_layout():
+    texts = _xml_sources()
+    assert len(texts) >= 10
+    for text in texts:
+        document = _document(text)
+        fast = _plain_tree(document)
+        assert fast is not None  # every real nvidia-smi report takes the fast path
+        reference = _element_tree(_etree_root(document))
+        assert repr(fast) == repr(reference)  # same keys, same order, same values
+
+
+@pytest.mark.parametrize("old, new, serial", [
+    ("<serial>1652323004110</serial>", "<serial>A&amp;B&#65;</serial>", "A&BA"),   # entity references
+    ("<serial>1652323004110</serial>", "<serial>1<!-- c -->2<![CDATA[3]]></serial>", "123"),  # comment, CDATA
+    ("<serial>1652323004110</serial>", "<serial>1\r\n2</serial>", "1\n2"),   # carriage return
+    ('<gpu id="00000000:19:00.0">', '<gpu id="00000000:19:00.0" note="a>b">', "1652323004110"),  # '>' in a value
+])
+def test_documents_outside_the_plain_form_are_read_by_elementtree(old, new, serial):
+    text = fixture_text("nvidia-smi-xml/h100-8x-healthy.xml").replace(old, new, 1)
+    assert _plain_tree(_document(text)) is None
+    assert _obs(text).gpus[0].serial == serial
+
+
+def test_malformed_plain_document_keeps_elementtrees_error():
+    text = fixture_text("nvidia-smi-xml/h100-8x-healthy.xml").replace("</serial>", "</serail>", 1)
+    with pytest.raises(ParseError, match=r"not well-formed XML: mismatched tag: line \d+, column \d+"):
+        parse_nvidia_smi_xml(text)
+
+
+@pytest.mark.parametrize("document", [
+    "<a><processes><x></processes><supported_clocks>1</supported_clocks></a>",
+    "<a><processes>never closed<supported_clocks>1</supported_clocks><processes>2</processes></a>",
+    "<a><processes><supported_clocks></processes></supported_clocks><accounted_processes/></a>",
+    "<a><accounted_processes>1</accounted_processes><processes>2</processes></a>",
+])
+def test_unread_sections_are_cut_as_the_original_regex_did(document):
+    regex = re.compile(r"<(supported_clocks|processes|accounted_processes)>.*?</\1>", re.S)
+    assert _drop_unread(document) == regex.sub("", document)
+
+
+def test_gpu_element_without_fields_is_a_parse_error_not_a_crash() -> None:
+    """An empty ``<gpu/>`` (a mangled report) is refused as unparseable, naming the element."""
+    with pytest.raises(ParseError, match=r"<gpu> element .* has no fields"):
+        parse_nvidia_smi_xml("<nvidia_smi_log><attached_gpus>1</attached_gpus><gpu/></nvidia_smi_log>")
+
+
+def test_number_too_large_for_a_float_reads_as_no_value() -> None:
+    """A 400-digit memory size overflows a float: the field is unread (None), the parse goes on."""
+    from healthcheck.probes.gpu import parse_nvidia_smi_output
+
+    doc = ("<nvidia_smi_log><attached_gpus>1</attached_gpus><gpu id=\"00000000:01:00.0\">"
+           "<product_name>NVIDIA H100 80GB HBM3</product_name><fb_memory_usage><total>" + "9" * 400
+           + " MiB</total><used>0 MiB</used></fb_memory_usage></gpu></nvidia_smi_log>")
+    gpu = parse_nvidia_smi_output("nvidia-smi-q-x", doc, 0).gpus[0]
+    assert (gpu.name, gpu.memory_total_mib, gpu.memory_used_mib) == ("NVIDIA H100 80GB HBM3", None, 0)
