@@ -35,19 +35,20 @@ class BundleFileError(OSError):
     """A file in a bundle that is refused: a link, not a regular file, unreadable."""
 
 
-def read_regular(path: Path, limit: int = MAX_FILE_BYTES) -> tuple[bytes, bool]:
-    """The bytes of a regular file (never through a symbolic link) and whether they were cut at ``limit``."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # O_NONBLOCK: a FIFO must not hang us
+def read_regular(path: Path | str, limit: int = MAX_FILE_BYTES, dir_fd: int | None = None) -> tuple[bytes, bool]:
+    """The bytes of a regular file (never through a symbolic link) and whether they were cut at ``limit``.
+    With ``dir_fd``, ``path`` is a name in that open folder (``openat``: no path walk per file)."""
+    try:  # O_NONBLOCK: a FIFO must not hang us
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise BundleFileError("is a symbolic link (links in a bundle are never followed)") from None
         raise BundleFileError(f"cannot be read: {exc.strerror}") from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise BundleFileError("is not a regular file")
-        with os.fdopen(os.dup(fd), "rb") as fh:
-            data = fh.read(limit + 1)
+        data = _read_fd(fd, info.st_size, limit + 1)
     except OSError as exc:
         if isinstance(exc, BundleFileError):
             raise
@@ -57,15 +58,29 @@ def read_regular(path: Path, limit: int = MAX_FILE_BYTES) -> tuple[bytes, bool]:
     return data[:limit], len(data) > limit
 
 
+def _read_fd(fd: int, size: int, most: int) -> bytes:
+    """Up to ``most`` bytes to end of file. Sized reads from ``fstat`` (a file may still grow or shrink):
+    never a ``most``-sized buffer for a small file, as a buffered ``read(most)`` allocates."""
+    chunks: list[bytes] = []
+    got = 0
+    while got < most:
+        chunk = os.read(fd, min(most - got, max(size - got + 1, 65536)))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
 def _entries(folder: Path) -> dict[str, os.DirEntry[str]]:
     with os.scandir(folder) as it:
         return {e.name: e for e in it}
 
 
-def _host_meta(folder: Path, rel: str, entries: Mapping[str, os.DirEntry[str]]) -> tuple[dict[str, Any], str | None]:
-    """``_host.json`` as a checked dict, or ({}, why it is unusable)."""
+def _host_meta(folder: int, rel: str) -> tuple[dict[str, Any], str | None]:
+    """``_host.json`` of the open host folder as a checked dict, or ({}, why it is unusable)."""
     try:
-        raw, _ = read_regular(folder / HOST_META)
+        raw, _ = read_regular(HOST_META, dir_fd=folder)
         meta = json.loads(raw.decode("utf-8"))
     except (BundleFileError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         return {}, f"malformed {rel}/{HOST_META}: {exc}"
@@ -100,7 +115,7 @@ def _rc(text: str, flags: Mapping[str, Any]) -> tuple[int | None, str | None]:
     return None, f"{text[:40]!r} is not an exit code"
 
 
-def _command(folder: Path, rel: str, host: str, cid: str, names: set[str], flags: Mapping[str, Any]) -> CommandResult:
+def _command(folder: int, rel: str, host: str, cid: str, names: set[str], flags: Mapping[str, Any]) -> CommandResult:
     def refused(name: str, why: str) -> CommandResult:
         return CommandResult(host=host, command_id=cid, transport_error=f"refused {rel}/{name}: {why}")
 
@@ -108,7 +123,7 @@ def _command(folder: Path, rel: str, host: str, cid: str, names: set[str], flags
     for name, default, limit in ((f"{cid}.out", None, MAX_FILE_BYTES), (f"{cid}.err", b"", MAX_FILE_BYTES),
                                  (f"{cid}.rc", b"0", 64)):
         try:
-            files[name] = read_regular(folder / name, limit) if name in names or default is None else (default, False)
+            files[name] = read_regular(name, limit, folder) if name in names or default is None else (default, False)
         except BundleFileError as exc:
             return refused(name, str(exc))
     (stdout, cut), (stderr, cut_err), (rc_bytes, _) = files.values()
@@ -144,16 +159,25 @@ def _is_regular(path: Path) -> bool:
 def read_host(folder: Path, expect_meta: bool = False) -> HostCollection:
     """One host's outputs. ``expect_meta``: the folder belongs to a run directory we wrote, so a
     missing ``_host.json`` means the run was killed while writing it (incomplete, an ERROR)."""
-    host, rel = folder.name, f"raw/{folder.name}"
-    entries = _entries(folder)
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return _read_host_fd(fd, Path(folder).name, expect_meta)
+    finally:
+        os.close(fd)
+
+
+def _read_host_fd(folder: int, host: str, expect_meta: bool) -> HostCollection:
+    """``read_host`` of an open host folder: every file is opened relative to it (``openat``), so the
+    folder cannot be swapped for a link while it is read, and no path is walked per file."""
+    rel = f"raw/{host}"
+    names = set(os.listdir(folder))
     problem = None
     meta: dict[str, Any] = {}
-    if HOST_META in entries:
-        meta, problem = _host_meta(folder, rel, entries)
+    if HOST_META in names:
+        meta, problem = _host_meta(folder, rel)
     elif expect_meta:
         problem = f"{rel}/ has no {HOST_META}: the run was killed while writing this host (incomplete)"
     flags = meta.get("commands", {})
-    names = set(entries)
     results = {cid: _command(folder, rel, host, cid, names, flags.get(cid, {}))
                for cid in sorted(n[:-4] for n in names if n.endswith(".out") and len(n) > 4)}
     for cid, f in flags.items():  # commands that never produced output (host unreachable, deadline, not run)
@@ -172,11 +196,17 @@ def read_host(folder: Path, expect_meta: bool = False) -> HostCollection:
 def read_bundle_host(raw: Path, name: str, expect_meta: bool = False) -> HostCollection:
     """One host folder of a bundle's raw/, read lazily (replay grading): a linked folder is refused,
     never followed."""
-    folder = Path(raw) / name
-    if folder.is_symlink() or not folder.is_dir():
+    try:
+        fd = os.open(Path(raw) / name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
+            raise
         return _refused_host(name, f"refused raw/{name}: is a symbolic link or not a folder "
                                    "(links in a bundle are never followed)")
-    return read_host(folder, expect_meta=expect_meta)
+    try:
+        return _read_host_fd(fd, name, expect_meta)
+    finally:
+        os.close(fd)
 
 
 def written_by_a_run(path: Path) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
+import operator
 import re
 import statistics
 from collections.abc import Iterable, Mapping
@@ -47,7 +48,10 @@ def compare(op: str, measured: Any, value: Any) -> bool:
         m, v = float(measured), float(value)
     except (TypeError, ValueError) as exc:
         raise GradingError(f"cannot compare {measured!r} {op} {value!r}") from exc
-    return {"ge": m >= v, "gt": m > v, "le": m <= v, "lt": m < v}[op]
+    return _ORDER[op](m, v)  # an unknown op is a KeyError, as before
+
+
+_ORDER = {"ge": operator.ge, "gt": operator.gt, "le": operator.le, "lt": operator.lt}
 
 
 def _norm(x: Any) -> Any:

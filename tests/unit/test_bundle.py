@@ -172,6 +172,29 @@ def test_replayed_run_keeps_jobs_copied_as_regular_files(tmp_path):
                        "raw/_jobs/link.out: a symbolic link, not followed"])
 
 
+def test_read_regular_reads_whole_files_and_cuts_at_the_limit(tmp_path):
+    from healthcheck.bundle import BundleFileError, read_bundle_host, read_regular
+
+    big = bytes(range(256)) * 1000  # 256,000 bytes: more than one sized read
+    (tmp_path / "big.out").write_bytes(big)
+    (tmp_path / "empty.out").write_bytes(b"")
+    assert read_regular(tmp_path / "big.out") == (big, False)
+    assert read_regular(tmp_path / "big.out", limit=100_000) == (big[:100_000], True)
+    assert read_regular(tmp_path / "big.out", limit=len(big)) == (big, False)
+    assert read_regular(tmp_path / "empty.out") == (b"", False)
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert read_regular("big.out", 10, fd) == (big[:10], True)
+        os.symlink("big.out", tmp_path / "link.out")
+        with pytest.raises(BundleFileError, match="symbolic link"):
+            read_regular("link.out", dir_fd=fd)
+    finally:
+        os.close(fd)
+    (tmp_path / "file").write_text("not a folder")
+    for name in ("file", "missing", "link.out"):
+        assert "is a symbolic link or not a folder" in read_bundle_host(tmp_path, name).transport_error
+
+
 def _handed_over(bundle: Path, tmp_path: Path, target: str | Path) -> Path:
     """A replayed run directory as someone else could hand it over: its raw/_source.json names ``target``."""
     run = _replay(bundle, tmp_path / "runs", render=True).run_dir

@@ -1,0 +1,48 @@
+"""What crosses the grading workers' process boundary: ``gradepool.Graded`` through pickle."""
+
+from __future__ import annotations
+
+import enum
+import pickle
+
+from healthcheck.gradepool import Graded
+from healthcheck.model import Finding, Status
+
+
+class Part(str, enum.Enum):
+    GPU0 = "gpu0"
+
+
+def _graded(host: str, value: object = 7) -> Graded:
+    findings = [Finding(host=host, check="gpu.count", status=Status.PASS, message="8 GPUs, within == 8",
+                        value=8, expected="== 8", unit="GPUs", source="nvidia-smi-q-x"),
+                Finding(host=host, check="gpu.ecc", status=Status.FAIL, message="gpu0", component=Part.GPU0,
+                        value=value, expected=float("nan"), remedy=None, observe=True)]
+    return Graded(host, findings, {"versions": {"driver": "550.54", "libs": ["nccl 2.21"]}, "gpu": {"count": 8}},
+                  b"member", b"lines\n")
+
+
+def test_a_graded_host_comes_back_equal() -> None:
+    for value in (7, 7.5, True, None, "text", [1, "two"]):
+        graded = _graded("gpu001", value)
+        back = pickle.loads(pickle.dumps(graded))
+        assert back.host == "gpu001" and back.member == b"member" and back.lines == b"lines\n"
+        assert [f.to_json() for f in back.findings] == [f.to_json() for f in graded.findings]
+        assert back.key == graded.key
+        assert back.findings[1].status is Status.FAIL and back.findings[1].observe is True
+        assert type(back.findings[1].component) is Part  # a str subclass is never swapped for a plain str
+        assert type(back.findings[1].value) is type(value)
+
+
+def test_hosts_received_share_their_repeated_strings() -> None:
+    one, two = (pickle.loads(pickle.dumps(_graded(name))) for name in ("gpu001", "gpu002"))
+    assert one.findings[0].message is two.findings[0].message
+    assert one.findings[0].source is two.findings[0].source
+    assert one.key["versions"]["driver"] is two.key["versions"]["driver"]
+    assert one.key["versions"] is not two.key["versions"]  # containers are never shared
+    assert one.findings[0].host == "gpu001" and two.findings[0].host == "gpu002"
+
+
+def test_a_host_without_findings_crosses_too() -> None:
+    back = pickle.loads(pickle.dumps(Graded("gpu001", [], {}, b"", b"")))
+    assert back == Graded("gpu001", [], {}, b"", b"")
