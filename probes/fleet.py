@@ -15,7 +15,7 @@ mismatches across nodes are a classic cause of cryptic failures at scale (NCCL h
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,7 +97,7 @@ def compare_kind(kind: str, values: Mapping[str, JSONScalar], profile: Profile,
             else:
                 pin_note = f"; within the profile pin ({expected_text(pin)}), but mixed versions still skew"
         if not strict:
-            spread = ", ".join(f"{v} on {h}" for h, v in sorted(values.items()))
+            spread = _spread(values)
             out.append(Finding(**common, status=status, expected="one version across the fleet",
                                message=f"{label}: hosts of profile {profile_name} disagree with no majority "
                                        f"({spread}){pin_note}", remedy=_REMEDY))
@@ -105,7 +105,7 @@ def compare_kind(kind: str, values: Mapping[str, JSONScalar], profile: Profile,
             out.append(Finding(**common, status=status, expected=top,
                                message=f"{label} {value} differs from the fleet majority {top} "
                                        f"({len(agreeing)} of {len(values)} hosts of profile {profile_name}; "
-                                       f"differing: {', '.join(sorted(differing))}){pin_note}",
+                                       f"differing: {_named(differing)}){pin_note}",
                                remedy=_REMEDY))
         else:
             out.append(Finding(**common, status=Status.PASS, expected=top,
@@ -125,3 +125,22 @@ def meets_pin(pin: Expectation, value: str, profile: Profile) -> bool:
 
 
 CHECK = register_fleet(VersionConsistency())
+
+
+NAMED = 8  # host names a fleet finding spells out; every host's finding names them, so more is O(hosts^2)
+
+
+def _named(hosts: Iterable[str], limit: int = NAMED) -> str:
+    """The first ``limit`` names, sorted, and how many more (results.json and the reports list them all)."""
+    names = sorted(hosts)
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+def _spread(values: Mapping[str, Any]) -> str:
+    """Each version with the hosts running it, most hosts first, names bounded per version."""
+    by_value: dict[str, list[str]] = {}
+    for host, value in values.items():
+        by_value.setdefault(str(value), []).append(host)
+    ranked = sorted(by_value.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    return ", ".join(f"{value} on {_named(hosts)}" for value, hosts in ranked)

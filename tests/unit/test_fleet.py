@@ -139,3 +139,18 @@ def test_malformed_or_missing_observations_do_not_raise():
     assert host_facts({"versions": {"vbios": [1, 2], "hca_fw": {"mlx5_0": "x"}}}) == {}
     findings = fleet({"node01": {}, "node02": {"versions": {}}}, profile_of={})
     assert findings == []
+
+
+def test_fleet_messages_name_a_bounded_number_of_hosts():
+    """Every differing host's finding names the differing hosts: spelled out in full that is
+    quadratic in the fleet (320 names in each of 320 findings at 10,000 hosts); eight names and a count."""
+    obs = {f"node{i:03d}": {"versions": versions(driver="550.54.15" if i % 3 == 0 else "550.90.07")}
+           for i in range(30)}
+    driver = find(fleet(obs), "node000", "fleet.version.driver")
+    assert driver.status is Status.WARN
+    assert "differing: node000, node003, node006, node009, node012, node015, node018, node021 and 2 more" \
+        in driver.message
+    split = {f"node{i:03d}": {"versions": versions(driver=f"550.{i % 3}.0")} for i in range(30)}
+    mixed = find(fleet(split), "node001", "fleet.version.driver")
+    assert "disagree with no majority (550.0.0 on node000, node003, node006, node009, node012, node015, " \
+           "node018, node021 and 2 more, 550.1.0 on node001," in mixed.message
