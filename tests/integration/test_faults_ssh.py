@@ -39,11 +39,26 @@ def _checks(results: dict, host: str) -> list[tuple[str, str]]:
     return [(f["check"], f["status"]) for f in results["hosts"][host]["findings"]]
 
 
-def test_sigterm_ends_like_ctrl_c_with_results_and_exit_143(ssh_cluster_factory, tmp_path):
+def _slow_four(ssh_cluster_factory, tmp_path: Path):
+    """Four sshd hosts whose ``uname -r`` takes 2 s (time to signal a sweep mid-way), and their inventory."""
     cluster = ssh_cluster_factory(4)
     for h in cluster.hosts:
         cluster.add_tool(h.name, "uname", {"-r": ("6.1.0\n", 0, 2)})
-    inv = cluster.write_inventory(tmp_path / "inv.yaml")
+    return cluster, cluster.write_inventory(tmp_path / "inv.yaml")
+
+
+def _interrupted(run_dir: Path, signame: str) -> tuple[dict, list[str]]:
+    """results.json of a run stopped by ``signame``: some hosts PASS, the rest only ``host.swept`` ERROR."""
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["run"]["interrupted"] is True and results["run"]["signal"] == signame
+    swept = sorted(n for n, h in results["hosts"].items() if h["verdict"] == "PASS")
+    not_swept = sorted(n for n, h in results["hosts"].items() if _checks(results, n) == [("host.swept", "ERROR")])
+    assert swept and not_swept and sorted(swept + not_swept) == ["node01", "node02", "node03", "node04"]
+    return results, not_swept
+
+
+def test_sigterm_ends_like_ctrl_c_with_results_and_exit_143(ssh_cluster_factory, tmp_path):
+    cluster, inv = _slow_four(ssh_cluster_factory, tmp_path)
     run_dir = tmp_path / "run"
     proc = _start(inv, cluster, run_dir, "--forks", "1")
     assert _wait_for_hosts(run_dir, 1)
@@ -51,11 +66,7 @@ def test_sigterm_ends_like_ctrl_c_with_results_and_exit_143(ssh_cluster_factory,
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 143, stderr
     assert "interrupted (SIGTERM)" in stderr
-    results = json.loads((run_dir / "results.json").read_text())
-    assert results["run"]["interrupted"] is True and results["run"]["signal"] == "SIGTERM"
-    swept = sorted(n for n, h in results["hosts"].items() if h["verdict"] == "PASS")
-    not_swept = sorted(n for n, h in results["hosts"].items() if _checks(results, n) == [("host.swept", "ERROR")])
-    assert swept and not_swept and sorted(swept + not_swept) == ["node01", "node02", "node03", "node04"]
+    results, not_swept = _interrupted(run_dir, "SIGTERM")
     message = results["hosts"][not_swept[-1]]["findings"][0]["message"]
     assert message == "not swept: the run was interrupted (SIGTERM) before this host started"
     assert (run_dir / "report.html").is_file() and (run_dir / "junit.xml").is_file()
@@ -202,10 +213,7 @@ def _recorded_runs(history: Path) -> list[str]:
 
 
 def test_sweep_sigterm_exits_143_writes_results_and_records_nothing(ssh_cluster_factory, tmp_path):
-    cluster = ssh_cluster_factory(4)
-    for h in cluster.hosts:
-        cluster.add_tool(h.name, "uname", {"-r": ("6.1.0\n", 0, 2)})
-    inv = cluster.write_inventory(tmp_path / "inv.yaml")
+    cluster, inv = _slow_four(ssh_cluster_factory, tmp_path)
     history = tmp_path / "history"
     proc = _start_sweep(inv, cluster, history, "--forks", "1")
     run_dir = _sweep_run_dir(history)
@@ -215,11 +223,7 @@ def test_sweep_sigterm_exits_143_writes_results_and_records_nothing(ssh_cluster_
     assert proc.returncode == 143, stderr
     assert f"interrupted (SIGTERM): hosts not swept are marked ERROR (host.swept); not recorded in the history " \
            f"{history}" in stderr
-    results = json.loads((run_dir / "results.json").read_text())
-    assert results["run"]["interrupted"] is True and results["run"]["signal"] == "SIGTERM"
-    swept = sorted(n for n, h in results["hosts"].items() if h["verdict"] == "PASS")
-    not_swept = sorted(n for n, h in results["hosts"].items() if _checks(results, n) == [("host.swept", "ERROR")])
-    assert swept and not_swept and sorted(swept + not_swept) == ["node01", "node02", "node03", "node04"]
+    results, not_swept = _interrupted(run_dir, "SIGTERM")
     assert results["hosts"][not_swept[-1]]["findings"][0]["message"] == \
         "not swept: the run was interrupted (SIGTERM) before this host started"
     assert (run_dir / "report.html").is_file() and (run_dir / "junit.xml").is_file()
