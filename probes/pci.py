@@ -174,11 +174,14 @@ def _hca_findings(ctx: EvalContext, bus: PciInventory) -> list[Finding]:
             return []
         return [Finding(host=host, check="pci.hca.count", status=Status.SKIP, value=len(hcas), source=source,
                         message=f"{len(hcas)} Mellanox/NVIDIA network functions on the PCI bus; no ib.hca.count "
-                                f"in profile {profile.name} to compare with")]
+                                f"in profile {profile.name} to compare with",
+                        remedy=f"Set ib.hca.count in profile {profile.name} to grade the adapter count")]
     if not hcas and not bus.drivers_known:
         return [Finding(host=host, check="pci.hca.count", status=Status.SKIP, value=0, source=source,
                         message="the lspci listing holds no Mellanox function (filtered with -d 10de:?): "
-                                "HCAs not compared")]
+                                "HCAs not compared",
+                        remedy="Capture lspci without a vendor filter (healthcheck's own pci-sysfs command lists "
+                               "both) to compare the HCAs")]
     # The bus also carries storage/management ports of the same family: at least the fabric HCAs must be there.
     floor = dataclasses.replace(exp, op="ge")
     f = finding_from_expectation(host, "pci.hca.count", floor, len(hcas), source=source, remedy=_REMEDY_HCA_GONE,
@@ -187,7 +190,9 @@ def _hca_findings(ctx: EvalContext, bus: PciInventory) -> list[Finding]:
     out = [dataclasses.replace(f, message=f"{f.message}; on the PCI bus: {listed}")]
     if not bus.drivers_known:
         return [*out, Finding(host=host, check="pci.hca.driver", status=Status.SKIP, source=source,
-                              message="lspci output carries no RDMA device mapping: not compared")]
+                              message="lspci output carries no RDMA device mapping: not compared",
+                              remedy="Capture the pci-sysfs command (it maps functions to /sys/class/infiniband) "
+                                     "to check every adapter has its RDMA device")]
     with_rdma = {addr: name for name, addr in bus.rdma_devices.items()}
     missing = [h for h in hcas if h.address not in with_rdma]
     for hca in missing:

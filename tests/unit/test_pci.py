@@ -111,6 +111,7 @@ def test_lspci_bundle_grades_count_and_skips_rdma_mapping():
     assert by_check(findings, "pci.gpu.count")[0].status is Status.PASS
     assert by_check(findings, "pci.gpu.driver")[0].status is Status.SKIP
     assert by_check(findings, "pci.hca.count")[0].status is Status.SKIP   # `lspci -d 10de:` lists no HCA
+    assert "without a vendor filter" in by_check(findings, "pci.hca.count")[0].remedy
 
 
 def test_command_reads_only_nvidia_and_mellanox_and_ends_with_marker():
