@@ -20,7 +20,6 @@ parsed once for all of them.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable, Mapping
 
 from healthcheck.probes import register
@@ -30,6 +29,7 @@ from healthcheck.probes.nvidia_smi_list import parse_nvidia_smi_l, parse_nvidia_
 from healthcheck.probes.nvidia_smi_log import SmiLog, exit_code_error
 from healthcheck.probes.nvidia_smi_text import parse_nvidia_smi_q
 from healthcheck.probes.nvidia_smi_xml import parse_nvidia_smi_xml
+from healthcheck.probes.parse_memo import shared_parser
 
 from healthcheck.model import CommandResult, Status
 from healthcheck.spec import ParseError, ProbeSpec
@@ -49,7 +49,7 @@ __all__ = ["BUNDLE_SOURCES", "COMMANDS", "COMMAND_TOOLS", "GPU_ID", "PARSERS", "
            "evaluate_gpu", "parse_gpu", "parse_gpu_sources", "parse_nvidia_smi_output"]
 
 
-@functools.lru_cache(maxsize=64)  # pure and keyed on the text: the four probes reading it share one parse
+@shared_parser  # the four probes reading one host's report share its parse
 def parse_nvidia_smi_output(command_id: str, text: str, rc: int | None) -> GpuObservations:
     """One nvidia-smi output (stdout and stderr together) -> observations.
 

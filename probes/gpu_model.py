@@ -13,7 +13,6 @@ listed in ``unreadable`` so the evaluator can say so instead of treating it as a
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import re
 from collections.abc import Mapping
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from healthcheck.probes.nvidia_smi_log import NOT_AVAILABLE, UNREADABLE, SmiError, SmiLog
+from healthcheck.probes.parse_memo import memoized
 
 FAULT_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
 
@@ -144,15 +144,30 @@ def observations_from_log(log: SmiLog, source: str) -> GpuObservations:
 
 
 _NUMBER = re.compile(r"^[+-]?\d+(?:\.\d+)?")
-# Leaf text -> its text (None: N/A) and text -> its number: most leaves repeat across GPUs and hosts.
-# Plain immutable values, filled up to _CACHED_MAX entries and never evicted (a pure function of the key).
-_TEXTS: dict[str, str | None] = {}
-_NUMBERS: dict[str, float | None] = {}
-_CACHED_MAX = 4096
-_UNSEEN = object()
 
 
-@functools.lru_cache(maxsize=256)
+# Leaf texts and numbers repeat across GPUs and hosts: both readings are memoized (pure, immutable values).
+@memoized(4096)
+def _leaf_text(value: str) -> tuple[str | None, bool]:
+    """A leaf's text (None for N/A and for unreadable) and whether nvidia-smi could not read it."""
+    text = value.strip()
+    low = text.lower()
+    if low in UNREADABLE:
+        return None, True
+    return (None if low in NOT_AVAILABLE else text), False
+
+
+@memoized(4096)
+def _leading_number(text: str) -> float | None:
+    """The number a leaf starts with ("700.00 W" -> 700, "N/A" -> None)."""
+    match = _NUMBER.match(text)
+    if not match:
+        return None
+    number = float(match.group())
+    return int(number) if number.is_integer() else number
+
+
+@memoized(256)
 def _steps(path: str) -> tuple[str, ...]:
     return tuple(path.split("/"))
 
@@ -177,34 +192,14 @@ class _Reader:
         """``value`` (read at ``path``) as text; None for N/A and for unreadable, which is recorded."""
         if not isinstance(value, str):
             return None
-        known = _TEXTS.get(value, _UNSEEN)
-        if known is not _UNSEEN:
-            return known
-        text = value.strip()
-        low = text.lower()
-        if low in UNREADABLE:
-            self.unreadable.append(path)  # never cached: each one is recorded
-            return None
-        text = None if low in NOT_AVAILABLE else text
-        if len(_TEXTS) < _CACHED_MAX:
-            _TEXTS[value] = text
+        text, unreadable = _leaf_text(value)
+        if unreadable:
+            self.unreadable.append(path)
         return text
 
     def number(self, path: str) -> float | None:
         value = self.text(path)
-        if value is None:
-            return None
-        known = _NUMBERS.get(value, _UNSEEN)
-        if known is not _UNSEEN:
-            return known
-        match = _NUMBER.match(value)
-        number: float | None = None
-        if match:
-            number = float(match.group())
-            number = int(number) if number.is_integer() else number
-        if len(_NUMBERS) < _CACHED_MAX:
-            _NUMBERS[value] = number
-        return number
+        return None if value is None else _leading_number(value)
 
     def int(self, path: str) -> int | None:
         value = self.number(path)

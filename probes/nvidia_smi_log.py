@@ -22,11 +22,12 @@ OWOD#81), "WARNING: infoROM is corrupted at gpu ..." (NVIDIA/gpu-operator#20, rc
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from healthcheck.probes.parse_memo import memoized
 
 # Values nvidia-smi prints when it has no number; "Unknown Error" means it asked and failed.
 NOT_AVAILABLE = frozenset({"n/a", "[n/a]", "not supported", "[not supported]", "",
@@ -145,7 +146,7 @@ RENAMED_SECTIONS = {"clocks_throttle_reasons": "clocks_event_reasons", "power_re
 _REASON_PREFIX = re.compile(r"^clocks_(?:throttle|event)_reason_")
 
 
-@functools.lru_cache(maxsize=256)  # a handful of tags, read for every GPU
+@memoized(256)  # a handful of tags, read for every GPU
 def canonical_reason(tag: str) -> str:
     """``clocks_throttle_reason_hw_slowdown`` / ``clocks_event_reason_hw_slowdown`` -> ``hw_slowdown``."""
     return _REASON_PREFIX.sub("", tag)

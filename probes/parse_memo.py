@@ -9,8 +9,8 @@ sweep). Their parser is wrapped once, where it is defined, so every reader of on
 the same parse. The key is the parser and all its arguments (the exact text, and any option such as an
 end marker), so a different text is always parsed again; ``ParseError`` is not cached (each reader
 sees it raised). A wrapped parser must return immutable values (tuples, frozen dataclasses,
-``MappingProxyType``): every caller gets the same object. ``probes/gpu.py`` memoizes its nvidia-smi
-parse the same way.
+``MappingProxyType``): every caller gets the same object. The nvidia-smi report (``probes/gpu.py``:
+gpu, xid, fabric, versions, pci) is one of them.
 
 Each memo holds the last ``MEMO_SIZE`` texts per parser: graded hosts are handled one after another
 in a process, so the readers of one host always find its parse, and memory stays flat in the fleet
