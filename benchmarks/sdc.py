@@ -25,6 +25,7 @@ Settings (profile ``settings.benchmarks.sdc`` or run options ``sdc.<key>``): ``p
 
 from __future__ import annotations
 
+import math
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -86,6 +87,19 @@ def _int(text: str | None) -> int | None:
     return int(text) if text is not None and text.lstrip("-").isdigit() else None
 
 
+def _seconds(text: str | None, line: str) -> float | None:
+    """A device line's ``seconds=`` (absent: None); anything but a finite number is a malformed line."""
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value):
+        raise ParseError(f"sdc: device line with seconds={text[:40]!r}, not a number: {line[:120]!r}", line)
+    return value
+
+
 def parse_sdc(text: str) -> SdcResult:
     """The node program's output (``healthcheck-sdc/1``); other lines (launcher noise) are ignored."""
     header: dict[str, str] = {}
@@ -110,7 +124,7 @@ def parse_sdc(text: str) -> SdcResult:
                 raise ParseError(f"sdc: device line without device/checksum/error: {line[:120]!r}", line)
             devices.append(SdcDevice(index=index, model=f.get("model", "unknown"), bus=f.get("bus"),
                                      checksum=f.get("checksum"), error=f.get("error"),
-                                     seconds=float(f["seconds"]) if f.get("seconds") else None))
+                                     seconds=_seconds(f.get("seconds"), line)))
     if not seen:
         raise ParseError(f"no '# format={FORMAT}' header: not the sdc node program's output", text)
     if not complete:

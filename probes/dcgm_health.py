@@ -73,13 +73,20 @@ def _health_json(text: str) -> HealthReport:
     for group, node in body.items():
         if group == "Overall Health" or not isinstance(node, dict):
             continue
-        for entity_id, entity in (node.get("children") or {}).items():
-            errors = ((entity or {}).get("children") or {}).get("Errors") or {}
-            for system, item in (errors.get("children") or {}).items():
+        for entity_id, entity in _children(node).items():
+            for system, item in _children(_children(entity).get("Errors")).items():
+                if not isinstance(item, dict):
+                    raise ParseError(f"dcgmi health JSON: {group} {entity_id} {system} is not an object", text)
                 incidents.append(HealthIncident(
                     entity=f"{group.lower()}{entity_id}", system=system, health=str(item.get("value", "")),
                     message=" ".join(str(x) for x in item.get("overflow") or ())))
     return HealthReport(overall=str(body["Overall Health"].get("value", "")), incidents=tuple(incidents))
+
+
+def _children(node: Any) -> dict[str, Any]:
+    """A JSON tree node's ``children`` object; {} where the node or its children are not objects."""
+    children = node.get("children") if isinstance(node, dict) else None
+    return children if isinstance(children, dict) else {}
 
 
 _TREE_ROW = re.compile(r"^\|(?P<label>[^|]*)\|(?P<value>[^|]*)\|\s*$")

@@ -32,11 +32,9 @@ from healthcheck.profiles import load_profile
 from healthcheck.results import json_safe, to_jsonable
 from healthcheck.spec import EvalContext, ParseError
 from healthcheck.stages import probe_command_ids
+from tests.conftest import CORPUS, FIXTURES, ROOT  # CORPUS honours HEALTHCHECK_CORPUS
 
-ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "inventories" / "samples" / "h100-4node" / "raw"
-FIXTURES = ROOT / "tests" / "fixtures"
-CORPUS = ROOT.parent / "shared" / "corpus"
 PROFILE = "h100-sxm5-8x"
 
 # fixture/corpus folder + filename prefix -> command id (probe) or benchmark name

@@ -262,3 +262,14 @@ def test_diag_level_comes_from_the_output_not_the_run_options(relpath: str, leve
     summary = checks(findings, "dcgm.diag")[0]
     assert summary.message.startswith(f"dcgmi diag -r {level} (")
     assert ("the run options ask for -r 1" in summary.message) == (level != 1)
+
+
+def test_health_json_of_the_wrong_shape_is_a_parse_error_not_a_crash():
+    """Found by the fuzz test without the corpus: an entity that is a string, not an object, raised
+    AttributeError. Entities without children have no incidents; an incident that is not an object is refused."""
+    body = '{"body": {"Overall Health": {"value": "Healthy"}, "GPU": {"children": {"0": "x"}}}}'
+    assert parse_dcgmi_health(body).incidents == ()
+    bad = ('{"body": {"Overall Health": {"value": "Warning"}, "GPU": {"children": {"0": {"children": '
+           '{"Errors": {"children": {"PCIe": "x"}}}}}}}}')
+    with pytest.raises(ParseError, match="GPU 0 PCIe is not an object"):
+        parse_dcgmi_health(bad)

@@ -123,3 +123,12 @@ def test_osu_values_and_grading() -> None:
 def test_imb_program() -> None:
     program = imb_program(_job(), NDR, {"imb.benchmarks": ["PingPong", "Uniband"], "imb.msglog": "0:20"})
     assert program.argv == ("IMB-MPI1", "PingPong", "Uniband", "-msglog", "0:20")
+
+
+def test_osu_own_fixture_passes_without_the_corpus() -> None:
+    """Our own osu_latency capture (the corpus layout, our values): parsed and graded PASS against NDR."""
+    lat = parse_osu(fixture_text("osu/osu-latency-ndr-healthy-1.10us.txt"))
+    assert (lat.kind, lat.version, lat.small_latency_us, lat.rows[-1]) == ("latency", "5.6.3", 1.11,
+                                                                           (4194304, (362.71,)))
+    graded = evaluate_osu(_job("osu", "osu_latency"), lat, _ctx(NDR))
+    assert next((f.check, f.status, f.value) for f in graded) == ("osu.latency.latency", Status.PASS, 1.11)

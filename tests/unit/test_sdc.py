@@ -104,3 +104,13 @@ def test_node_program_numpy_is_deterministic_and_injection_flips_one_device():
     assert [d.checksum == clean.devices[0].checksum for d in flipped.devices] == [True, True, False]
     verdicts = fleet_sdc([(job("n1"), flipped)], CTX)
     assert [(f.component, f.status) for f in verdicts] == [("cpu2", Status.FAIL)]
+
+
+@pytest.mark.parametrize("seconds", ["N/A", "nan", "inf"])
+def test_device_line_with_a_non_number_duration_is_a_parse_error(seconds):
+    """Found by the fuzz test without the corpus: ``seconds=N/A`` raised ValueError out of the parser."""
+    text = (f"# format=healthcheck-sdc/1 impl=cuda\nsdc device=0 checksum=9f2c seconds={seconds}\n"
+            "# healthcheck-sdc end\n")
+    with pytest.raises(ParseError, match="not a number"):
+        parse_sdc(text)
+    assert parse_sdc(text.replace(f"seconds={seconds}", "seconds=12.5")).devices[0].seconds == 12.5
