@@ -13,11 +13,12 @@ Read from the ``assets`` observations that ``probes/assets.py`` records in every
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from healthcheck.results import RunResults
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 COLUMNS = ("host", "kind", "slot", "model", "serial", "uuid", "firmware", "part_number", "detail")
 
@@ -53,6 +54,8 @@ def asset_table(results: RunResults) -> pd.DataFrame:
     """Every recorded part of every host, in host order (empty frame with the columns when none)."""
     rows = [row for name in sorted(results.hosts)
             for row in _rows(name, results.hosts[name].observations.get("assets") or {})]
+    import pandas as pd  # ~0.3 s to import: only the commands that build the table pay it
+
     return pd.DataFrame(rows, columns=list(COLUMNS)).fillna("")
 
 

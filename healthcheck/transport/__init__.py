@@ -2,12 +2,16 @@
 
     transport = open_transport("ssh", ssh_config_path=Path("ssh_config"))
     transport.run(host, "hostname", timeout_s=10)
+
+The paramiko client (``transport.ssh``, with paramiko, cryptography and invoke: ~0.3 s) is imported only
+when an ssh transport is opened or ``SshTransport`` is named, so replays and reports never load it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from healthcheck.defaults import DEFAULTS
 from healthcheck.model import CommandResult, Host, HostCollection
@@ -17,13 +21,20 @@ from healthcheck.transport.openssh import OpensshTransport
 from healthcheck.transport.replay import ReplayTransport
 from healthcheck.transport.script import Command
 from healthcheck.transport.slurm import SlurmTransport
-from healthcheck.transport.ssh import SshTransport
 from healthcheck.transport.sshconfig import load_ssh_config
 
 __all__ = ["SSH_CLIENTS", "Command", "LocalTransport", "OpensshTransport", "PerHostTransport", "ReplayTransport",
            "SlurmTransport", "SshTransport", "open_transport"]
 
 SSH_CLIENTS = ("paramiko", "openssh")
+
+
+def __getattr__(name: str) -> Any:
+    """``SshTransport`` on first use (PEP 562), keeping paramiko out of every run that does not ssh."""
+    if name == "SshTransport":
+        from healthcheck.transport.ssh import SshTransport
+        return SshTransport
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def open_transport(kind: str, *, ssh_config_path: Path | None = None, accept_new_host_keys: bool = False,
@@ -39,6 +50,7 @@ def open_transport(kind: str, *, ssh_config_path: Path | None = None, accept_new
     if kind == "ssh" and ssh_client != "paramiko":
         raise ValueError(f"unknown ssh client {ssh_client!r} ({', '.join(SSH_CLIENTS)})")
     if kind == "ssh":
+        from healthcheck.transport.ssh import SshTransport
         return SshTransport(load_ssh_config(ssh_config_path), accept_new_host_keys=accept_new_host_keys,
                             connect_timeout_s=connect_timeout_s, cap=cap)
     if kind == "local":
