@@ -17,6 +17,7 @@ One worker, or a platform without ``fork``, grades in-process.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import signal
@@ -147,6 +148,7 @@ _JOB: GradeJob | None = None
 def _init(job: GradeJob) -> None:
     global _JOB
     _JOB = job
+    gc.enable()  # forked while the run's process pauses its collector (pipeline): a worker collects its own
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops handing out hosts
 
 

@@ -51,7 +51,9 @@ def encode_observations(host: str, observations: Mapping[str, Any]) -> bytes:
     return gzip.compress(line.encode() + b"\n", compresslevel=1, mtime=0)
 
 
-_LINE = json.JSONEncoder(separators=(",", ":"), default=str).encode  # json.dumps's, built once
+# json.dumps's, built once; check_circular off (~10% of the encoding): the plain observations are a tree,
+# built fresh by to_jsonable (which recursion would end on a cycle first)
+_LINE = json.JSONEncoder(separators=(",", ":"), default=str, check_circular=False).encode
 
 
 class ObservationStore:

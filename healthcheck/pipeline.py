@@ -29,6 +29,7 @@ from healthcheck.bundle import (
     written_by_a_run,
 )
 from healthcheck.defaults import DEFAULTS
+from healthcheck.gcpause import gc_paused
 from healthcheck.gradepool import Graded, GradeJob, grade_collection, grade_hosts, worker_count
 from healthcheck.grading import apply_observe
 from healthcheck.hostvars import host_profile, plan_key
@@ -444,7 +445,8 @@ def _replay_sweep(opts: RunOptions, hosts: Sequence[Host], job: GradeJob, log: F
 
     with ProgressDisplay(total=len(hosts), enabled=opts.progress) as progress:
         try:
-            grade_hosts(job, hosts, worker_count(len(hosts), opts.grade_workers), done)
+            with gc_paused():  # every received result is kept to the end, none in a cycle (measured: 0 collected)
+                grade_hosts(job, hosts, worker_count(len(hosts), opts.grade_workers), done)
         except KeyboardInterrupt as exc:
             guard.note(exc)
             guard.shield()

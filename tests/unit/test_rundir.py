@@ -13,7 +13,7 @@ import pytest
 
 from healthcheck.bundle import read_bundle
 from healthcheck.model import CommandResult, Finding, HostCollection, Status
-from healthcheck.rundir import FindingsLog, RunDirError, new_run_dir, write_collection
+from healthcheck.rundir import FindingsLog, RunDirError, encode_findings, new_run_dir, write_collection
 
 
 def test_collection_round_trips_exact_bytes_and_flags(tmp_path):
@@ -142,3 +142,17 @@ def test_latest_symlink_is_relative_replaced_atomically_and_never_clobbers_a_fol
     (other / "latest").mkdir(parents=True)
     assert update_latest(new_run_dir(other, other / "r1")) is None
     assert (other / "latest").is_dir() and not (other / "latest").is_symlink()
+
+
+def test_findings_lines_are_json_dumps_with_sorted_keys_byte_for_byte():
+    findings = [Finding(host="gpu001", check="gpu.temp", status=Status.WARN, message="hot: 91 °C \"gpu0\"\n",
+                        value=float("nan"), expected=float("inf"), unit="C", observe=True),
+                Finding(host="gpu001", check="host.reachable", status=Status.PASS, message="ok", value=1e300,
+                        expected=-0.0, source="ssh", remedy=None),
+                Finding(host="gpu001", check="ib.port.rate", status=Status.FAIL, message="slow", value=10**20,
+                        expected=True)]
+    lines = encode_findings(findings).decode().splitlines()
+    assert lines == [json.dumps(f.to_json(), sort_keys=True) for f in findings]
+    assert json.loads(lines[0])["value"] == "nan" and json.loads(lines[0])["observe"] is True
+    with pytest.raises(TypeError):  # not JSON: the worker's grade_one turns this into host.grade ERROR
+        encode_findings([Finding(host="h", check="c", status=Status.PASS, message="m", value=object())])
