@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import enum
+import gc
+import os
 import pickle
+from pathlib import Path
 
+from healthcheck import gradepool
+from healthcheck.gcpause import gc_paused
 from healthcheck.gradepool import Graded
-from healthcheck.model import Finding, Status
+from healthcheck.model import Finding, Host, Status
 
 
 class Part(str, enum.Enum):
@@ -46,3 +51,18 @@ def test_hosts_received_share_their_repeated_strings() -> None:
 def test_a_host_without_findings_crosses_too() -> None:
     back = pickle.loads(pickle.dumps(Graded("gpu001", [], {}, b"", b"")))
     assert back == Graded("gpu001", [], {}, b"", b"")
+
+
+def test_workers_collect_garbage_while_the_run_pauses_its_collector(monkeypatch) -> None:
+    def probe_gc(job: object, host: Host) -> Graded:  # inherited by the forked workers
+        return Graded(host.name, [], {"gc": gc.isenabled(), "pid": os.getpid()}, b"", b"")
+
+    monkeypatch.setattr(gradepool, "grade_one", probe_gc)
+    job = gradepool.GradeJob(raw=Path("."), names=frozenset(), probes=(), profiles={}, options={}, previous={})
+    got: list[Graded] = []
+    with gc_paused():  # as pipeline._replay_sweep receives
+        gradepool.grade_hosts(job, [Host(f"gpu{i:03d}") for i in range(20)], 2, got.append)
+        assert not gc.isenabled()
+    assert [g.host for g in got] == [f"gpu{i:03d}" for i in range(20)]
+    assert {g.key["gc"] for g in got} == {True}
+    assert os.getpid() not in {g.key["pid"] for g in got}  # graded in the workers, not here
