@@ -1,6 +1,6 @@
 """``python -m healthcheck`` entry point."""
 
-from healthcheck.cli import main
+from healthcheck.cli import entry
 
 if __name__ == "__main__":
-    main()
+    entry()

@@ -50,3 +50,37 @@ def test_the_commands_that_need_them_still_get_them(tmp_path):
     run_dir = tmp_path / "run"
     _imported("run", "--replay", str(SAMPLE), "--run-dir", str(run_dir))
     assert "pandas" in _imported("assets", str(run_dir), "--csv")
+
+
+def _command(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m healthcheck ARGS``: the console command, whose process ends by ``cli.entry``."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "healthcheck", *args], capture_output=True, text=True, env=env,
+                          timeout=120)
+
+
+def test_the_command_ends_with_its_exit_status_and_everything_written(tmp_path):
+    from click.testing import CliRunner
+
+    from healthcheck.cli import main
+
+    run_dir = tmp_path / "run"
+    done = _command("run", "--replay", str(SAMPLE), "--run-dir", str(run_dir))
+    in_process = CliRunner().invoke(main, ["run", "--replay", str(SAMPLE), "--run-dir", str(tmp_path / "again")])
+    assert done.returncode == in_process.exit_code == 1  # the sample has failing hosts
+    assert "verdict FAIL" in done.stdout and done.stdout.rstrip().endswith(str(run_dir / "report.html"))
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["summary"]["hosts"] == 4
+    lines = (run_dir / "findings.jsonl").read_text().splitlines()
+    assert lines == (tmp_path / "again" / "findings.jsonl").read_text().splitlines()
+    assert _command("--version").returncode == 0
+    usage = _command("run", "--replay", str(tmp_path / "missing"))
+    assert usage.returncode == 2 and "missing" in usage.stderr
+
+
+def test_exit_status_is_what_sys_exit_gives(capsys):
+    from healthcheck.cli import _exit_status
+
+    assert [_exit_status(c) for c in (None, 0, 1, 2, 130, 256 + 3)] == [0, 0, 1, 2, 130, 3]
+    assert _exit_status("stopped: disk full") == 1
+    assert capsys.readouterr().err == "stopped: disk full\n"
