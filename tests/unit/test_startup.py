@@ -1,4 +1,5 @@
-"""Start-up: a replay and a report never import the heavy libraries only other commands use.
+"""Start-up and exit of the command: a replay and a report never import the heavy libraries only other
+commands use, and the console command (``cli.entry``) ends with its exit status and everything written.
 
 pandas (``healthcheck assets``) and paramiko (the ssh transport) cost about 0.3 s each to import;
 every CLI call paid both. They are imported where they are used, and these tests fail if either
@@ -28,10 +29,13 @@ print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in {heavy!r}))
 """
 
 
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+
+
 def _imported(*args: str) -> list[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-c", RUN.format(heavy=set(HEAVY)), *args], capture_output=True,
-                          text=True, env=env, timeout=120, check=True)
+                          text=True, env=_env(), timeout=120, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -54,8 +58,7 @@ def test_the_commands_that_need_them_still_get_them(tmp_path):
 
 def _command(*args: str) -> subprocess.CompletedProcess[str]:
     """``python -m healthcheck ARGS``: the console command, whose process ends by ``cli.entry``."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "healthcheck", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "healthcheck", *args], capture_output=True, text=True, env=_env(),
                           timeout=120)
 
 
