@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
+from itertools import groupby
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +64,8 @@ from healthcheck.selection import limit_hosts, limit_names
 from healthcheck.spec import Transport
 from healthcheck.transport import Command, PerHostTransport, open_transport
 from healthcheck.verdicts import nothing_checked
+
+_HOST = attrgetter("host")
 
 
 @dataclass
@@ -241,8 +245,9 @@ def execute_run(opts: RunOptions) -> RunOutcome:
             guard.note(exc)
             interrupted = True
         guard.shield()
-        for host in host_results.values():  # benchmark and fleet findings too: observe-only marks in one place
-            host.findings = _observe(host.findings, profile_of)
+        if any(p.observe for p in profile_of.values()):  # none has observe-only checks: nothing to mark
+            for host in host_results.values():  # benchmark and fleet findings too: observe-only marks in one place
+                host.findings = _observe(host.findings, profile_of)
         _append(log, nothing_checked(host_results))  # the one place "nothing checked is never PASS" is applied
         run_info = {"id": run_dir.name, "started": started.isoformat(timespec="seconds"),
                     "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -501,8 +506,12 @@ def _profiles_of(hosts: Sequence[Host], profiles: Mapping[str, Profile]) -> dict
 
 
 def _observe(findings: list[Finding], profile_of: Mapping[str, Profile]) -> list[Finding]:
-    """Each finding marked observe-only when its host's profile says so (``grading.apply_observe``)."""
-    return [g for f in findings for g in apply_observe([f], profile_of.get(f.host, EMPTY_PROFILE))]
+    """Each finding marked observe-only when its host's profile says so (``grading.apply_observe``): once
+    per run of findings of the same host (a host's list is one run), not once per finding."""
+    out: list[Finding] = []
+    for host, same_host in groupby(findings, key=_HOST):
+        out.extend(apply_observe(same_host, profile_of.get(host, EMPTY_PROFILE)))
+    return out
 
 
 def _render(run_dir: Path, results: RunResults | None = None, metrics_detail: bool = False) -> str | None:
