@@ -284,14 +284,20 @@ def expanded_document(run_dir: Path) -> dict[str, Any]:
     return {**doc, "expanded": True}
 
 
-def write_results(run_dir: Path, results: RunResults) -> Path:
-    """Write the findings table, then ``results.json`` (each atomically: temp file + rename). Hosts whose
-    observations are not in the observation store yet (built in memory, or read from version 1) are
-    appended to it first: results.json keeps only their key observations."""
+def store_observations(run_dir: Path, results: RunResults) -> None:
+    """Append to the observation store the hosts whose observations are not in it yet (built in memory, or
+    read from version 1), setting their ``observations_at``; the others are left alone."""
     store = ObservationStore(run_dir)
     for host in results.hosts.values():
         if host.observations_at is None and host.observations:
             host.observations_at = store.append(encode_observations(host.name, host.observations))
+
+
+def write_results(run_dir: Path, results: RunResults) -> Path:
+    """Write the findings table, then ``results.json`` (each atomically: temp file + rename). Hosts whose
+    observations are not in the observation store yet (built in memory, or read from version 1) are
+    appended to it first: results.json keeps only their key observations."""
+    store_observations(run_dir, results)
     write_table(run_dir, results.findings())
     path = Path(run_dir) / "results.json"
     tmp = path.with_suffix(".json.tmp")
