@@ -43,13 +43,17 @@ class Forked:
 
     @classmethod
     def start(cls, job: Callable[[], None]) -> Forked | None:
-        """Run ``job`` in a forked child; None when fork cannot be used here (see ``can_fork``)."""
+        """Run ``job`` in a forked child; None when fork cannot be used here (see ``can_fork``) or fails."""
         if not can_fork():
             return None
-        for stream in (sys.stdout, sys.stderr):  # or the child would print what the parent had buffered again
-            stream.flush()
+        _flush()  # or the child would print again what this process had buffered
         read_end, write_end = os.pipe()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:  # no memory or process left for a child: the caller writes serially
+            os.close(read_end)
+            os.close(write_end)
+            return None
         if pid == 0:  # the child: run the job, report, leave without running anything of the parent's
             os.close(read_end)
             gc.disable()  # a collection would write to every object's header: copies of the parent's pages
@@ -61,9 +65,7 @@ class Forked:
                 text = f"{type(exc).__name__}: {exc}".encode("utf-8", errors="replace")[:_MAX_ERROR_BYTES]
                 with contextlib.suppress(OSError):
                     os.write(write_end, text)
-            for stream in (sys.stdout, sys.stderr):
-                with contextlib.suppress(Exception):
-                    stream.flush()
+            _flush()
             os._exit(status)
         os.close(write_end)
         return cls(pid=pid, errors=read_end)
@@ -94,6 +96,12 @@ class Forked:
             return None
         return text.decode("utf-8", errors="replace") or f"ChildProcessError: writer exited with status " \
             f"{os.waitstatus_to_exitcode(status)}"
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed pipe or no stream at all never stops the writing
+            stream.flush()
 
 
 def _kill(pid: int) -> None:

@@ -104,3 +104,14 @@ def test_forked_and_serial_writing_give_the_same_files(tmp_path: Path, monkeypat
     assert {"results.json", "findings.table.json.gz", "report.html", "junit.xml", "metrics.prom",
             "summary.md"} <= written[True].keys()
     assert written[True] == written[False]
+
+
+def test_a_fork_that_fails_leaves_the_work_to_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_fork() -> int:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    before = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+    monkeypatch.setattr(os, "fork", no_fork)
+    assert Forked.start(lambda: None) is None
+    if before is not None:
+        assert len(os.listdir("/proc/self/fd")) == before  # the pipe was closed
