@@ -544,8 +544,13 @@ def _write_outputs(opts: RunOptions, run_dir: Path, results: RunResults) -> str 
         return _render(run_dir, results, opts.metrics_detail)
     try:
         _write_results(opts, run_dir, results)
+    except BaseException:  # no results.json: no report either, as when written one by one
+        child.finish(timeout_s=0)  # stopped and reaped, never left behind
+        _discard(run_dir, _FORKED_REPORT)
+        raise
+    try:
         error = _render_error(lambda: render_reports(run_dir, results, opts.metrics_detail, names=others or []))
-    finally:  # also when results.json failed: the child is waited for, never left behind
+    finally:
         first = child.finish(DEFAULTS.report_timeout_s)
     error = first or error
     if error is not None:
@@ -560,6 +565,16 @@ def _write_results(opts: RunOptions, run_dir: Path, results: RunResults) -> None
 
 
 _FORKED_REPORT = "html"
+
+
+def _discard(run_dir: Path, name: str) -> None:
+    """What the stopped child may have written of report ``name`` (the file, its temporary file)."""
+    from healthcheck import reports
+
+    path = run_dir / reports.get(name).filename
+    for leftover in (path, path.with_name(path.name + ".tmp")):
+        with contextlib.suppress(OSError):
+            leftover.unlink()
 
 
 def _other_reports() -> list[str]:

@@ -18,6 +18,7 @@ from healthcheck import forked, pipeline, reports
 from healthcheck.forked import Forked, can_fork
 from healthcheck.pipeline import RunOptions, execute_run
 from healthcheck.results import load_results
+from healthcheck.rundir import RunDirError
 
 pytestmark = pytest.mark.skipif(not can_fork(), reason="needs os.fork and no other thread")
 
@@ -115,3 +116,29 @@ def test_a_fork_that_fails_leaves_the_work_to_the_caller(monkeypatch: pytest.Mon
     assert Forked.start(lambda: None) is None
     if before is not None:
         assert len(os.listdir("/proc/self/fd")) == before  # the pipe was closed
+
+
+def test_results_json_failing_stops_the_report_child_and_leaves_no_report(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As when written one by one: no results.json, no report (the child is stopped, reaped, its files removed)."""
+    started: list[int] = []
+    start = Forked.start.__func__  # type: ignore[attr-defined]
+
+    def recording(cls: type[Forked], job: object) -> Forked | None:
+        child = start(cls, job)
+        started.extend([child.pid] if child is not None else [])
+        return child
+
+    def full_disk(run_dir: Path, results: object) -> Path:
+        deadline = time.monotonic() + 60
+        while not (run_dir / "report.html").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)  # the child has written report.html: it must not stay
+        assert (run_dir / "report.html").exists()
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Forked, "start", classmethod(recording))
+    monkeypatch.setattr(pipeline, "write_results", full_disk)
+    with pytest.raises(RunDirError, match=r"cannot write results\.json in .*: No space left on device"):
+        execute_run(RunOptions(replay=SAMPLE_BUNDLE, run_dir=tmp_path / "run"))
+    assert len(started) == 1 and reaped(started[0])
+    assert not [p.name for p in (tmp_path / "run").iterdir() if p.name.startswith("report.html")]
