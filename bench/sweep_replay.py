@@ -62,14 +62,15 @@ def build_bundle(target: Path, hosts: int) -> None:
     (target / "manifest.json").write_text(json.dumps({"hosts": listed}))
 
 
-def tree_rss_kib(pid: int) -> int:
-    """Resident memory of ``pid`` and all its descendants, KiB (Linux /proc)."""
+def tree_rss_kib(pid: int, field: str = "VmRSS:", source: str = "status") -> int:
+    """Resident memory of ``pid`` and all its descendants, KiB (Linux /proc). RSS counts a page shared by
+    forked processes once in each; ``tree_pss_kib`` divides it among them (the physical memory used)."""
     total, todo = 0, [pid]
     while todo:
         p = todo.pop()
         try:
-            with open(f"/proc/{p}/status") as fh:
-                total += next((int(line.split()[1]) for line in fh if line.startswith("VmRSS:")), 0)
+            with open(f"/proc/{p}/{source}") as fh:
+                total += next((int(line.split()[1]) for line in fh if line.startswith(field)), 0)
             for task in os.listdir(f"/proc/{p}/task"):
                 with open(f"/proc/{p}/task/{task}/children") as fh:
                     todo.extend(int(c) for c in fh.read().split())
@@ -78,16 +79,21 @@ def tree_rss_kib(pid: int) -> int:
     return total
 
 
+def tree_pss_kib(pid: int) -> int:
+    return tree_rss_kib(pid, "Pss:", "smaps_rollup")
+
+
 def measure(argv: list[str]) -> dict[str, float]:
     """Run ``argv``; wall, user+sys CPU of the whole tree, peak tree RSS and the main process's peak."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     start = time.perf_counter()
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    peak, done = [0], threading.Event()
+    peak, done = [0, 0], threading.Event()
 
     def sample() -> None:  # never polls the child: os.wait4 below must be the one that reaps it
         while not done.wait(0.1):
             peak[0] = max(peak[0], tree_rss_kib(proc.pid))
+            peak[1] = max(peak[1], tree_pss_kib(proc.pid))
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -100,6 +106,7 @@ def measure(argv: list[str]) -> dict[str, float]:
     if proc.returncode not in (0, 1):
         raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}: {err[-2000:]}")
     return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "tree_rss_mb": peak[0] / 1024,
+            "tree_pss_mb": peak[1] / 1024,
             "max_process_rss_mb": usage.ru_maxrss / 1024}
 
 
@@ -128,7 +135,8 @@ def main() -> None:
     replay = measure(argv)
     summary = json.loads((run_dir / "results.json").read_text())["summary"]
     print(f"replay of {args.hosts} hosts (load {load:.1f} on {os.cpu_count()} CPUs): wall {replay['wall_s']:.1f}s, "
-          f"CPU {replay['cpu_s']:.1f}s, peak RSS {replay['tree_rss_mb']:.0f} MB (process tree), "
+          f"CPU {replay['cpu_s']:.1f}s, peak RSS {replay['tree_rss_mb']:.0f} MB (process tree; PSS "
+          f"{replay['tree_pss_mb']:.0f} MB), "
           f"{replay['max_process_rss_mb']:.0f} MB (largest process); verdicts {summary['by_verdict']}")
     report = measure([sys.executable, "-m", "healthcheck", "report", str(run_dir)])
     print(f"healthcheck report RUN: wall {report['wall_s']:.1f}s, CPU {report['cpu_s']:.1f}s, "

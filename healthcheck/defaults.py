@@ -50,6 +50,7 @@ class Defaults:
     regression_baseline_runs: int = 5
     regression_drop_fraction: float = 0.10
     evidence_timeout_s: float = 300.0    # nvidia-bug-report.sh on a failing host (--collect-evidence)
+    report_timeout_s: float = 1800.0     # a report written by a forked child (healthcheck.forked), killed after
     evidence_max_bytes: int = 64 * 1024 * 1024  # the report kept per host; larger ones are truncated
     offender_failures: int = 3           # repeat offender: failing on this many ...
     offender_window: int = 5             # ... of the host's last this many runs (this one included)

@@ -28,7 +28,8 @@ from healthcheck.model import FINDING_FIELDS, Finding, Status
 TABLE = "findings.table.json.gz"
 SCHEMA = "healthcheck.findings-table/1"
 _MIXED = frozenset({"value", "expected"})  # JSON scalars of any type: True, 1 and 1.0 are three values
-_STATUS, _OBSERVE = attrgetter("status"), attrgetter("observe")
+_OBSERVE = attrgetter("observe")
+_STATUS_TEXT = attrgetter("status._value_")  # Status.value, read without the Enum property's Python call
 OBSERVE = "observe"   # Finding.observe, an optional column (observe-only checks; tables written before it lack it)
 
 
@@ -66,9 +67,8 @@ def write_table(run_dir: Path, findings: Iterable[Finding]) -> Path:
     findings = list(findings)
     columns: dict[str, dict[str, Any]] = {}
     for name in FINDING_FIELDS:  # column by column (``attrgetter``), never a tuple per row
-        if name == "status":
-            statuses = _encode(list(map(_STATUS, findings)), False)
-            columns[name] = {**statuses, "values": [s.value for s in statuses["values"]]}
+        if name == "status":  # as text: hashing a Status (an Enum) is a Python call per row
+            columns[name] = _encode(list(map(_STATUS_TEXT, findings)), False)
         else:
             columns[name] = _encode(list(map(attrgetter(name), findings)), name in _MIXED)
     columns[OBSERVE] = _encode(list(map(_OBSERVE, findings)), False)   # optional column: older tables lack it

@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
+from itertools import groupby
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ from healthcheck.bundle import (
     written_by_a_run,
 )
 from healthcheck.defaults import DEFAULTS
+from healthcheck.forked import Forked
 from healthcheck.gcpause import gc_paused
 from healthcheck.gradepool import Graded, GradeJob, grade_collection, grade_hosts, worker_count
 from healthcheck.grading import apply_observe
@@ -46,7 +49,14 @@ from healthcheck.observation_store import (
 from healthcheck.profiles import EMPTY_PROFILE, Profile, available_profiles, load_profile
 from healthcheck.progress import JobProgress, ProgressDisplay
 from healthcheck.rerun import RerunPlan, plan_rerun, rerun_changes, rerun_record
-from healthcheck.results import HostResult, RunResults, load_results, to_jsonable, write_results
+from healthcheck.results import (
+    HostResult,
+    RunResults,
+    load_results,
+    store_observations,
+    to_jsonable,
+    write_results,
+)
 from healthcheck.rundir import (
     FindingsLog,
     RunDirError,
@@ -63,6 +73,8 @@ from healthcheck.selection import limit_hosts, limit_names
 from healthcheck.spec import Transport
 from healthcheck.transport import Command, PerHostTransport, open_transport
 from healthcheck.verdicts import nothing_checked
+
+_HOST = attrgetter("host")
 
 
 @dataclass
@@ -242,8 +254,9 @@ def execute_run(opts: RunOptions) -> RunOutcome:
             guard.note(exc)
             interrupted = True
         guard.shield()
-        for host in host_results.values():  # benchmark and fleet findings too: observe-only marks in one place
-            host.findings = _observe(host.findings, profile_of)
+        if any(p.observe for p in profile_of.values()):  # none has observe-only checks: nothing to mark
+            for host in host_results.values():  # benchmark and fleet findings too: observe-only marks in one place
+                host.findings = _observe(host.findings, profile_of)
         _append(log, nothing_checked(host_results))  # the one place "nothing checked is never PASS" is applied
         run_info = {"id": run_dir.name, "started": started.isoformat(timespec="seconds"),
                     "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -260,10 +273,8 @@ def execute_run(opts: RunOptions) -> RunOutcome:
         if rerun is not None:
             run_info["rerun_of"] = rerun.of_id
             results.extra.update(rerun=rerun_record(rerun, results), changes=rerun_changes(rerun, results))
-        _write_or_stop(run_dir, "results.json", lambda: write_results(run_dir, results))
-        if opts.run_dir is None:
-            update_latest(run_dir)
-        report_error = _render(run_dir, results, opts.metrics_detail) if opts.render else None
+        with gc_paused():  # millions of acyclic objects (the findings): the collector would only walk them
+            report_error = _write_outputs(opts, run_dir, results)
     return RunOutcome(run_dir=run_dir, results=results, report_error=report_error, interrupted=interrupted,
                       signal=guard.signal, fatal=sweep_end.fatal)
 
@@ -503,19 +514,94 @@ def _profiles_of(hosts: Sequence[Host], profiles: Mapping[str, Profile]) -> dict
 
 
 def _observe(findings: list[Finding], profile_of: Mapping[str, Profile]) -> list[Finding]:
-    """Each finding marked observe-only when its host's profile says so (``grading.apply_observe``)."""
-    return [g for f in findings for g in apply_observe([f], profile_of.get(f.host, EMPTY_PROFILE))]
+    """Each finding marked observe-only when its host's profile says so (``grading.apply_observe``): once
+    per run of findings of the same host (a host's list is one run), not once per finding."""
+    out: list[Finding] = []
+    for host, same_host in groupby(findings, key=_HOST):
+        out.extend(apply_observe(same_host, profile_of.get(host, EMPTY_PROFILE)))
+    return out
+
+
+def _write_outputs(opts: RunOptions, run_dir: Path, results: RunResults) -> str | None:
+    """results.json (with the findings table), then the reports; returns the reports' error, if any.
+
+    Where fork can be used (``healthcheck.forked``), report.html (the longest to write) is written by a
+    child process meanwhile, from the same results in memory, and the run waits for it (bounded). Either
+    way a failure of results.json raises ``RunDirError``, and a failing report is ``report_error``: the
+    first failing format in the order they are written (html first), as when written one by one."""
+    if not opts.render:
+        _write_results(opts, run_dir, results)
+        return None
+    # hosts missing from the observation store go in first, so the child sees their offsets
+    _write_or_stop(run_dir, "results.json", lambda: store_observations(run_dir, results))
+    try:
+        others = _other_reports()  # every format imported before the fork: once, not in both processes
+    except Exception:  # a format that cannot be imported: one by one, it is the reports' error as before
+        others = None
+    child = None if others is None else Forked.start(
+        lambda: render_reports(run_dir, results, opts.metrics_detail, names=[_FORKED_REPORT]))
+    if child is None:
+        _write_results(opts, run_dir, results)
+        return _render(run_dir, results, opts.metrics_detail)
+    try:
+        _write_results(opts, run_dir, results)
+    except BaseException:  # no results.json: no report either, as when written one by one
+        child.finish(timeout_s=0)  # stopped and reaped, never left behind
+        _discard(run_dir, _FORKED_REPORT)
+        raise
+    try:
+        error = _render_error(lambda: render_reports(run_dir, results, opts.metrics_detail, names=others or []))
+    finally:
+        first = child.finish(DEFAULTS.report_timeout_s)
+    error = first or error
+    if error is not None:
+        _say_not_rendered(error)
+    return error
+
+
+def _write_results(opts: RunOptions, run_dir: Path, results: RunResults) -> None:
+    _write_or_stop(run_dir, "results.json", lambda: write_results(run_dir, results))
+    if opts.run_dir is None:
+        update_latest(run_dir)
+
+
+_FORKED_REPORT = "html"
+
+
+def _discard(run_dir: Path, name: str) -> None:
+    """What the stopped child may have written of report ``name`` (the file, its temporary file)."""
+    from healthcheck import reports
+
+    path = run_dir / reports.get(name).filename
+    for leftover in (path, path.with_name(path.name + ".tmp")):
+        with contextlib.suppress(OSError):
+            leftover.unlink()
+
+
+def _other_reports() -> list[str]:
+    from healthcheck import reports
+
+    return [spec.name for spec in reports.all_reporters() if spec.name != _FORKED_REPORT]
+
+
+def _render_error(render: Callable[[], Any]) -> str | None:
+    try:
+        render()
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def _say_not_rendered(error: str) -> None:
+    print(f"healthcheck: reports not rendered ({error}); results.json is complete", file=sys.stderr)
 
 
 def _render(run_dir: Path, results: RunResults | None = None, metrics_detail: bool = False) -> str | None:
     """Render the reports; a failure is reported, not raised (``healthcheck report`` can retry)."""
-    try:
-        render_reports(run_dir, results, metrics_detail)
-    except Exception as exc:
-        error = f"{type(exc).__name__}: {exc}"
-        print(f"healthcheck: reports not rendered ({error}); results.json is complete", file=sys.stderr)
-        return error
-    return None
+    error = _render_error(lambda: render_reports(run_dir, results, metrics_detail))
+    if error is not None:
+        _say_not_rendered(error)
+    return error
 
 
 def _transport(opts: RunOptions, mode: str, hosts: Sequence[Host], run_dir: Path,
@@ -610,11 +696,13 @@ def _fleet(host_results: dict[str, HostResult], hosts: Sequence[Host],
     return findings
 
 
-def render_reports(run_dir: Path, results: RunResults | None = None, metrics_detail: bool = False) -> list[Path]:
-    """Write report.html, junit.xml, metrics.prom, summary.md (the reports package); from ``results``
-    when the caller has them in memory, else from the run directory."""
+def render_reports(run_dir: Path, results: RunResults | None = None, metrics_detail: bool = False,
+                   names: list[str] | None = None) -> list[Path]:
+    """Write report.html, junit.xml, metrics.prom, summary.md (the reports package; ``names``: only
+    these formats); from ``results`` when the caller has them in memory, else from the run directory."""
     from healthcheck import reports
 
+    kwargs: dict[str, Any] = {} if names is None else {"names": names}
     if results is None and not metrics_detail:
-        return reports.write_all(run_dir)
-    return reports.write_all(run_dir, results=results, options={"metrics_detail": metrics_detail})
+        return reports.write_all(run_dir, **kwargs)
+    return reports.write_all(run_dir, results=results, options={"metrics_detail": metrics_detail}, **kwargs)

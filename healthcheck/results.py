@@ -27,6 +27,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
+from itertools import chain
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,7 @@ STATUS_VALUES = tuple(s.value for s in Status)  # iterating the Enum per host is
 SCHEMAS = ("healthcheck.results/1", SCHEMA)  # readable; version 1 held every finding and observation inline
 FILES = {"findings": "findings.table.json.gz", "observations": STORE}
 _STATUS = attrgetter("status")
-_BAD = (Status.WARN, Status.ERROR, Status.FAIL, Status.SKIP)  # kept inline in results.json
+_PASS = Status.PASS  # every other status is kept inline in results.json (an identity test per finding)
 
 
 _PLAIN = (str, int, float, bool, type(None))
@@ -164,7 +165,7 @@ class HostResult:
         """``verdict`` and ``counts``: this host's, when the caller has computed them already."""
         out = {"verdict": (self.verdict if verdict is None else verdict).value, "profile": self.profile,
                "group": self.group, "address": self.address, "counts": self.counts() if counts is None else counts,
-               "findings": [f.to_json() for f in self.findings if f.status in _BAD],
+               "findings": [f.to_json() for f in self.findings if f.status is not _PASS],
                "observations": key_observations(self.observations)}  # already JSON form (stages.grade_host)
         if self.observations_at is not None:
             out["observations_at"] = list(self.observations_at)
@@ -195,8 +196,8 @@ class RunResults:
         return run_verdict(h.verdict for h in self.hosts.values())
 
     def findings(self) -> Iterable[Finding]:
-        for host in self.hosts.values():
-            yield from host.findings
+        """Every host's findings, lazily, in host order (``chain``: no Python frame per finding)."""
+        return chain.from_iterable(host.findings for host in self.hosts.values())
 
     def summary(self, verdicts: Mapping[str, Status] | None = None,
                 counts: Mapping[str, Mapping[str, int]] | None = None) -> dict[str, Any]:
@@ -284,14 +285,20 @@ def expanded_document(run_dir: Path) -> dict[str, Any]:
     return {**doc, "expanded": True}
 
 
-def write_results(run_dir: Path, results: RunResults) -> Path:
-    """Write the findings table, then ``results.json`` (each atomically: temp file + rename). Hosts whose
-    observations are not in the observation store yet (built in memory, or read from version 1) are
-    appended to it first: results.json keeps only their key observations."""
+def store_observations(run_dir: Path, results: RunResults) -> None:
+    """Append to the observation store the hosts whose observations are not in it yet (built in memory, or
+    read from version 1), setting their ``observations_at``; the others are left alone."""
     store = ObservationStore(run_dir)
     for host in results.hosts.values():
         if host.observations_at is None and host.observations:
             host.observations_at = store.append(encode_observations(host.name, host.observations))
+
+
+def write_results(run_dir: Path, results: RunResults) -> Path:
+    """Write the findings table, then ``results.json`` (each atomically: temp file + rename). Hosts whose
+    observations are not in the observation store yet (built in memory, or read from version 1) are
+    appended to it first: results.json keeps only their key observations."""
+    store_observations(run_dir, results)
     write_table(run_dir, results.findings())
     path = Path(run_dir) / "results.json"
     tmp = path.with_suffix(".json.tmp")

@@ -43,8 +43,12 @@ class ReporterSpec:
     def write_digest(self, digest: RunDigest) -> Path:
         path = digest.run_dir / self.filename
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(self.render(digest))
-        tmp.replace(path)
+        try:
+            tmp.write_bytes(self.render(digest))
+            tmp.replace(path)
+        except BaseException:  # a full disk leaves no half-written temporary file behind
+            tmp.unlink(missing_ok=True)
+            raise
         return path
 
 

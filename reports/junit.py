@@ -13,7 +13,9 @@ validates against the JUnit schema of Jenkins' xUnit plugin (``reports/schemas/j
 from __future__ import annotations
 
 import re
-from operator import attrgetter
+from itertools import compress, count
+from operator import attrgetter, not_
+from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 from healthcheck.reports import ReporterSpec, register
@@ -86,34 +88,66 @@ def _findings(host: HostResult) -> list[Finding]:
                     message="no finding at all for this host", remedy="Check that the sweep reached it")]
 
 
-def _suite(name: str, findings: list[Finding], timestamp: str,
-           names: dict[tuple[str, str], str]) -> tuple[str, int, int, int]:
+def _suite(name: str, findings: list[Finding], timestamp: str, names: dict[tuple[str, str], str],
+           tails: dict[tuple[Any, ...], str]) -> tuple[str, int, int, int]:
     """One host's ``<testsuite>`` and its failures, errors and skipped. ``names``: the ``name`` attribute
-    of each (check, component), shared by every host (the same checks repeat on every node)."""
-    out: list[str] = []
-    classes: dict[str, str] = {}  # check -> classname attribute ("host.category")
-    failures = errors = skipped = 0
-    for f in findings:
-        classname = classes.get(f.check)
-        if classname is None:
-            classname = classes[f.check] = _attr(f"{name}.{f.check.split('.', 1)[0]}")  # Finding.category
-        key = (f.check, f.component)
-        label = names.get(key)
-        if label is None:
-            label = names[key] = _attr(f"{f.check} [{f.component}]")
-        _testcase(out, classname, label, f)
-        if f.status is Status.PASS:
-            continue
-        if f.status is Status.SKIP:
-            skipped += 1
-        elif not f.observe:
-            failures += f.status is Status.FAIL
-            errors += f.status is Status.ERROR
+    of each (check, component), shared by every host (the same checks repeat on every node); ``tails``:
+    see ``_cases``."""
+    body = _cases(name, findings, tails) if _PLAIN_ATTR.fullmatch(name) else None
+    if body is None:
+        out: list[str] = []
+        classes: dict[str, str] = {}  # check -> classname attribute ("host.category")
+        for f in findings:
+            _testcase(out, _classname(classes, name, f.check), _label(names, f), f)
+        body = "".join(out)
+    counted = [f.status for f in findings if not f.observe] if any(map(_OBSERVE, findings)) else \
+        list(map(_STATUS, findings))  # observe-only findings never count as failures or errors
+    failures, errors = counted.count(Status.FAIL), counted.count(Status.ERROR)
+    skipped = sum(f.status is Status.SKIP for f in findings) if len(counted) < len(findings) else \
+        counted.count(Status.SKIP)
     host = _attr(name)
     counts = {"tests": len(findings), "failures": failures, "errors": errors, "skipped": skipped}
     head = (f" <testsuite name={host} timestamp={timestamp} hostname={host} time=\"0\" "
             + " ".join(f'{k}="{v}"' for k, v in counts.items()) + ">\n")
-    return head + "".join(out) + " </testsuite>\n", failures, errors, skipped
+    return head + body + " </testsuite>\n", failures, errors, skipped
+
+
+def _classname(classes: dict[str, str], host: str, check: str) -> str:
+    classname = classes.get(check)
+    if classname is None:
+        classname = classes[check] = _attr(f"{host}.{check.split('.', 1)[0]}")  # Finding.category
+    return classname
+
+
+def _label(names: dict[tuple[str, str], str], f: Finding) -> str:
+    key = (f.check, f.component)
+    label = names.get(key)
+    if label is None:
+        label = names[key] = _attr(f"{f.check} [{f.component}]")
+    return label
+
+
+_CASE_KEY = attrgetter("check", "component", "status", "observe")
+_STATUS, _OBSERVE = attrgetter("status"), attrgetter("observe")
+
+
+def _cases(host: str, findings: list[Finding], tails: dict[tuple[Any, ...], str]) -> str | None:
+    """The testcases of a host whose name is a plain attribute value, or None (then the caller writes them
+    one by one). Every testcase starts with ``<testcase classname="HOST.``; what follows is the same on
+    every host for a passing finding (its check, component and status), so it is built once per run
+    (``tails``) and the host's testcases are one ``join`` (at 10,000 hosts: 1.2 M testcases, ~95% PASS)."""
+    prefix = f'  <testcase classname="{host}.'
+    keys = list(map(_CASE_KEY, findings))
+    parts: list[Any] = list(map(tails.get, keys))  # None: not built yet
+    for i in compress(count(), map(not_, parts)):  # first sight of a passing key, and every other status
+        f, out = findings[i], []
+        _testcase(out, _attr(f"{host}.{f.check.split('.', 1)[0]}"), _attr(f"{f.check} [{f.component}]"), f)
+        if not out[0].startswith(prefix):  # a category that needs quoting: no shared tail
+            return None
+        parts[i] = out[0][len(prefix):]
+        if f.status is Status.PASS and not f.observe:  # the same text on every plain host
+            tails[keys[i]] = parts[i]
+    return prefix + prefix.join(parts) if parts else ""
 
 
 def render_junit(digest: RunDigest) -> bytes:
@@ -121,9 +155,10 @@ def render_junit(digest: RunDigest) -> bytes:
     totals = dict.fromkeys(("tests", "failures", "errors", "skipped"), 0)
     timestamp = _attr(str(digest.run.get("started") or ""))
     names: dict[tuple[str, str], str] = {}
+    tails: dict[tuple[Any, ...], str] = {}
     for name in sorted(digest.results.hosts):
         findings = _findings(digest.results.hosts[name])
-        suite, failures, errors, skipped = _suite(name, findings, timestamp, names)
+        suite, failures, errors, skipped = _suite(name, findings, timestamp, names, tails)
         suites.append(suite)
         totals["tests"] += len(findings)
         totals["failures"] += failures

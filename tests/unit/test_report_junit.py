@@ -5,9 +5,11 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from healthcheck.reports.digest import load_digest
+from healthcheck.reports.digest import digest_of, load_digest
 from healthcheck.reports.junit import render_junit, xml_text
 
+from healthcheck.model import Finding, Status
+from healthcheck.results import HostResult, RunResults
 from tests.unit.test_report_digest import REMAP_REMEDY, make_run
 
 
@@ -50,3 +52,33 @@ def test_error_warn_and_escaped_text(tmp_path: Path) -> None:
 
 def test_control_characters_are_replaced() -> None:
     assert xml_text("a\x00b\x1bc\td") == "a\ufffdb\ufffdc\td"
+
+
+def test_shared_passing_testcases_name_their_own_host_and_hostile_names_are_escaped(tmp_path: Path) -> None:
+    """Passing testcases are built once per check and joined per host: each still names its own host, a
+    host name or category that needs quoting is written one testcase at a time, and counts stay right."""
+    def host(name: str) -> HostResult:
+        odd = [Finding(host=name, check='we"ird.check', status=Status.PASS, message="ok", component="a&b")]
+        return HostResult(name=name, findings=[
+            Finding(host=name, check="gpu.count", status=Status.PASS, message="8 GPUs"),
+            Finding(host=name, check="ib.port.state", status=Status.FAIL, message="down", component="mlx5_0/1"),
+            Finding(host=name, check="ib.port.rate", status=Status.FAIL, message="slow", observe=True),
+            Finding(host=name, check="xid.event", status=Status.SKIP, message="no log"),
+            *(odd if name == "gpu003" else [])])
+
+    names = ["gpu001", "gpu002", "gpu003", 'odd&"name']
+    run = RunResults(run={"id": "r", "started": "2026-11-24T00:00:00+00:00"}, hosts={n: host(n) for n in names})
+    root = ET.fromstring(render_junit(digest_of(tmp_path, run)))
+    for suite in root.findall("testsuite"):
+        name = suite.get("name")
+        cases = suite.findall("testcase")
+        categories = ["gpu", "ib", "ib", *(['we"ird'] if name == "gpu003" else []), "xid"]
+        assert [c.get("classname") for c in cases] == [f"{name}.{c}" for c in categories]
+        assert [c.get("name") for c in cases][3:-1] == (['we"ird.check [a&b]'] if name == "gpu003" else [])
+        failure, observed = cases[2].find("failure"), cases[1].find("system-out")
+        assert failure is not None and f"on {name}: down" in (failure.text or "")
+        assert observed is not None and f"on {name}: slow" in (observed.text or "")
+        assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == \
+            (str(len(categories)), "1", "0", "1")
+    assert [s.get("name") for s in root.findall("testsuite")] == names
+    assert (root.get("tests"), root.get("failures")) == ("17", "4")
