@@ -25,23 +25,15 @@ from healthcheck.spec import EvalContext
 
 class PassingGpu:
     """A per-GPU PASS with the fields ``collapse`` folds; ``finding()`` is the Finding it stands for,
-    its message built only then (``message`` may be a function that builds it), and its expected text
-    too when given as the ``Expectation`` (most passing GPUs are folded: only the first one's is read)."""
+    its message built only then (``message`` may be a function that builds it)."""
 
-    __slots__ = ("_expected", "_message", "check", "component", "host", "source", "unit", "value")
+    __slots__ = ("_message", "check", "component", "expected", "host", "source", "unit", "value")
     status = Status.PASS
 
-    def __init__(self, host: str, check: str, component: str, value: JSONScalar,
-                 expected: JSONScalar | Expectation, unit: str | None, source: str,
-                 message: str | Callable[[], str]) -> None:
+    def __init__(self, host: str, check: str, component: str, value: JSONScalar, expected: JSONScalar,
+                 unit: str | None, source: str, message: str | Callable[[], str]) -> None:
         self.host, self.check, self.component, self.value = host, check, component, value
-        self._expected, self.unit, self.source, self._message = expected, unit, source, message
-
-    @property
-    def expected(self) -> JSONScalar:
-        if isinstance(self._expected, Expectation):
-            self._expected = expected_text(self._expected)
-        return self._expected
+        self.expected, self.unit, self.source, self._message = expected, unit, source, message
 
     def finding(self) -> Finding:
         message = self._message if isinstance(self._message, str) else self._message()
@@ -100,11 +92,11 @@ def graded(ctx: EvalContext, obs: GpuObservations, gpu: GpuObservation, check: s
         return gpu_finding(ctx, obs, gpu, check, Status.SKIP, None, expected_text(exp),
                            message=f"{_what(check)} not reported by {obs.source}")
     if passes(exp, measured) and isinstance(measured, (str, int, float, bool)):
-        # What finding_from_expectation would give, its texts built only if asked: most GPUs pass most checks.
-        passing = PassingGpu(ctx.host.name, check, f"gpu{gpu.index}", measured, exp, exp.unit, obs.source,
-                             lambda: describe(check, label(gpu), measured, exp.unit, passing.expected, Status.PASS)
-                             + (f" ({detail})" if detail else ""))
-        return passing
+        # What finding_from_expectation would give, built once: most GPUs pass most checks.
+        expected, unit, who = expected_text(exp), exp.unit, label(gpu)
+        return PassingGpu(ctx.host.name, check, component(gpu), measured, expected, unit, obs.source,
+                          lambda: describe(check, who, measured, unit, expected, Status.PASS)
+                          + (f" ({detail})" if detail else ""))
     f = finding_from_expectation(ctx.host.name, check, exp, measured, source=obs.source, remedy=remedy,
                                  component=component(gpu), profile=ctx.profile)
     message = f.message.replace(f"{component(gpu)}: ", f"{label(gpu)}: ", 1)
