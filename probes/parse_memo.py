@@ -10,7 +10,8 @@ the same parse. The key is the parser and all its arguments (the exact text, and
 end marker), so a different text is always parsed again; ``ParseError`` is not cached (each reader
 sees it raised). A wrapped parser must return immutable values (tuples, frozen dataclasses,
 ``MappingProxyType``): every caller gets the same object. The nvidia-smi report (``probes/gpu.py``:
-gpu, xid, fabric, versions, pci) is one of them.
+gpu, xid, fabric, versions, pci, assets) is one of them, keyed on the result's bytes (they keep their
+hash), so it is decoded once too.
 
 Each memo holds the last ``MEMO_SIZE`` texts per parser: graded hosts are handled one after another
 in a process, so the readers of one host always find its parse, and memory stays flat in the fleet
