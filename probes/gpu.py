@@ -79,8 +79,15 @@ def parse_gpu(outputs: Mapping[str, CommandResult]) -> GpuObservations:
     for command_id in PARSERS:
         result = outputs.get(command_id)
         if result is not None:
-            return parse_nvidia_smi_output(command_id, result.text + "\n" + result.err_text, result.rc)
+            return _parse_result(command_id, result.stdout, result.stderr, result.rc)
     raise ParseError(f"no nvidia-smi output among {sorted(outputs)}")
+
+
+@shared_parser  # on the output's bytes (their hash is kept): the five readers of a host decode it once
+def _parse_result(command_id: str, stdout: bytes, stderr: bytes, rc: int | None) -> GpuObservations:
+    """``parse_nvidia_smi_output`` of a result's stdout and stderr (``CommandResult.text``/``err_text``)."""
+    text = stdout.decode("utf-8", errors="replace") + "\n" + stderr.decode("utf-8", errors="replace")
+    return parse_nvidia_smi_output(command_id, text, rc)
 
 
 def parse_gpu_sources(outputs: Mapping[str, CommandResult]) -> GpuObservations | None:

@@ -17,7 +17,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from healthcheck.probes.nvidia_smi_log import NOT_AVAILABLE, UNREADABLE, SmiError, SmiLog
 from healthcheck.probes.parse_memo import memoized
@@ -146,28 +146,39 @@ def observations_from_log(log: SmiLog, source: str) -> GpuObservations:
 _NUMBER = re.compile(r"^[+-]?\d+(?:\.\d+)?")
 
 
-# Leaf texts and numbers repeat across GPUs and hosts: both readings are memoized (pure, immutable values).
-@memoized(4096)
-def _leaf_text(value: str) -> tuple[str | None, bool]:
-    """A leaf's text (None for N/A and for unreadable) and whether nvidia-smi could not read it."""
+class _Leaf(NamedTuple):
+    """Every reading of one leaf's printed text, computed once (``_leaf``)."""
+
+    text: str | None         # stripped; None for N/A and for unreadable
+    number: float | None     # the number the text starts with ("700.00 W" -> 700)
+    integer: int | None      # ``number`` as an int, None when not finite
+    yes: bool | None         # "Yes ..." -> True, "No ..." -> False
+    unreadable: bool         # nvidia-smi could not read it ("Unknown Error")
+
+
+# Leaf texts repeat across GPUs and hosts ("0", "N/A", "No", "35 C"): each is read once (pure, immutable).
+@memoized(4096, typed=False)  # one str argument
+def _leaf(value: str) -> _Leaf:
     text = value.strip()
     low = text.lower()
     if low in UNREADABLE:
-        return None, True
-    return (None if low in NOT_AVAILABLE else text), False
-
-
-@memoized(4096)
-def _leading_number(text: str) -> float | None:
-    """The number a leaf starts with ("700.00 W" -> 700, "N/A" -> None)."""
+        return _Leaf(None, None, None, None, True)
+    if low in NOT_AVAILABLE:
+        return _Leaf(None, None, None, None, False)
     match = _NUMBER.match(text)
-    if not match:
-        return None
-    number = float(match.group())
-    return int(number) if number.is_integer() else number
+    number = float(match.group()) if match else None
+    if number is not None and number.is_integer():
+        number = int(number)
+    integer = None if number is None or not math.isfinite(number) else int(number)
+    word = low.split()[0] if low else ""
+    return _Leaf(text, number, integer, _YES.get(word), False)
 
 
-@memoized(256)
+_YES = {"yes": True, "no": False}
+_NONE = _Leaf(None, None, None, None, False)  # not a leaf: absent, or a section
+
+
+@memoized(256, typed=False)
 def _steps(path: str) -> tuple[str, ...]:
     return tuple(path.split("/"))
 
@@ -179,36 +190,44 @@ class _Reader:
         self.tree = tree
         self.unreadable: list[str] = []
 
-    def text(self, path: str) -> str | None:
+    def read(self, path: str) -> _Leaf:
+        """The leaf at ``path`` (``_NONE`` when absent or not a leaf); an unreadable one is recorded."""
         node: Any = self.tree   # tree_get, unrolled: this runs ~80 times per GPU
         for step in _steps(path):
             if type(node) is dict or isinstance(node, Mapping):
                 node = node.get(step)
             else:
-                return None
-        return self.leaf(node, path)
+                return _NONE
+        if type(node) is not str:
+            return self.leaf_of(node, path)
+        leaf = _leaf(node)
+        if leaf.unreadable:
+            self.unreadable.append(path)
+        return leaf
+
+    def leaf_of(self, value: Any, path: str) -> _Leaf:
+        if not isinstance(value, str):
+            return _NONE
+        leaf = _leaf(value)
+        if leaf.unreadable:
+            self.unreadable.append(path)
+        return leaf
+
+    def text(self, path: str) -> str | None:
+        return self.read(path).text
 
     def leaf(self, value: Any, path: str) -> str | None:
         """``value`` (read at ``path``) as text; None for N/A and for unreadable, which is recorded."""
-        if not isinstance(value, str):
-            return None
-        text, unreadable = _leaf_text(value)
-        if unreadable:
-            self.unreadable.append(path)
-        return text
+        return self.leaf_of(value, path).text
 
     def number(self, path: str) -> float | None:
-        value = self.text(path)
-        return None if value is None else _leading_number(value)
+        return self.read(path).number
 
     def int(self, path: str) -> int | None:
-        value = self.number(path)
-        return None if value is None or not math.isfinite(value) else int(value)
+        return self.read(path).integer
 
     def yes(self, path: str) -> bool | None:
-        value = self.text(path)
-        word = value.split()[0].lower() if value else ""
-        return {"yes": True, "no": False}.get(word)
+        return self.read(path).yes
 
 
 def _gpu(index: int, tree: Mapping[str, Any]) -> GpuObservation:

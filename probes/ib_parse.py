@@ -148,7 +148,7 @@ def parse_ib_sysfs(text: str) -> tuple[IbDevice, ...]:
                  for dev, attrs in sorted(devices.items(), key=lambda kv: _natural(kv[0])))
 
 
-@memoized(maxsize=4096)  # every node of a fleet has the same sysfs paths
+@memoized(maxsize=4096, typed=False)  # every node of a fleet has the same sysfs paths
 def _path_fields(path: str) -> tuple[str, int | None, str] | None:
     """``/sys/class/infiniband/mlx5_0/ports/1/rate`` (a line's text before its first ':') -> ("mlx5_0", 1,
     "rate"): what ``_SYSFS_LINE`` reads from such a line, or None where only the pattern can tell."""

@@ -146,7 +146,7 @@ RENAMED_SECTIONS = {"clocks_throttle_reasons": "clocks_event_reasons", "power_re
 _REASON_PREFIX = re.compile(r"^clocks_(?:throttle|event)_reason_")
 
 
-@memoized(256)  # a handful of tags, read for every GPU
+@memoized(256, typed=False)  # a handful of tags, read for every GPU
 def canonical_reason(tag: str) -> str:
     """``clocks_throttle_reason_hw_slowdown`` / ``clocks_event_reason_hw_slowdown`` -> ``hw_slowdown``."""
     return _REASON_PREFIX.sub("", tag)

@@ -158,7 +158,7 @@ def _link_states(body: tuple[str, ...]) -> tuple[str | None, tuple[LinkState, ..
     return None, tuple(links)
 
 
-@memoized(maxsize=64)
+@memoized(maxsize=64, typed=False)
 def _counter_kind(name: str) -> str | None:
     """``Replay Errors`` -> ``replay``; ``CRC Flit Errors`` -> ``crc``; an unknown counter -> None."""
     return next((k for k in COUNTERS if k in name.lower()), None)

@@ -159,11 +159,26 @@ def test_plain_reader_gives_elementtrees_tree_for_every_real_layout():
     ("<serial>1652323004110</serial>", "<serial>1<!-- c -->2<![CDATA[3]]></serial>", "123"),  # comment, CDATA
     ("<serial>1652323004110</serial>", "<serial>1\r\n2</serial>", "1\n2"),   # carriage return
     ('<gpu id="00000000:19:00.0">', '<gpu id="00000000:19:00.0" note="a>b">', "1652323004110"),  # '>' in a value
+    ("<serial>1652323004110</serial>", "<serial>1<?pi x?>2</serial>", "12"),   # processing instruction
+    ("<serial>1652323004110</serial>", "<!-- c --><serial>7</serial>", "7"),   # comment between elements
+    ('<gpu id="00000000:19:00.0">', '<gpu id="00000000:19:00.0" xmlns="urn:x">', "1652323004111"),  # {urn:x}gpu
 ])
 def test_documents_outside_the_plain_form_are_read_by_elementtree(old, new, serial):
     text = fixture_text("nvidia-smi-xml/h100-8x-healthy.xml").replace(old, new, 1)
     assert _plain_tree(_document(text)) is None
     assert _obs(text).gpus[0].serial == serial
+
+
+def test_prolog_comments_and_xmlns_as_text_stay_on_the_plain_path():
+    """expat reports comments, PIs, CDATA and namespace declarations by position: the prolog's
+    comment is no reason to leave the plain path, nor is the word "xmlns" in a value."""
+    text = fixture_text("nvidia-smi-xml/h100-8x-healthy.xml")
+    assert "<!--" in _document(text).split("<nvidia_smi_log", 1)[0]
+    text = text.replace("<serial>1652323004110</serial>", "<serial>xmlns</serial>", 1)
+    document = _document(text)
+    fast = _plain_tree(document)
+    assert fast is not None and fast["gpu"][0]["serial"] == "xmlns"
+    assert repr(fast) == repr(_element_tree(_etree_root(document)))
 
 
 def test_malformed_plain_document_keeps_elementtrees_error():

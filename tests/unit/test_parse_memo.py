@@ -3,6 +3,7 @@ paths of the parsers it serves read exactly what their regular expressions read.
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from pathlib import Path
@@ -82,9 +83,41 @@ def test_every_shared_output_is_parsed_once_per_host():
     assert counts["parse_ib_sysfs"] == (2, 1)
     assert counts["parse_nvidia_smi_nvlink_e"] == (1, 1)
     assert counts["parse_aer_sysfs"] == (1, 1)
+    assert counts["_parse_result"] == (5, 1)  # gpu, then xid, fabric, versions, pci, assets: decoded once
+    assert counts["parse_nvidia_smi_output"] == (0, 1)
 
 
 # --- fast paths against the regular expressions they stand in for ------------------------------------
+
+def _reference_leaf(value: str) -> tuple[str | None, float | None, int | None, bool | None, bool]:
+    """The gpu reader's readings of one leaf as they were written before ``gpu_model._leaf``."""
+    from healthcheck.probes.nvidia_smi_log import NOT_AVAILABLE, UNREADABLE
+    text = value.strip()
+    if text.lower() in UNREADABLE:
+        return None, None, None, None, True
+    if text.lower() in NOT_AVAILABLE:
+        return None, None, None, None, False
+    match = re.match(r"^[+-]?\d+(?:\.\d+)?", text)
+    number = float(match.group()) if match else None
+    if number is not None and number.is_integer():
+        number = int(number)
+    integer = None if number is None or not math.isfinite(number) else int(number)
+    word = text.split()[0].lower() if text else ""
+    return text, number, integer, {"yes": True, "no": False}.get(word), False
+
+
+_LEAVES = ["N/A", "[N/A]", "Unknown Error", "GPU is lost", "Not Supported", "Yes", "No", "yes ", "NO", "35",
+           " 40 % ", "-8 C", "+3.50 W", "700.00 W", "0x1", "1" * 400, "12.0", "٣", "Enabled", "", " ", "\t", "e", "İ"]
+
+
+@settings(max_examples=600, deadline=None, derandomize=True, database=None)
+@given(st.lists(st.sampled_from(_LEAVES), max_size=4).map(" ".join) | st.text(max_size=12))
+def test_gpu_leaf_readings_are_what_the_reader_read_before(value):
+    """One memoized reading (text, number, int, yes/no, unreadable) per leaf, typed=False (key = the string)."""
+    from healthcheck.probes.gpu_model import _leaf
+    parse_memo.clear()
+    assert tuple(_leaf(value)) == _reference_leaf(value)
+    assert tuple(_leaf(value)) == _reference_leaf(value)  # from the memo
 
 _PIECES = ["/sys/class/infiniband/", "class/infiniband/", "mlx5_0", "/", ":", "ports/", "1", "12", "٣",
            "counters/", "symbol_error", "rate", " ", "x", "", "#", "\t"]

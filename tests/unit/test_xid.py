@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from healthcheck.probes.gpu import parse_nvidia_smi_output
+from healthcheck.probes import parse_memo
 from healthcheck.probes.kernel_log import parse_kernel_log, resolve_time
 from healthcheck.probes.xid import evaluate_xid, kernel_log_command, load_catalog, parse_xid
 
@@ -296,12 +296,16 @@ def test_nvidia_smi_q_x_is_collected_once_for_every_reader():
 
 def test_one_report_is_parsed_once_for_all_readers():
     result = out("nvidia-smi-q-x", smi_xml(remap={2: ("Yes", "No")}))
-    before = parse_nvidia_smi_output.cache_info()
+    before = parse_memo.hits()
     for name in ("gpu", "fabric", "xid", "versions"):
         registry.get(name).parse({"kernel-log": out("kernel-log", body("xid/journalctl-k-healthy.txt")),
                                   "nvidia-smi-q-x": result})
-    after = parse_nvidia_smi_output.cache_info()
-    assert (after.misses - before.misses, after.hits - before.hits) == (1, 3)
+    after = parse_memo.hits()
+
+    def change(name: str) -> tuple[int, int]:  # (misses, hits) since ``before``
+        return after[name][1] - before[name][1], after[name][0] - before[name][0]
+    assert change("_parse_result") == (1, 3)  # keyed on the result's bytes: decoded once
+    assert change("parse_nvidia_smi_output") == (1, 0)
 
 
 def test_catalog_is_complete_and_follows_policy():
@@ -368,3 +372,10 @@ def test_reset_fields_that_ask_for_a_reset_or_drain_fail(fields: str, status: St
         host=Host("gpu001"), profile=load_profile("h100-sxm5-8x"), options={"kernel_log_window_h": 24 * 365 * 20},
         now=datetime(2030, 1, 1, tzinfo=timezone.utc))) if f.check == "xid.94")
     assert x94.status is status and f"action: {action}" in x94.message and fields in x94.message
+
+
+def test_catalog_reads_as_safe_load_reads_it():
+    """load_catalog uses libyaml's safe loader where available: the same catalog as yaml.safe_load."""
+    import yaml
+    from healthcheck.probes.xid import CATALOG_PATH
+    assert load_catalog() == yaml.safe_load(CATALOG_PATH.read_text())
