@@ -25,6 +25,7 @@ from typing import Any
 from healthcheck.reports import ReporterSpec, register
 from healthcheck.reports.bench_views import bench_views, busbw_check
 from healthcheck.reports.charts import Series, bar_chart, heatmap, line_chart, sparkline, strip_chart
+from healthcheck.reports.detail_data import cite_parts, detail_data
 from healthcheck.reports.digest import BAD, RunDigest, fold, margin, split_source
 from healthcheck.reports.field_views import field_context
 from healthcheck.reports.findings_index import STATUS_RANK
@@ -102,9 +103,6 @@ def inline_script() -> tuple[Markup, Markup]:
     return Markup(source), Markup(f"'sha256-{digest}'")
 
 
-CITE_SHOWN = 48            # characters of a message's "(source: ...)" clause shown inline
-
-
 def cited_message(message: Any) -> Markup:
     """A finding message with its long source citation shortened (the full one in the tooltip).
 
@@ -112,11 +110,10 @@ def cited_message(message: Any) -> Markup:
     for combined expectations; in the tables it would drown the measurement. The text stays
     escaped: ``Markup.format`` escapes every argument.
     """
-    text, source = split_source(str(message or ""))
-    if len(source) <= CITE_SHOWN:
+    parts = cite_parts(message)
+    if parts is None:
         return Markup("{}").format(message or "")
-    short = source[:CITE_SHOWN].rsplit(" ", 1)[0] + " …"
-    return Markup('{} <span class="cite" title="{}">(source: {})</span>').format(text, source, short)
+    return Markup('{} <span class="cite" title="{}">(source: {})</span>').format(*parts)
 
 
 def table_rows(table: Any) -> Markup:
@@ -297,12 +294,20 @@ def render_context(digest: RunDigest) -> dict[str, Any]:
     verdicts = digest.verdicts
     chosen = [h for h in hosts if small or verdicts[h.name] in BAD][:DETAIL_MAX]
     script, script_hash = inline_script()
+    details = [host_detail(digest, h, passing_rows=small) for h in chosen]
+    live = len(chosen) if small else DETAIL_LIVE
+    as_data = {}
+    for x in details[live:]:
+        data = detail_data(x, verdicts[x["host"].name].value)
+        x["data"] = data is not None
+        if data is not None:
+            as_data[printable(x["host"].name)] = data  # the key is the name as the page shows it (``visible``)
     return {"d": digest, "summary": digest.summary(), "by_verdict": digest.hosts_by_verdict(),
             "statuses": [Status(s) for s in STATUS_ORDER], "categories": by_category(digest),
             "groups_total": len(digest.groups), "groups_max": GROUPS_MAX,
             "profiles": sorted({h.profile or "(none)" for h in hosts}),
-            "details": [host_detail(digest, h, passing_rows=small) for h in chosen],
-            "details_live": len(chosen) if small else DETAIL_LIVE,
+            "details": details, "details_live": live,
+            "details_data": script_json(as_data) if as_data else "",
             "details_skipped": sum(1 for h in hosts if verdicts[h.name] in BAD) - len(chosen)
             if not small else 0,
             "index": script_json(host_index(digest, {h.name for h in chosen})),
