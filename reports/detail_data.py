@@ -9,9 +9,12 @@ are a fraction of the size and of the rendering CPU, and the page's script build
 with ``createElement``/``textContent`` when it is asked for: node text is never parsed as HTML.
 
 Every string here is the text the Jinja macro (``macros.html.j2`` ``host_detail``) would show: the
-environment's ``finalize`` (``visible``) applied to the same values, numbers as ``str`` gives them,
-the citation split as ``cited_message`` splits it. A section holding markup that text cannot carry
-(trend sparklines, telemetry charts, a plugin's own panel template) returns None and stays markup.
+same values, numbers as ``str`` gives them, the citation split as ``cited_message`` splits it. The
+environment's ``finalize`` (``visible``: control and bidi characters as visible escapes) is left to
+``html.script_json``, which applies it to every string of the data when any needs it: the same
+result, as ``printable`` is idempotent and ``str`` of a non-string (``repr`` of a container) never
+holds such a character. A section holding markup that text cannot carry (trend sparklines,
+telemetry charts, a plugin's own panel template) returns None and stays markup.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ from healthcheck.reports.panels import Panel
 from markupsafe import Markup
 
 from healthcheck.model import Finding
-from healthcheck.textsafe import printable
 
 CITE_SHOWN = 48  # characters of a message's "(source: ...)" clause shown inline
 PANEL_KINDS = {"panels/table.html.j2": "table", "panels/matrix.html.j2": "matrix", "panels/note.html.j2": "note"}
@@ -34,11 +36,11 @@ class NotText(Exception):
 
 
 def text(value: Any) -> str:
-    """What ``{{ value }}`` shows: strings through ``printable`` (the environment's ``finalize``), the rest ``str``."""
+    """What ``{{ value }}`` shows, before ``visible`` (see the module docstring)."""
+    if type(value) is str:
+        return value
     if isinstance(value, Markup):
         raise NotText(type(value).__name__)
-    if isinstance(value, str):
-        return printable(value)
     return str(value)
 
 
@@ -58,7 +60,7 @@ def cite_parts(message: Any) -> tuple[str, str, str] | None:
 def cited(message: Any) -> list[str]:
     """``[message]``, or ``[text, full source, shortened source]`` when the citation is cut (``cite_parts``)."""
     parts = cite_parts(message)
-    return [printable(str(message or ""))] if parts is None else [printable(p) for p in parts]
+    return [str(message or "")] if parts is None else list(parts)
 
 
 def finding_row(f: Finding, mg: float | None) -> list[Any]:
@@ -80,7 +82,7 @@ def panel_data(p: Panel) -> dict[str, Any]:
     if kind != "note":
         table = p.view
         out["columns"] = [text(c) for c in table.columns]
-        out["rows"] = [[text(v) for v in row] for row in table.rows]
+        out["rows"] = [[v if type(v) is str else text(v) for v in row] for row in table.rows]  # most cells are str
         if table.classes:
             out["classes"] = [[text(c) for c in row] for row in table.classes]
     return out
@@ -88,8 +90,7 @@ def panel_data(p: Panel) -> dict[str, Any]:
 
 def pre_text(value: str) -> str:
     """``<pre>`` text as the HTML parser leaves it: one newline right after the tag is dropped."""
-    shown = printable(value)
-    return shown[1:] if shown.startswith("\n") else shown
+    return value[1:] if value.startswith("\n") else value
 
 
 def detail_data(x: dict[str, Any], verdict: str) -> dict[str, Any] | None:
