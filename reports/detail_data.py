@@ -19,6 +19,7 @@ telemetry charts, a plugin's own panel template) returns None and stays markup.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from healthcheck.reports.digest import split_source
@@ -114,3 +115,19 @@ def detail_data(x: dict[str, Any], verdict: str) -> dict[str, Any] | None:
     if x["raw"]:
         out["raw"] = [[text(source), pre_text(body)] for source, body in x["raw"]]
     return out
+
+
+def shared_strings(details: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``{"strings": [...], "hosts": details}`` with every panel cell and class text that occurs more than once
+    replaced by its index in ``strings`` (panel cells are all strings, so a number there is such an index):
+    hosts of one kind repeat their topology matrices, GPU models and port states, which made up half the data."""
+    cells = [row for x in details.values() for p in x["panels"]
+             for row in (*p.get("rows", ()), *p.get("classes", ()))]
+    counts = Counter(v for row in cells for v in row)
+    index: dict[str, int] = {}
+    for text, n in counts.items():
+        if n > 1 and len(text) > 1:
+            index[text] = len(index)
+    for row in cells:
+        row[:] = [index.get(v, v) for v in row]
+    return {"strings": list(index), "hosts": details}

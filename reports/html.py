@@ -26,7 +26,7 @@ from typing import Any
 from healthcheck.reports import ReporterSpec, register
 from healthcheck.reports.bench_views import bench_views, busbw_check
 from healthcheck.reports.charts import Series, bar_chart, heatmap, line_chart, sparkline, strip_chart
-from healthcheck.reports.detail_data import cite_parts, detail_data
+from healthcheck.reports.detail_data import cite_parts, detail_data, shared_strings
 from healthcheck.reports.digest import BAD, RunDigest, fold, margin, split_source
 from healthcheck.reports.field_views import field_context
 from healthcheck.reports.findings_index import STATUS_RANK
@@ -321,7 +321,7 @@ def render_context(digest: RunDigest) -> dict[str, Any]:
             "groups_total": len(digest.groups), "groups_max": GROUPS_MAX,
             "profiles": sorted({h.profile or "(none)" for h in hosts}),
             "details": details, "details_live": live,
-            "details_data": script_json(as_data) if as_data else "",
+            "details_data": script_json(shared_strings(as_data)) if as_data else "",
             "details_skipped": sum(1 for h in hosts if verdicts[h.name] in BAD) - len(chosen)
             if not small else 0,
             "index": script_json(host_index(digest, {h.name for h in chosen})),

@@ -79,8 +79,9 @@
   function detailData(name) {
     if (!detailsEl) return null;
     if (details === null) details = JSON.parse(detailsEl.textContent);
-    return Object.prototype.hasOwnProperty.call(details, name) ? details[name] : null;
+    return Object.prototype.hasOwnProperty.call(details.hosts, name) ? details.hosts[name] : null;
   }
+  function shared(v) { return typeof v === "number" ? details.strings[v] : v; }  // a panel text used more than once
   function add(parent, child) { parent.appendChild(typeof child === "string" ? document.createTextNode(child) : child); return child; }
   function status(s) { return el("span", s, "st st-" + s); }
   var FINDING_COLUMNS = ["status", "check", "component", "measured", "expected", "margin", "finding", "source"];
@@ -115,7 +116,7 @@
     p.columns.forEach(function (c) { add(head, el("th", c)); });
     p.rows.forEach(function (row, i) {
       var tr = add(body, el("tr")), classes = p.classes ? p.classes[i] || [] : [];
-      row.forEach(function (v, j) { add(tr, el("td", v, classes[j] || "")); });
+      row.forEach(function (v, j) { add(tr, el("td", shared(v), shared(classes[j]) || "")); });
     });
     return d;
   }

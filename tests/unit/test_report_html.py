@@ -245,7 +245,14 @@ def details_data(page: str) -> dict:
     """The host details the page carries as data (``<script type="application/json" id="hc-details">``)."""
     found = re.search(r'<script type="application/json" id="hc-details">(.*?)</script>', page, re.S)
     assert found is not None
-    return json.loads(found[1])
+    data = json.loads(found[1])
+    strings = data["strings"]  # panel texts used more than once, by index
+    assert len(strings) == len(set(strings))
+    for x in data["hosts"].values():
+        for p in x["panels"]:
+            for key in ("rows", "classes"):
+                p[key] = [[strings[v] if isinstance(v, int) else v for v in row] for row in p.get(key, [])]
+    return data["hosts"]
 
 
 HOSTILE = "</script><script>document.title='pwned'</script><!-- \u2028\u2029 &amp; \x1b]0;x\x07 \u202egnp.exe"
