@@ -10,6 +10,7 @@ A cell class ``bad`` marks a value the operator should look at (downtrained link
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
@@ -116,7 +117,12 @@ def gpu_panel(obs: Any) -> Panel | None:
 
 def link_class(value: Any) -> str:
     """CSS class of a ``nvidia-smi topo -m`` cell: NV# green through SYS red."""
-    text = str(value).strip().upper()
+    return _link_class(value if type(value) is str else str(value))
+
+
+@functools.lru_cache(maxsize=512)  # a fleet's matrices repeat a handful of cell texts (X, NV18, PIX, SYS...)
+def _link_class(cell_text: str) -> str:
+    text = cell_text.strip().upper()
     return next((cls for prefix, cls in _LINK_CLASS if text.startswith(prefix)), "")
 
 

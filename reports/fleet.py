@@ -10,7 +10,6 @@ so a new probe's versions appear here without code.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -24,6 +23,7 @@ from healthcheck.results import HostResult
 
 _VERSION_KEY = re.compile(r"(^|_)(version|kernel|firmware|fw_ver|fw_version|vbios|os_pretty_name)$")
 MAX_VALUES = 6
+_NOT_REPORTED = frozenset(("", "N/A", "None"))
 
 
 @dataclass(frozen=True)
@@ -39,24 +39,37 @@ class VersionRow:
         return not self.outliers
 
 
-@functools.cache
-def _is_version_key(key: str) -> bool:
-    return bool(_VERSION_KEY.search(key))
+_KEYS_MAX = 4096  # distinct key sets remembered (a probe's records share one; node output could vary it endlessly)
+_VERSION_KEYS: dict[tuple, tuple[str, ...]] = {}
+
+
+def _version_keys(keys: tuple) -> tuple[str, ...]:
+    """The version-like names among one record's ``keys``; records of a kind share their key set, so the
+    regex runs once per key set instead of once per field of every record of every host."""
+    found = _VERSION_KEYS.get(keys)
+    if found is None:
+        if len(_VERSION_KEYS) >= _KEYS_MAX:
+            _VERSION_KEYS.clear()
+        found = _VERSION_KEYS[keys] = tuple(k for k in keys if isinstance(k, str) and _VERSION_KEY.search(k))
+    return found
 
 
 def _values(obs: Any) -> dict[str, set[str]]:
     """Version-like fields of one observation: field -> distinct values (records merged)."""
     out: dict[str, set[str]] = defaultdict(set)
-    if not isinstance(obs, Mapping):
+    if type(obs) is not dict and not isinstance(obs, Mapping):  # the exact type first: the ABC check is slow
         return out
     for key, value in obs.items():
         if isinstance(value, list):
             for rec in value:
-                if isinstance(rec, Mapping):
-                    for k, v in rec.items():
-                        if _is_version_key(k) and isinstance(v, str | int | float):
+                if type(rec) is dict or isinstance(rec, Mapping):
+                    for k in _version_keys(tuple(rec)):
+                        v = rec[k]
+                        if isinstance(v, str | int | float):
                             out[f"{key}.{k}"].add(str(v))
-        elif _is_version_key(key) and isinstance(value, str | int | float) and not isinstance(value, bool):
+    for key in _version_keys(tuple(obs)):  # a list under a version-like name was read as records above
+        value = obs[key]
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
             out[key].add(str(value))
     return out
 
@@ -69,7 +82,7 @@ def version_rows(hosts: Iterable[HostResult]) -> list[VersionRow]:
         names.append(host.name)
         for probe, obs in host.observations.items():
             for key, values in _values(obs).items():
-                if values - {"", "N/A", "None"}:
+                if not values <= _NOT_REPORTED:
                     per_field[f"{probe}.{key}"][host.name] = ", ".join(sorted(values))
     rows = []
     for name, by_host in per_field.items():

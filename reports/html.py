@@ -6,9 +6,10 @@ jinja2 autoescaping is on for everything, node output reaches the page only as e
 host index travels as HTML-safe JSON read by ``textContent``-only JS, and a Content-Security-Policy
 allows exactly the one inline script (by hash) and no network at all. Per-host detail sections
 are rendered for the hosts that need attention (all hosts on small runs); on larger runs all but the
-first ``DETAIL_LIVE`` are inert ``<template>`` elements the script clones when a host's link is
-followed (300 laid-out sections took seconds to open). The host table covers every host and is
-filtered and paginated in the browser, so 10,000 hosts stay responsive.
+first ``DETAIL_LIVE`` travel as JSON data (``detail_data``) the script turns into the same elements
+when a host's link is followed (as markup, 280 sections made a 14 MB page that took seconds to open);
+a section with charts stays markup in an inert ``<template>``. The host table covers every host and
+is filtered and paginated in the browser, so 10,000 hosts stay responsive.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 from healthcheck.reports import ReporterSpec, register
 from healthcheck.reports.bench_views import bench_views, busbw_check
 from healthcheck.reports.charts import Series, bar_chart, heatmap, line_chart, sparkline, strip_chart
+from healthcheck.reports.detail_data import cite_parts, detail_data, shared_strings
 from healthcheck.reports.digest import BAD, RunDigest, fold, margin, split_source
 from healthcheck.reports.field_views import field_context
 from healthcheck.reports.findings_index import STATUS_RANK
@@ -39,7 +41,7 @@ from healthcheck.textsafe import has_unsafe, printable
 
 DETAIL_ALL_UP_TO = 64      # runs this small get a detail section for every host
 DETAIL_MAX = 300           # at most this many hosts get a detail section (worst first)
-DETAIL_LIVE = 20           # on larger runs, the first detail sections in the page; the rest are inert <template>s
+DETAIL_LIVE = 20           # on larger runs, the first detail sections in the page; the rest are data (detail_data)
 GROUPS_MAX = 400           # grouped findings listed in the page
 HEATMAP_MAX_NODES = 96
 HPL_BARS_MAX = 60          # slowest nodes drawn
@@ -102,9 +104,6 @@ def inline_script() -> tuple[Markup, Markup]:
     return Markup(source), Markup(f"'sha256-{digest}'")
 
 
-CITE_SHOWN = 48            # characters of a message's "(source: ...)" clause shown inline
-
-
 def cited_message(message: Any) -> Markup:
     """A finding message with its long source citation shortened (the full one in the tooltip).
 
@@ -112,25 +111,37 @@ def cited_message(message: Any) -> Markup:
     for combined expectations; in the tables it would drown the measurement. The text stays
     escaped: ``Markup.format`` escapes every argument.
     """
-    text, source = split_source(str(message or ""))
-    if len(source) <= CITE_SHOWN:
+    parts = cite_parts(message)
+    if parts is None:
         return Markup("{}").format(message or "")
-    short = source[:CITE_SHOWN].rsplit(" ", 1)[0] + " …"
-    return Markup('{} <span class="cite" title="{}">(source: {})</span>').format(text, source, short)
+    return Markup('{} <span class="cite" title="{}">(source: {})</span>').format(*parts)
 
 
 def table_rows(table: Any) -> Markup:
     """The ``<tr>`` lines of a panel table, each cell escaped as ``{{ v }}`` would be (``visible``, then
-    autoescape), built in one pass: 300 detailed hosts have about 100,000 cells, too many for a Jinja loop."""
+    autoescape), built in one pass with plain string operations: 300 detailed hosts have about 100,000
+    cells, too many for a Jinja loop or ``Markup.format``. A table repeats few texts (a topology matrix's
+    NV18 and PIX): each distinct string and class is escaped once per table."""
+    shown: dict[str, str] = {}
+    opened: dict[str, str] = {"": "<td>"}
     out = []
     for i, row in enumerate(table.rows):
         classes = table.classes[i] if table.classes else ()
         cells = []
         for j, value in enumerate(row):
             css = classes[j] if j < len(classes) else ""
-            cells.append(Markup('<td class="{}">').format(_cell(css)) if css else "<td>")
-            cells.append(escape(_cell(value)))
-            cells.append("</td>")
+            tag = opened.get(css) if type(css) is str else None
+            if tag is None:
+                tag = f'<td class="{escape(_cell(css))}">' if css else "<td>"
+                if type(css) is str:
+                    opened[css] = tag
+            if type(value) is str:
+                text = shown.get(value)
+                if text is None:
+                    text = shown[value] = str(escape(printable(value)))
+            else:
+                text = str(escape(_cell(value)))
+            cells.append(f"{tag}{text}</td>")
         out.append("    <tr>" + "".join(cells) + "</tr>\n")
     return Markup("".join(out))
 
@@ -297,12 +308,20 @@ def render_context(digest: RunDigest) -> dict[str, Any]:
     verdicts = digest.verdicts
     chosen = [h for h in hosts if small or verdicts[h.name] in BAD][:DETAIL_MAX]
     script, script_hash = inline_script()
+    details = [host_detail(digest, h, passing_rows=small) for h in chosen]
+    live = len(chosen) if small else DETAIL_LIVE
+    as_data = {}
+    for x in details[live:]:
+        data = detail_data(x, verdicts[x["host"].name].value)
+        x["data"] = data is not None
+        if data is not None:
+            as_data[printable(x["host"].name)] = data  # the key is the name as the page shows it (``visible``)
     return {"d": digest, "summary": digest.summary(), "by_verdict": digest.hosts_by_verdict(),
             "statuses": [Status(s) for s in STATUS_ORDER], "categories": by_category(digest),
             "groups_total": len(digest.groups), "groups_max": GROUPS_MAX,
             "profiles": sorted({h.profile or "(none)" for h in hosts}),
-            "details": [host_detail(digest, h, passing_rows=small) for h in chosen],
-            "details_live": len(chosen) if small else DETAIL_LIVE,
+            "details": details, "details_live": live,
+            "details_data": script_json(shared_strings(as_data)) if as_data else "",
             "details_skipped": sum(1 for h in hosts if verdicts[h.name] in BAD) - len(chosen)
             if not small else 0,
             "index": script_json(host_index(digest, {h.name for h in chosen})),

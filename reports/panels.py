@@ -10,6 +10,7 @@ To add one: write a function returning a ``Panel`` (usually a ``Table``) and dec
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ def panel(probe: str) -> Callable[[Renderer], Renderer]:
     return deco
 
 
+@functools.lru_cache(maxsize=1024)  # field names repeat on every host and record
 def header(key: str) -> str:
     """``temp_c`` -> ``temp (°C)``: the unit suffix of a field name becomes a readable unit."""
     for suffix, unit in _UNIT_SUFFIX.items():

@@ -71,11 +71,82 @@
     if (state.page > 1) parts.push("page=" + state.page);
     history.replaceState(null, "", parts.length ? "#" + parts.join("&") : location.pathname + location.search);
   }
-  // Host details past the first few are inert <template id="t-h-NAME">s: cloned in place when their
-  // anchor is followed (no HTML is parsed here: the browser parsed the escaped markup with the page).
+  // Host details past the first few are placeholders <template id="t-h-NAME">, replaced when their anchor
+  // is followed: by the section built from its data (#hc-details, parsed on first use; the elements of
+  // macros.html.j2 host_detail, text by textContent only) or, for a section only markup can show (charts),
+  // by a clone of the template's content (markup the browser parsed, escaped, with the page).
+  var detailsEl = $("hc-details"), details = null;
+  function detailData(name) {
+    if (!detailsEl) return null;
+    if (details === null) details = JSON.parse(detailsEl.textContent);
+    return Object.prototype.hasOwnProperty.call(details.hosts, name) ? details.hosts[name] : null;
+  }
+  function shared(v) { return typeof v === "number" ? details.strings[v] : v; }  // a panel text used more than once
+  function add(parent, child) { parent.appendChild(typeof child === "string" ? document.createTextNode(child) : child); return child; }
+  function status(s) { return el("span", s, "st st-" + s); }
+  var FINDING_COLUMNS = ["status", "check", "component", "measured", "expected", "margin", "finding", "source"];
+  function findingsTable(rows) {
+    var table = el("table", null, "grid findings"), head = add(add(table, el("thead")), el("tr")), body = el("tbody");
+    FINDING_COLUMNS.forEach(function (c) { add(head, el("th", c)); });
+    rows.forEach(function (r) {  // status, check, component, measured, expected, margin, negative, [message, source, short], remedy, source
+      var tr = add(body, el("tr", null, "s-" + r[0]));
+      add(add(tr, el("td")), status(r[0]));
+      add(add(tr, el("td")), el("code", r[1]));
+      add(tr, el("td", r[2])); add(tr, el("td", r[3], "num meas")); add(tr, el("td", r[4], "exp"));
+      add(tr, el("td", r[5], "num " + (r[6] ? "neg" : "")));
+      var text = add(tr, el("td", null, "text")), m = r[7];
+      if (m.length === 1) { if (m[0]) add(text, m[0]); }
+      else { add(text, m[0] + " "); var cite = add(text, el("span", "(source: " + m[2] + ")", "cite")); cite.title = m[1]; }
+      if (r[8]) add(text, el("div", "\u2192 " + r[8], "remedy"));
+      add(tr, el("td", r[9], "muted src"));
+    });
+    add(table, body);
+    return table;
+  }
+  function folded(summary, content) {
+    var d = el("details"); add(d, el("summary", summary)); add(d, content); return d;
+  }
+  function panel(p) {
+    var d = el("details", null, "panel"), s = add(d, el("summary", p.title + (p.note ? " " : "")));
+    if (p.open) d.open = true;
+    if (p.note) add(s, el("span", "\u00b7 " + p.note, "muted"));
+    if (p.kind === "note") { add(d, el("p", p.note, "muted")); return d; }
+    var table = add(add(d, el("div", null, "scroll")), el("table", null, p.kind === "matrix" ? "grid obs matrix" : "grid obs"));
+    var head = add(add(table, el("thead")), el("tr")), body = add(table, el("tbody"));
+    p.columns.forEach(function (c) { add(head, el("th", c)); });
+    p.rows.forEach(function (row, i) {
+      var tr = add(body, el("tr")), classes = p.classes ? p.classes[i] || [] : [];
+      row.forEach(function (v, j) { add(tr, el("td", shared(v), shared(classes[j]) || "")); });
+    });
+    return d;
+  }
+  function buildDetail(name, x) {
+    var a = el("article", null, "host-detail v-" + x.verdict), h = add(a, el("h3"));
+    a.id = "h-" + name;
+    add(h, status(x.verdict)); add(h, " " + name + " "); add(h, el("span", x.head, "muted"));
+    if (x.bad) add(a, findingsTable(x.bad));
+    else add(a, el("p", "No FAIL, ERROR or WARN: " + x.good_count + " checks pass.", "ok-note"));
+    if (x.skipped) add(a, folded(x.skipped.length + " skipped", findingsTable(x.skipped)));
+    if (x.good) add(a, folded(x.good.length + " passing", findingsTable(x.good)));
+    else if (x.good_count) {
+      var p = el("p", null, "muted");
+      (x.good_summary || []).forEach(function (cn, i, all) {
+        add(p, el("code", cn[0])); add(p, " \u00d7" + cn[1] + (i < all.length - 1 ? ", " : ""));
+      });
+      add(p, " (every finding is in findings.table.json.gz)");
+      add(a, folded(x.good_count + " passing", p));
+    }
+    (x.panels || []).forEach(function (p) { add(a, panel(p)); });
+    (x.raw || []).forEach(function (r) {
+      var d = add(a, el("details", null, "raw")), s = add(d, el("summary", "raw output: "));
+      add(s, el("code", r[0])); add(d, el("pre", r[1]));
+    });
+    return a;
+  }
   function reveal(id) {
-    var t = document.getElementById("t-" + id);
-    if (t && t.content) t.parentNode.replaceChild(document.importNode(t.content, true), t);
+    var t = document.getElementById("t-" + id), x = t ? detailData(id.slice(2)) : null;
+    if (x) t.parentNode.replaceChild(buildDetail(id.slice(2), x), t);
+    else if (t && t.content) t.parentNode.replaceChild(document.importNode(t.content, true), t);
     return document.getElementById(id);
   }
   function toAnchor() {

@@ -85,24 +85,81 @@ def test_escaping_alone_keeps_it_inert(report: Path) -> None:
 
 
 def test_host_details_in_templates_open_from_their_link(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """On larger runs the details past the first few are inert <template>s, cloned when their anchor is followed."""
+    """On larger runs the details past the first few are placeholders: built from the page's data (or, for a
+    section with charts, cloned from its template) when their anchor is followed, and only that one."""
     import healthcheck.reports.html as report_html
 
     if CHROMIUM is None:
         pytest.skip("chromium not installed (apt-get install chromium)")
     monkeypatch.setattr(report_html, "DETAIL_ALL_UP_TO", 2)
     monkeypatch.setattr(report_html, "DETAIL_LIVE", 1)
-    run_dir = make_run(tmp_path)
+    trends = {"gpu005": {"nccl.all_reduce.node.busbw": {"unit": "GB/s", "values": [["d1", 470.0], ["d2", 240.0]]}}}
+    run_dir = make_run(tmp_path, {"trends": trends})
     reports.write_all(run_dir, ["html"])
     page = run_dir / "report.html"
-    assert '<template class="host-detail" id="t-h-gpu004">' in page.read_text(encoding="utf-8")
+    assert '<template class="host-detail" id="t-h-gpu004"></template>' in page.read_text(encoding="utf-8")
     dom = chromium(page, "", "--dump-dom")
-    assert 'id="h-gpu001"' in dom and '<template class="host-detail" id="t-h-gpu004">' in dom
+    assert 'id="h-gpu001"' in dom and '<template class="host-detail" id="t-h-gpu004"></template>' in dom
     dom = chromium(page, "#h-gpu004", "--dump-dom")
     assert '<template class="host-detail" id="t-h-gpu004">' not in dom
     article = re.search(r'<article class="host-detail v-FAIL" id="h-gpu004">(.*?)</article>', dom, re.S)
-    assert article is not None and "nvlink.link.down" in article[1]
-    assert '<template class="host-detail" id="t-h-gpu002">' in dom  # only the host asked for
+    assert article is not None and "nvlink.link.down" in article[1] and "NVLink (1 GPUs)" in article[1]
+    assert '<template class="host-detail" id="t-h-gpu002"></template>' in dom  # only the host asked for
+    dom = chromium(page, "#h-gpu005", "--dump-dom")  # trend sparklines: kept as markup in its template
+    article = re.search(r'<article class="host-detail v-FAIL" id="h-gpu005">(.*?)</article>', dom, re.S)
+    assert article is not None and 'class="spark"' in article[1] and "&lt;script&gt;document.title" in article[1]
+
+
+def revealed(page: Path, tmp_path: Path) -> str:
+    """``page`` opened with every host section revealed (as printing does), its script's CSP hash kept."""
+    import base64
+    import hashlib
+
+    trigger = 'window.dispatchEvent(new Event("beforeprint"));'
+    digest = base64.b64encode(hashlib.sha256(trigger.encode()).digest()).decode()
+    text = page.read_text(encoding="utf-8").replace("script-src ", f"script-src 'sha256-{digest}' ", 1)
+    copy = tmp_path / f"revealed-{page.parent.name}.html"
+    copy.write_text(text.replace("</body>", f"<script>{trigger}</script></body>", 1), encoding="utf-8")
+    return chromium(copy, "", "--dump-dom")
+
+
+def articles(dom: str) -> dict[str, str]:
+    """Each host section's markup, whitespace between and inside text collapsed."""
+    found = re.findall(r'(<article class="host-detail [^"]*" id="h-([^"]*)">.*?</article>)', dom, re.S)
+    return {name: re.sub(r"\s+", " ", re.sub(r">\s+<", "><", html)) for html, name in found}
+
+
+@pytest.mark.parametrize("hostile", [False, True])
+def test_host_details_built_from_data_equal_the_markup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       hostile: bool) -> None:
+    """The same run rendered with every section as markup and with every section as data: once revealed,
+    the browser holds the same sections, element for element and text for text; the hostile node text
+    (``</script>``, ``<!--``, U+2028, terminal escapes, bidi overrides) stayed text in both."""
+    import healthcheck.reports.html as report_html
+
+    from tests.unit.test_report_html import hostile_run
+
+    if CHROMIUM is None:
+        pytest.skip("chromium not installed (apt-get install chromium)")
+    monkeypatch.setattr(report_html, "DETAIL_ALL_UP_TO", 0)
+    doms = {}
+    for live in (100, 0):
+        monkeypatch.setattr(report_html, "DETAIL_LIVE", live)
+        run_dir = hostile_run(tmp_path / f"live{live}") if hostile else make_run(tmp_path / f"live{live}")
+        reports.write_all(run_dir, ["html"])
+        text = (run_dir / "report.html").read_text(encoding="utf-8")
+        assert ('id="hc-details"' in text) == (live == 0) and ("<article" in text) == (live > 0)
+        doms[live] = revealed(run_dir / "report.html", tmp_path)
+    markup, data = articles(doms[100]), articles(doms[0])
+    assert list(data) == list(markup) and len(markup) == (1 if hostile else 6)
+    for name in markup:
+        assert data[name] == markup[name], name
+    for dom in doms.values():
+        body = re.search(r"<body[^>]*>", dom)
+        assert body is not None and "data-pwned" not in body[0] and "data-filter-matches" in body[0]
+        assert "pwned" not in dom.split("</head>", 1)[0]
+    if hostile:
+        assert "&lt;/script&gt;&lt;script&gt;document.title='pwned'&lt;/script&gt;&lt;!--" in data[next(iter(data))]
 
 
 def test_screenshot(report: Path) -> None:

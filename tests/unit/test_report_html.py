@@ -152,11 +152,12 @@ def test_small_run_details_all_hosts_big_run_caps(tmp_path: Path, monkeypatch: p
     detailed = re.findall(r'<article class="host-detail v-\w+" id="h-([^"]+)"', page)
     assert detailed == ["gpu001", "gpu002", "gpu004"]
     assert "3 further hosts need attention" in page
-    monkeypatch.setattr(report_html, "DETAIL_LIVE", 1)  # the rest as inert templates, the same markup inside
+    monkeypatch.setattr(report_html, "DETAIL_LIVE", 1)  # the rest as data, placeholders where they go
     page = render_html(load_digest(make_run(tmp_path / "c"))).decode()
-    assert re.findall(r'<template class="host-detail" id="t-h-([^"]+)"><article class="host-detail v-\w+" id="h-\1"',
-                      page) == ["gpu002", "gpu004"]
-    assert re.findall(r'<article class="host-detail v-\w+" id="h-([^"]+)"', page) == detailed
+    assert re.findall(r'<template class="host-detail" id="t-h-([^"]+)"></template>', page) == ["gpu002", "gpu004"]
+    assert re.findall(r'<article class="host-detail v-\w+" id="h-([^"]+)"', page) == ["gpu001"]
+    assert list(details_data(page)) == ["gpu002", "gpu004"]
+    assert details_data(page)["gpu004"]["verdict"] == "FAIL"
 
 
 def test_big_run_counts_passing_findings_per_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -238,3 +239,88 @@ def test_ib_panel_marks_a_port_slower_than_the_hosts_usual_rate() -> None:
     assert panel is not None
     rate_classes = [row[3] for row in panel.view.classes]
     assert rate_classes == ["", "", "bad", "bad", ""]   # Ethernet compared only with Ethernet ports
+
+
+def details_data(page: str) -> dict:
+    """The host details the page carries as data (``<script type="application/json" id="hc-details">``)."""
+    found = re.search(r'<script type="application/json" id="hc-details">(.*?)</script>', page, re.S)
+    assert found is not None
+    data = json.loads(found[1])
+    strings = data["strings"]  # panel texts used more than once, by index
+    assert len(strings) == len(set(strings))
+    for x in data["hosts"].values():
+        for p in x["panels"]:
+            for key in ("rows", "classes"):
+                p[key] = [[strings[v] if isinstance(v, int) else v for v in row] for row in p.get(key, [])]
+    return data["hosts"]
+
+
+HOSTILE = "</script><script>document.title='pwned'</script><!-- \u2028\u2029 &amp; \x1b]0;x\x07 \u202egnp.exe"
+
+
+def hostile_run(tmp_path: Path) -> Path:
+    """One failing host whose every field (name, profile, findings, observations, raw output) is hostile."""
+    from healthcheck.model import Finding, Status
+    from healthcheck.results import HostResult, RunResults, write_results
+
+    name = "n1<!--\u2028"
+    long_source = "profile says " + HOSTILE + " " + "x" * 60
+    found = [Finding(name, "gpu.count" + HOSTILE, Status.FAIL, f"7 GPUs {HOSTILE} (source: {long_source})",
+                     component=HOSTILE, value=HOSTILE, expected=HOSTILE, unit=HOSTILE, remedy=HOSTILE,
+                     source="nvidia-smi-q-x"),
+             Finding(name, "xid.event", Status.SKIP, HOSTILE, value=7, expected=">= 8", unit="GPUs"),
+             Finding(name, "gpu.ecc", Status.PASS, "ok")]
+    obs = {"gpu": {"gpus": [{"index": 0, "name": HOSTILE, "vbios": HOSTILE}]},
+           "newprobe": {"widgets": [{"id": 1, HOSTILE: HOSTILE}]}, "note": {"text": HOSTILE}}
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    write_results(tmp_path, RunResults({"id": "x"}, {
+        name: HostResult(name, found, observations=obs, profile=HOSTILE, group=HOSTILE, address=HOSTILE),
+        "n2": HostResult("n2", [Finding("n2", "gpu.ecc", Status.PASS, "ok")])}))
+    (tmp_path / "raw" / name).mkdir(parents=True)  # an output opening with a newline
+    (tmp_path / "raw" / name / "nvidia-smi-q-x.out").write_bytes(b"\n" + HOSTILE.encode() + b"\xff\n")
+    return tmp_path
+
+
+def test_host_details_as_data_keep_node_text_inert(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import healthcheck.reports.html as report_html
+
+    from healthcheck.textsafe import printable
+
+    monkeypatch.setattr(report_html, "DETAIL_ALL_UP_TO", 0)
+    monkeypatch.setattr(report_html, "DETAIL_LIVE", 0)
+    page = render_html(load_digest(hostile_run(tmp_path))).decode()
+    block = re.search(r'<script type="application/json" id="hc-details">(.*?)</script>', page, re.S)
+    assert block is not None
+    for raw in ("<", ">", "&", "\u2028", "\u2029", "\x1b", "\u202e"):
+        assert raw not in block[1]
+    assert len(re.findall(r"<script\b", page)) == 3 and len(re.findall(r"</script>", page)) == 3
+    shown = printable(HOSTILE)
+    data = details_data(page)
+    assert list(data) == [printable("n1<!--\u2028")]
+    x = data[printable("n1<!--\u2028")]
+    assert x["head"] == f"{shown} · {shown} · {shown}"
+    row = x["bad"][0]
+    assert row[:6] == ["FAIL", "gpu.count" + shown, shown, f"{shown} {shown}", shown, ""]
+    assert row[7][0] == f"7 GPUs {shown}" and row[7][1].startswith("profile says " + shown)
+    assert row[8:] == [shown, "nvidia-smi-q-x"]
+    assert x["skipped"][0][3:7] == ["7 GPUs", ">= 8", "-12.5%", 1]
+    assert x["good_count"] == 1 and x["good_summary"] == [["gpu.ecc", 1]]
+    panels = {p["title"].split(" ")[0]: p for p in x["panels"]}
+    assert panels["GPUs"]["title"] == f"GPUs (1) {shown}" and panels["GPUs"]["rows"] == [["0", shown, shown]]
+    assert panels["newprobe"]["columns"] == ["id", shown] and panels["newprobe"]["rows"] == [["1", shown]]
+    assert panels["note"]["rows"] == [["text", shown]]
+    assert x["raw"] == [["nvidia-smi-q-x", f"{shown}\ufffd\n"]]  # as the parser drops the newline after <pre>
+
+
+def test_detail_data_leaves_markup_only_sections_as_templates(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import healthcheck.reports.html as report_html
+
+    monkeypatch.setattr(report_html, "DETAIL_ALL_UP_TO", 0)
+    monkeypatch.setattr(report_html, "DETAIL_LIVE", 0)
+    trends = {"gpu004": {"nccl.all_reduce.node.busbw": {"unit": "GB/s", "values": [["d1", 470.0], ["d2", 240.0]]}}}
+    page = render_html(load_digest(make_run(tmp_path, {"trends": trends}))).decode()
+    assert "gpu004" not in details_data(page) and "gpu001" in details_data(page)
+    kept = re.search(r'<template class="host-detail" id="t-h-gpu004">(.*?)</template>', page, re.S)
+    assert kept is not None and 'class="spark"' in kept[1] and 'id="h-gpu004"' in kept[1]
+    assert '<template class="host-detail" id="t-h-gpu001"></template>' in page
