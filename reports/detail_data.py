@@ -46,6 +46,7 @@ def text(value: Any) -> str:
 
 
 def pct(value: float | None) -> str:
+    """A margin as the page shows it (also the ``pct`` filter of the templates): ``+12.5%``."""
     return "" if value is None else f"{value * 100:+.1f}%"
 
 

@@ -26,7 +26,7 @@ from typing import Any
 from healthcheck.reports import ReporterSpec, register
 from healthcheck.reports.bench_views import bench_views, busbw_check
 from healthcheck.reports.charts import Series, bar_chart, heatmap, line_chart, sparkline, strip_chart
-from healthcheck.reports.detail_data import cite_parts, detail_data, shared_strings
+from healthcheck.reports.detail_data import cite_parts, detail_data, pct, shared_strings
 from healthcheck.reports.digest import BAD, RunDigest, fold, margin, split_source
 from healthcheck.reports.field_views import field_context
 from healthcheck.reports.findings_index import STATUS_RANK
@@ -90,7 +90,7 @@ def environment() -> Environment:
                       autoescape=select_autoescape(default=True, default_for_string=True),
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                       finalize=_cell)
-    env.filters.update(duration=duration_text, pct=pct_text, category_name=category_name,
+    env.filters.update(duration=duration_text, pct=pct, category_name=category_name,
                        cited=cited_message, table_rows=table_rows)
     env.globals.update(sparkline=sparkline, fold=fold)
     return env
@@ -156,10 +156,6 @@ def duration_text(seconds: Any) -> str:
     minutes, secs = divmod(round(float(seconds)), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h {minutes} min" if hours else (f"{minutes} min {secs} s" if minutes else f"{secs} s")
-
-
-def pct_text(value: float | None) -> str:
-    return "" if value is None else f"{value * 100:+.1f}%"
 
 
 def category_name(category: str) -> str:
