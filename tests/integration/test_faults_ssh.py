@@ -47,6 +47,32 @@ def _slow_four(ssh_cluster_factory, tmp_path: Path):
     return cluster, cluster.write_inventory(tmp_path / "inv.yaml")
 
 
+def _node02_in_flight(ssh_cluster_factory, tmp_path: Path):
+    """Two sshd hosts, node02's ``uname -r`` in flight for two minutes, and their inventory."""
+    cluster = ssh_cluster_factory(2)
+    cluster.add_tool("node02", "uname", {"-r": ("6.1.0\n", 0, 120)})
+    return cluster, cluster.write_inventory(tmp_path / "inv.yaml")
+
+
+def _interrupted_twice(proc, run_dir: Path) -> tuple[str, dict]:
+    """Ctrl-C twice (the second ends node02's grace): exit 130, node01 PASS, node02 not swept, results and
+    report written; returns stderr and results.json."""
+    proc.send_signal(signal.SIGINT)
+    time.sleep(1)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["hosts"]["node01"]["verdict"] == "PASS"
+    [swept] = results["hosts"]["node02"]["findings"]
+    assert (swept["check"], swept["status"]) == ("host.swept", "ERROR")
+    assert swept["message"] == ("not swept: the run was interrupted (SIGINT) while this host was in flight; "
+                                "its outputs were not kept")
+    assert sorted(p.name for p in (run_dir / "raw").iterdir()) == ["node01"]
+    assert (run_dir / "report.html").is_file()
+    return stderr, results
+
+
 def _interrupted(run_dir: Path, signame: str) -> tuple[dict, list[str]]:
     """results.json of a run stopped by ``signame``: some hosts PASS, the rest only ``host.swept`` ERROR."""
     results = json.loads((run_dir / "results.json").read_text())
@@ -73,25 +99,11 @@ def test_sigterm_ends_like_ctrl_c_with_results_and_exit_143(ssh_cluster_factory,
 
 
 def test_second_ctrl_c_ends_the_grace_and_still_writes_results(ssh_cluster_factory, tmp_path):
-    cluster = ssh_cluster_factory(2)
-    cluster.add_tool("node02", "uname", {"-r": ("6.1.0\n", 0, 120)})  # in flight for two minutes
-    inv = cluster.write_inventory(tmp_path / "inv.yaml")
+    cluster, inv = _node02_in_flight(ssh_cluster_factory, tmp_path)
     run_dir = tmp_path / "run"
     proc = _start(inv, cluster, run_dir, "--forks", "2", "--timeout", "300")
     assert _wait_for_hosts(run_dir, 1) == {"node01"}
-    proc.send_signal(signal.SIGINT)
-    time.sleep(1)
-    proc.send_signal(signal.SIGINT)  # the first one was waiting for node02's grace; this ends it now
-    _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130, stderr
-    results = json.loads((run_dir / "results.json").read_text())
-    assert results["hosts"]["node01"]["verdict"] == "PASS"
-    [swept] = results["hosts"]["node02"]["findings"]
-    assert (swept["check"], swept["status"]) == ("host.swept", "ERROR")
-    assert swept["message"] == ("not swept: the run was interrupted (SIGINT) while this host was in flight; "
-                                "its outputs were not kept")
-    assert sorted(p.name for p in (run_dir / "raw").iterdir()) == ["node01"]
-    assert (run_dir / "report.html").is_file()
+    _interrupted_twice(proc, run_dir)
 
 
 def test_results_and_report_rebuild_after_sigkill(ssh_cluster_factory, tmp_path):
@@ -236,25 +248,12 @@ def test_sweep_sigterm_exits_143_writes_results_and_records_nothing(ssh_cluster_
 
 
 def test_sweep_second_ctrl_c_ends_the_grace_and_exits_130(ssh_cluster_factory, tmp_path):
-    cluster = ssh_cluster_factory(2)
-    cluster.add_tool("node02", "uname", {"-r": ("6.1.0\n", 0, 120)})  # in flight for two minutes
-    inv = cluster.write_inventory(tmp_path / "inv.yaml")
+    cluster, inv = _node02_in_flight(ssh_cluster_factory, tmp_path)
     history = tmp_path / "history"
     proc = _start_sweep(inv, cluster, history, "--forks", "2", "--timeout", "300")
     run_dir = _sweep_run_dir(history)
     assert _wait_for_hosts(run_dir, 1) == {"node01"}
-    proc.send_signal(signal.SIGINT)
-    time.sleep(1)
-    proc.send_signal(signal.SIGINT)  # the first one was waiting for node02's grace; this ends it now
-    _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130, stderr
+    stderr, results = _interrupted_twice(proc, run_dir)
     assert "interrupted (SIGINT): hosts not swept are marked ERROR (host.swept)" in stderr
-    results = json.loads((run_dir / "results.json").read_text())
     assert results["run"]["signal"] == "SIGINT"
-    assert results["hosts"]["node01"]["verdict"] == "PASS"
-    [swept] = results["hosts"]["node02"]["findings"]
-    assert (swept["check"], swept["status"]) == ("host.swept", "ERROR")
-    assert swept["message"] == ("not swept: the run was interrupted (SIGINT) while this host was in flight; "
-                                "its outputs were not kept")
-    assert sorted(p.name for p in (run_dir / "raw").iterdir()) == ["node01"]
-    assert (run_dir / "report.html").is_file() and _recorded_runs(history) == []
+    assert _recorded_runs(history) == []
