@@ -578,24 +578,19 @@ def _report_names() -> list[str]:
     return [spec.name for spec in reports.all_reporters()]
 
 
-def _render_error(render: Callable[[], Any]) -> str | None:
-    try:
-        render()
-    except Exception as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return None
-
-
 def _say_not_rendered(error: str) -> None:
     print(f"healthcheck: reports not rendered ({error}); results.json is complete", file=sys.stderr)
 
 
 def _render(run_dir: Path, results: RunResults | None = None, metrics_detail: bool = False) -> str | None:
     """Render the reports; a failure is reported, not raised (``healthcheck report`` can retry)."""
-    error = _render_error(lambda: render_reports(run_dir, results, metrics_detail))
-    if error is not None:
+    try:
+        render_reports(run_dir, results, metrics_detail)
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
         _say_not_rendered(error)
-    return error
+        return error
+    return None
 
 
 def _transport(opts: RunOptions, mode: str, hosts: Sequence[Host], run_dir: Path,
