@@ -3,17 +3,18 @@
     transport = SshTransport(ssh_config=load_ssh_config(None), accept_new_host_keys=False)
     collection = transport.collect(host, commands, deadline_s=300)
 
-The framed script goes to ``sh -s`` on stdin, so the per-run marker never appears in the node's
-process list; each command inside still reads /dev/null. Host keys are verified against the
-known_hosts files of the ssh_config (parsed once per sweep, ``knownhosts.py``): an unknown key is
-refused, a changed key is refused; with ``accept_new_host_keys`` an unknown key is appended to the
-first user known_hosts file (OpenSSH's ``StrictHostKeyChecking=accept-new``), a changed key is still
-refused. Keys are shown as SHA256 fingerprints, as OpenSSH shows them. ``ProxyCommand`` runs through
-``/bin/sh -c exec ...`` with the tokens quoted; ``ProxyJump`` hops share one connection per jump host
-(``sshjump.py``). A refused handshake (the sshd's ``MaxStartups``) is retried with backoff inside the
-host deadline. Keepalives (``ServerAliveInterval``/``ServerAliveCountMax``) end a host whose network
-path died. AES-GCM is offered first; once the exec is sent, the host's own transport coalesces its
-reads (``sshcoalesce.py``: one wake-up per burst of packets, a section handled up to 0.2 s later).
+The framed script goes to ``sh -s`` on stdin, so the per-run marker never appears in the node's process
+list; each command inside still reads /dev/null. Host keys are verified against the known_hosts files of
+the ssh_config (parsed once per sweep, ``knownhosts.py``): an unknown key is refused, a changed key is
+refused; with ``accept_new_host_keys`` an unknown key is appended to the first user known_hosts file
+(OpenSSH's ``StrictHostKeyChecking=accept-new``), a changed key is still refused. Keys are shown as
+SHA256 fingerprints, as OpenSSH shows them. ``ProxyCommand`` runs through ``/bin/sh -c exec ...`` with
+the tokens quoted; ``ProxyJump`` hops share one connection per jump host (``sshjump.py``), and no
+channel sends after its CLOSE (``sshchannel.py``: OpenSSH drops the whole connection, every host behind
+the bastion, when one does). A refused handshake (the sshd's ``MaxStartups``) is retried with backoff
+inside the host deadline. Keepalives (``ServerAliveInterval``/``ServerAliveCountMax``) end a host whose
+network path died. AES-GCM is offered first; once the exec is sent, the host's own transport coalesces
+its reads (``sshcoalesce.py``: one wake-up per burst of packets, a section handled up to 0.2 s later).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from healthcheck.defaults import DEFAULTS
 from healthcheck.model import CommandResult, Host, HostCollection
 from healthcheck.transport.knownhosts import KnownHostsIndex, fingerprint_sha256, known_hosts_name
 from healthcheck.transport.script import Command, build_script, new_marker
+from healthcheck.transport.sshchannel import OrderedChannel, close_through_instance
 from healthcheck.transport.sshcoalesce import CoalescingPacketizer, coalesce
 from healthcheck.transport.sshconfig import ConnectSpec, SshConfig, SshConfigError, resolve
 from healthcheck.transport.sshjump import Jump, JumpPool, backoff_delays
@@ -63,6 +65,7 @@ class AliveTransport(paramiko.Transport):
 
     Its thread wakes once a second when the socket is quiet, not ten times (paramiko's 0.1 s): 64
     connections idle for 30 s cost 2.86 CPU-s at 0.1 s and 1.93 at 1 s (bench/ssh_sweep.py --idle).
+    A peer's CLOSE reaches the channel's own ``_handle_close`` (``OrderedChannel``, ``sshchannel.py``).
     It reads through ``CoalescingPacketizer`` (``sshcoalesce.py``) and offers AES-GCM first."""
 
     _active_check_timeout = 1.0
@@ -71,6 +74,7 @@ class AliveTransport(paramiko.Transport):
         super().__init__(*args, packetizer_class=CoalescingPacketizer, **kwargs)
         self.get_security_options().ciphers = CIPHERS
         self.last_reply = 0.0
+        self._channel_handler_table = close_through_instance(self._channel_handler_table)
         for msg, handler in list(self._handler_table.items()):
             if handler in (self._parse_request_success, self._parse_request_failure):
                 self._handler_table[msg] = self._noting(handler)
@@ -122,7 +126,7 @@ class SshTransport:
                 client = self._handshake(spec, stack, started + deadline_s, 0)
                 marker = new_marker()
                 script = build_script(commands, marker, self.cap, self.kill_after_s)
-                channel = client.get_transport().open_session(timeout=self._timeout(spec))
+                channel = OrderedChannel.adopt(client.get_transport().open_session(timeout=self._timeout(spec)))
                 channel.exec_command("sh -s")
                 channel.sendall(script.encode())
                 channel.shutdown_write()
@@ -170,8 +174,8 @@ class SshTransport:
         if jump is None:
             return None
         try:
-            channel = jump.transport.open_channel("direct-tcpip", (spec.hostname, spec.port), ("127.0.0.1", 0),
-                                                  timeout=self._timeout(spec))
+            channel = OrderedChannel.adopt(jump.transport.open_channel(
+                "direct-tcpip", (spec.hostname, spec.port), ("127.0.0.1", 0), timeout=self._timeout(spec)))
         except Exception as exc:
             if not jump.transport.is_active():
                 raise JumpError(jump.spec, exc, "connection to the bastion was lost") from exc

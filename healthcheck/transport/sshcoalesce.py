@@ -22,12 +22,13 @@ The packetizer also keeps paramiko's handshake timeout as a deadline rather than
 
 from __future__ import annotations
 
+import contextlib
 import select
 import socket
 import time
 from collections.abc import Callable
 
-from paramiko import Channel
+from paramiko import Channel, SSHException
 from paramiko.packet import Packetizer
 
 READ_SIZE = 1 << 18  # one read takes up to this much; a full read means more is queued: no linger
@@ -68,7 +69,8 @@ class CoalescingReader:
         return self.sock.send(data)
 
     def close(self) -> None:
-        self.sock.close()
+        with contextlib.suppress(OSError, EOFError, SSHException):  # a jump channel's bastion connection is gone
+            self.sock.close()
 
 
 def _pending_check(sock: object) -> Callable[[], bool] | None:

@@ -82,7 +82,8 @@ def test_proxycommand_runs_through_a_shell_with_quoted_tokens(ssh_cluster_factor
 
 def test_bastion_at_default_maxstartups_loses_no_host(ssh_cluster_factory, tmp_path):
     """100 targets behind one bastion sshd left at MaxStartups 10:30:100, 64 forks: all reached, one
-    bastion connection."""
+    bastion connection, and never a message after a channel's CLOSE (before sshchannel.py, a loaded
+    run lost most hosts when the bastion dropped the connection over one)."""
     bastion_cluster = ssh_cluster_factory(1, names=["bastion"], first_octet=1, max_startups=None)
     targets = ssh_cluster_factory(100, names=[f"t{i:03d}" for i in range(100)], first_octet=10)
     bastion = bastion_cluster.hosts[0]
@@ -100,7 +101,10 @@ def test_bastion_at_default_maxstartups_loses_no_host(ssh_cluster_factory, tmp_p
                             timeout=600)
     lost = {n: _finding(results, n, "host.reachable")["message"] for n, h in results.get("hosts", {}).items()
             if h["verdict"] != "PASS"}
+    bastion_log = bastion.log.read_text(errors="replace")
+    assert "nonexistent channel" not in bastion_log, bastion_log[-2000:]  # a send after CLOSE (sshchannel.py)
     assert rc == 0 and not lost, (lost, out[-2000:])
+    assert "Traceback" not in out, out[-4000:]
     assert len(results["hosts"]) == 100
     assert bastion.connections() == 1 and bastion.sessions() == 0
     assert all(h.sessions() == 1 for h in targets.hosts)
