@@ -19,6 +19,7 @@ its reads (``sshcoalesce.py``: one wake-up per burst of packets, a section handl
 
 from __future__ import annotations
 
+import logging
 import shlex
 import time
 from collections.abc import Callable, Sequence
@@ -42,6 +43,10 @@ from healthcheck.transport.stream import ConnectionLost, host_failure, read_fram
 __all__ = ["HostKeyError", "SshTransport", "describe_ssh_error", "fingerprint_sha256"]
 
 MAX_JUMP_DEPTH = 8
+# paramiko logs what it also raises (a dropped banner, with its traceback) and Python's last-resort handler
+# printed it on the operator's terminal; the raised error becomes the host's finding. A logging setup
+# of the caller's own still receives paramiko's records (they propagate past this handler).
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
 class JumpError(Exception):
@@ -148,7 +153,8 @@ class SshTransport:
     def _handshake(self, spec: ConnectSpec, stack: ExitStack, deadline: float, depth: int,
                    via: Jump | None = None) -> paramiko.SSHClient:
         """An authenticated client for ``spec`` (through its ProxyCommand, its jump hosts or ``via``),
-        retried with backoff while the sshd drops handshakes and time remains before ``deadline``."""
+        retried with backoff while the sshd drops handshakes and time remains before ``deadline``. When
+        the shared jump connection died under the attempt, the next one goes through a renewed one."""
         jump = via or (self._jump_for(spec, stack, deadline, depth) if spec.jumps else None)
         delays = backoff_delays()
         for attempt in range(1, DEFAULTS.handshake_attempts + 1):
@@ -160,10 +166,13 @@ class SshTransport:
                     return client
                 except Exception as exc:
                     pause = next(delays)
-                    if not _retryable(exc) or attempt == DEFAULTS.handshake_attempts \
+                    jump_lost = jump is not None and via is None and not jump.transport.is_active()
+                    if not (jump_lost or _retryable(exc)) or attempt == DEFAULTS.handshake_attempts \
                             or time.monotonic() + pause + self._timeout(spec) > deadline:
                         raise
             time.sleep(pause)
+            if jump_lost:
+                jump = self.jumps.renew(jump)  # raises, naming the bastion, when it cannot be reached now
         raise AssertionError("unreachable")
 
     def _sock(self, spec: ConnectSpec, jump: Jump | None, stack: ExitStack) -> Any:

@@ -10,7 +10,9 @@ Without reuse every target opened its own connection to the bastion: against Ope
 ``MaxStartups 10:30:100`` a 64-fork sweep lost hosts to "Error reading SSH protocol banner". The pool
 keeps a connection while any target uses it and closes it with the last one. A failed connection is
 remembered for the hosts that waited on that very attempt, so a dead bastion costs one timeout, not one
-per target; a host arriving later tries again.
+per target; a host arriving later tries again. A connection that dies under hosts still handshaking
+(a bastion's sshd restarted, a network blip) is renewed for them (``renew``): one new connection, and
+only the hosts already running their script through the old one are lost.
 """
 
 from __future__ import annotations
@@ -61,6 +63,8 @@ class Jump:
     transport: Any                       # paramiko.Transport
     closer: Any                          # .close() ends it (and the hops it goes through)
     slots: threading.BoundedSemaphore
+    key: tuple = ()                      # the pool's key and connect arguments, for ``JumpPool.renew``
+    args: Any = None
 
     @contextmanager
     def handshake_slot(self) -> Iterator[None]:
@@ -93,11 +97,20 @@ class JumpPool:
             entry = self._entries.setdefault(key, _Entry())
             entry.users += 1
         try:
-            yield self._get(entry, args)
+            yield self._get(entry, key, args)
         finally:
             self._release(key, entry)
 
-    def _get(self, entry: _Entry, args: Any) -> Jump:
+    def renew(self, jump: Jump) -> Jump:
+        """The live connection of ``jump``'s chain for a host that still holds its lease: ``jump`` itself
+        while it lives, else the one another host reopened, else a new one (or the reason none opens)."""
+        with self._lock:
+            entry = self._entries.get(jump.key)
+        if entry is None:
+            raise RuntimeError("JumpPool.renew outside the lease of the jump it renews")
+        return self._get(entry, jump.key, jump.args)
+
+    def _get(self, entry: _Entry, key: tuple, args: Any) -> Jump:
         asked = time.monotonic()
         with entry.lock:
             if entry.jump is not None and entry.jump.transport.is_active():
@@ -113,7 +126,7 @@ class JumpPool:
                 entry.failure, entry.failed_at = exc, time.monotonic()
                 raise
             self.opened += 1
-            entry.jump = Jump(spec, transport, closer, threading.BoundedSemaphore(self._handshakes))
+            entry.jump = Jump(spec, transport, closer, threading.BoundedSemaphore(self._handshakes), key, args)
             entry.failure = None
             return entry.jump
 

@@ -110,6 +110,57 @@ def test_bastion_at_default_maxstartups_loses_no_host(ssh_cluster_factory, tmp_p
     assert all(h.sessions() == 1 for h in targets.hosts)
 
 
+def test_hosts_still_handshaking_when_the_bastion_connection_dies_go_through_a_new_one(ssh_cluster_factory,
+                                                                                    tmp_path):
+    """t1 is running its script and t2 is waiting for its sshd's banner (SIGSTOPped) when the bastion's
+    connection process is killed: t1 is lost with the reason, t2 goes through a renewed connection."""
+    bastion_cluster = ssh_cluster_factory(1, names=["bastion"], first_octet=1)
+    targets = ssh_cluster_factory(2, names=["t1", "t2"], first_octet=10)
+    bastion, (t1, t2) = bastion_cluster.hosts[0], targets.hosts
+    started, release = tmp_path / "t1-uname-started", tmp_path / "t1-release"
+    shim = t1.bindir / "uname"
+    shim.write_text(f"#!/bin/sh\ntouch {started}\ni=0\nwhile [ ! -e {release} ] && [ $i -lt 300 ]; do "
+                    f"sleep 0.1; i=$((i+1)); done\necho 6.1.0\n")
+    shim.chmod(0o755)
+    known = tmp_path / "known_hosts"
+    known.write_text(bastion_cluster.known_hosts.read_text() + targets.known_hosts.read_text())
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host bastion\n  HostName {bastion.address}\n  Port {bastion.port}\n"
+                      f"  IdentityFile {bastion_cluster.client_key}\n"
+                      + "".join(f"Host {h.name}\n  HostName {h.address}\n  Port {h.port}\n  ProxyJump bastion\n"
+                                for h in targets.hosts)
+                      + f"Host *\n  User {targets.user}\n  IdentityFile {targets.client_key}\n  IdentitiesOnly yes\n"
+                        f"  UserKnownHostsFile {known}\n")
+    os.kill(t2.proc.pid, signal.SIGSTOP)  # t2's sshd accepts nothing: its handshake waits for the banner
+    proc = subprocess.Popen([sys.executable, "-m", "healthcheck", "run", "--hosts", "t[1-2]", "-F", str(config),
+                             "--run-dir", str(tmp_path / "run"), "--probes", "system", "--profile", "h100-sxm5-8x",
+                             "--connect-timeout", "30", "--timeout", "120"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not started.exists():
+            time.sleep(0.1)
+        assert started.exists(), "t1's script never reached uname"
+        time.sleep(1.0)  # t2's channel through the bastion is open and its handshake waiting
+        for pid in _descendants(bastion.proc.pid):  # the bastion's per-connection sshd processes
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    finally:
+        os.kill(t2.proc.pid, signal.SIGCONT)
+        release.touch()
+    try:
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    results = expanded_document(tmp_path / "run")
+    assert results["hosts"]["t2"]["verdict"] == "PASS", (_finding(results, "t2", "host.reachable"), out[-2000:])
+    lost = _finding(results, "t1", "host.reachable")
+    assert lost["status"] == "ERROR" and "while running uname" in lost["message"], lost
+    assert "Traceback" not in out, out[-4000:]
+    assert bastion.connections() == 2 and t2.sessions() == 1
+
+
 def test_refusing_bastion_is_named(ssh_cluster_factory, tmp_path):
     cluster = ssh_cluster_factory(2)
     a, b = cluster.hosts

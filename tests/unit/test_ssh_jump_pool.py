@@ -106,3 +106,33 @@ def test_backoff_grows_to_the_cap_with_jitter():
     got = [next(delays) for _ in range(7)]
     for value, nominal in zip(got, [0.25, 0.5, 1, 2, 4, 4, 4], strict=True):
         assert 0.75 * nominal <= value <= 1.25 * nominal
+
+
+def test_renew_reopens_a_dead_connection_once_for_every_host_holding_it():
+    log: list[str] = []
+    pool = JumpPool(lambda args: (Closer(log, args), FakeTransport(), args), handshakes=2)
+    with pool.lease(("b",), "b") as first, pool.lease(("b",), "b") as second:
+        assert pool.renew(first) is first  # alive: nothing reopened
+        first.transport.active = False
+        renewed = pool.renew(first)
+        assert renewed is not first and renewed.transport.is_active() and pool.opened == 2
+        assert pool.renew(second) is renewed  # the other host gets the one already reopened
+        assert log == ["closed b"]  # the dead one was closed, once
+    assert log == ["closed b", "closed b"] and pool.opened == 2
+
+
+def test_renew_raises_why_the_bastion_cannot_be_reached_now():
+    state = {"up": True}
+
+    def connect(args):
+        if not state["up"]:
+            raise ConnectionRefusedError("bastion down")
+        return Closer([], args), FakeTransport(), args
+
+    pool = JumpPool(connect, handshakes=2)
+    with pool.lease(("b",), "b") as jump:
+        jump.transport.active, state["up"] = False, False
+        with pytest.raises(ConnectionRefusedError, match="bastion down"):
+            pool.renew(jump)
+    with pytest.raises(RuntimeError, match="outside the lease"):
+        pool.renew(jump)
