@@ -80,6 +80,21 @@ def test_proxycommand_runs_through_a_shell_with_quoted_tokens(ssh_cluster_factor
     assert (a.connections(), a.sessions()) == (1, 0)  # the ProxyCommand's ssh -W went through node01
 
 
+def _behind_bastion(tmp_path: Path, bastion_cluster, targets) -> Path:
+    """An ssh_config putting every target behind the one host of ``bastion_cluster`` (ProxyJump)."""
+    bastion = bastion_cluster.hosts[0]
+    known = tmp_path / "known_hosts"
+    known.write_text(bastion_cluster.known_hosts.read_text() + targets.known_hosts.read_text())
+    lines = [f"Host bastion\n  HostName {bastion.address}\n  Port {bastion.port}\n"
+             f"  IdentityFile {bastion_cluster.client_key}\n"]
+    lines += [f"Host {h.name}\n  HostName {h.address}\n  Port {h.port}\n  ProxyJump bastion\n" for h in targets.hosts]
+    lines.append(f"Host *\n  User {targets.user}\n  IdentityFile {targets.client_key}\n  IdentitiesOnly yes\n"
+                 f"  UserKnownHostsFile {known}\n")
+    config = tmp_path / "ssh_config"
+    config.write_text("".join(lines))
+    return config
+
+
 def test_bastion_at_default_maxstartups_loses_no_host(ssh_cluster_factory, tmp_path):
     """100 targets behind one bastion sshd left at MaxStartups 10:30:100, 64 forks: all reached, one
     bastion connection, and never a message after a channel's CLOSE (before sshchannel.py, a loaded
@@ -88,15 +103,7 @@ def test_bastion_at_default_maxstartups_loses_no_host(ssh_cluster_factory, tmp_p
     targets = ssh_cluster_factory(100, names=[f"t{i:03d}" for i in range(100)], first_octet=10)
     bastion = bastion_cluster.hosts[0]
     assert "MaxStartups" not in (bastion.root / "sshd_config").read_text()
-    known = tmp_path / "known_hosts"
-    known.write_text(bastion_cluster.known_hosts.read_text() + targets.known_hosts.read_text())
-    config = tmp_path / "ssh_config"
-    lines = [f"Host bastion\n  HostName {bastion.address}\n  Port {bastion.port}\n"
-             f"  IdentityFile {bastion_cluster.client_key}\n"]
-    lines += [f"Host {h.name}\n  HostName {h.address}\n  Port {h.port}\n  ProxyJump bastion\n" for h in targets.hosts]
-    lines.append(f"Host *\n  User {targets.user}\n  IdentityFile {targets.client_key}\n  IdentitiesOnly yes\n"
-                 f"  UserKnownHostsFile {known}\n")
-    config.write_text("".join(lines))
+    config = _behind_bastion(tmp_path, bastion_cluster, targets)
     rc, results, out = _run(["--hosts", "t[000-099]", "-F", str(config), "--forks", "64"], tmp_path / "run",
                             timeout=600)
     lost = {n: _finding(results, n, "host.reachable")["message"] for n, h in results.get("hosts", {}).items()
@@ -122,15 +129,7 @@ def test_hosts_still_handshaking_when_the_bastion_connection_dies_go_through_a_n
     shim.write_text(f"#!/bin/sh\ntouch {started}\ni=0\nwhile [ ! -e {release} ] && [ $i -lt 300 ]; do "
                     f"sleep 0.1; i=$((i+1)); done\necho 6.1.0\n")
     shim.chmod(0o755)
-    known = tmp_path / "known_hosts"
-    known.write_text(bastion_cluster.known_hosts.read_text() + targets.known_hosts.read_text())
-    config = tmp_path / "ssh_config"
-    config.write_text(f"Host bastion\n  HostName {bastion.address}\n  Port {bastion.port}\n"
-                      f"  IdentityFile {bastion_cluster.client_key}\n"
-                      + "".join(f"Host {h.name}\n  HostName {h.address}\n  Port {h.port}\n  ProxyJump bastion\n"
-                                for h in targets.hosts)
-                      + f"Host *\n  User {targets.user}\n  IdentityFile {targets.client_key}\n  IdentitiesOnly yes\n"
-                        f"  UserKnownHostsFile {known}\n")
+    config = _behind_bastion(tmp_path, bastion_cluster, targets)
     os.kill(t2.proc.pid, signal.SIGSTOP)  # t2's sshd accepts nothing: its handshake waits for the banner
     proc = subprocess.Popen([sys.executable, "-m", "healthcheck", "run", "--hosts", "t[1-2]", "-F", str(config),
                              "--run-dir", str(tmp_path / "run"), "--probes", "system", "--profile", "h100-sxm5-8x",
