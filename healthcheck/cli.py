@@ -176,7 +176,7 @@ def report(run_dir: Path, metrics_detail: bool) -> None:
         if note is not None:
             click.echo(f"healthcheck: {note}; results.json written", err=True)
             write_results(run_dir, results)
-        written = render_reports(run_dir, metrics_detail=metrics_detail)
+        written = render_reports(run_dir, results, metrics_detail=metrics_detail)  # loaded once, not twice
     except (OSError, ValueError) as exc:
         click.echo(f"healthcheck: {exc}", err=True)
         sys.exit(ExitCode.USAGE)

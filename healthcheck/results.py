@@ -185,11 +185,13 @@ class HostResult:
 
 @dataclass
 class RunResults:
-    """``extra`` keeps top-level keys added after the run (``changes``, ``trends`` from history)."""
+    """``extra`` keeps top-level keys added after the run (``changes``, ``trends`` from history);
+    ``schema`` is the one the results were read in (written always in ``SCHEMA``)."""
 
     run: dict[str, Any]
     hosts: dict[str, HostResult]
     extra: dict[str, Any] = field(default_factory=dict)
+    schema: str = SCHEMA
 
     @property
     def verdict(self) -> Status:
@@ -227,7 +229,7 @@ class RunResults:
         extra = {k: v for k, v in obj.items() if k not in ("schema", "run", "summary", "hosts", "files")}
         return cls(run=dict(obj.get("run") or {}),
                    hosts={n: HostResult.from_json(n, h) for n, h in (obj.get("hosts") or {}).items()},
-                   extra=extra)
+                   extra=extra, schema=obj["schema"])
 
 
 def run_verdict(verdicts: Iterable[Status]) -> Status:

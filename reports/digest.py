@@ -230,9 +230,11 @@ def load_digest(run_dir: Path) -> RunDigest:
 
 
 def digest_of(run_dir: Path, results: RunResults) -> RunDigest:
-    """The digest of results held in memory (the run that just finished): nothing re-read but the manifest."""
+    """The digest of results held in memory (the run that just finished, or a run ``healthcheck report``
+    loaded once): nothing re-read but the manifest."""
     run_dir = Path(run_dir)
-    return RunDigest(run_dir=run_dir, results=results, document={**results.extra, "run": results.run},
+    return RunDigest(run_dir=run_dir, results=results,
+                     document={**results.extra, "schema": results.schema, "run": results.run},
                      manifest=_read_json(run_dir / "manifest.json"))
 
 

@@ -108,11 +108,34 @@ def test_version_1_run_directory_reports_summarises_and_replays(old: Path, tmp_p
     assert rendered.exit_code == 0, rendered.output
     assert 'healthcheck_host_verdict{host="h100-node03",verdict="FAIL"} 1.0' in (old / "metrics.prom").read_text()
     assert "gpu.row_remap.pending" in (old / "report.html").read_text()
+    assert "results schema healthcheck.results/1 ·" in (old / "report.html").read_text()  # as read, not as rewritten
     replayed = cli.invoke(main, ["run", "--replay", str(old), "--probes", ",".join(PROBES),
                                  "--run-dir", str(tmp_path / "again")])
     assert replayed.exit_code == 1, replayed.output
     before = RunResults.from_json(json.loads(V1.read_text()))
     assert sorted(map(graded, load_results(tmp_path / "again").findings())) == sorted(map(graded, before.findings()))
+
+
+def test_report_command_reads_the_run_once_and_writes_what_a_fresh_load_writes(fresh: Path, tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """``healthcheck report`` hands the results it loaded to the reports (results.json and the table were read
+    twice: ~40% of its time); the files equal those rendered from the directory by ``reports.write_all``."""
+    from healthcheck import findings_table, reports
+
+    assert "results schema healthcheck.results/2 ·" in (fresh / "report.html").read_text()  # the run's own page
+    reference, again = tmp_path / "reference", tmp_path / "again"
+    shutil.copytree(fresh, reference)
+    shutil.copytree(fresh, again)
+    reports.write_all(reference)
+    tables_read = []
+    real_read_table = findings_table.read_table
+    monkeypatch.setattr("healthcheck.results.read_table",
+                        lambda run_dir: tables_read.append(run_dir) or real_read_table(run_dir))
+    rendered = CliRunner().invoke(main, ["report", str(again)])
+    assert rendered.exit_code == 0, rendered.output
+    assert tables_read == [again]
+    for name in ("report.html", "junit.xml", "metrics.prom", "summary.md"):
+        assert (again / name).read_bytes() == (reference / name).read_bytes(), name
 
 
 def test_damaged_table_leaves_the_stated_verdicts_and_problems(fresh: Path, tmp_path: Path) -> None:
