@@ -10,7 +10,7 @@ to nonexistent channel"). Through a shared bastion that is every host in flight:
 sweep behind one bastion lost 67 of them at once (tests/integration/test_ssh_sites.py).
 
 An adopted channel holds one gate from building a message until the transport has written it, for
-data, window adjusts and both ways of closing, so nothing of it follows its CLOSE on the wire. The
+data, window adjusts, EOF and both ways of closing, so nothing of it follows its CLOSE on the wire. The
 peer's CLOSE reaches ``_handle_close`` through the instance only where the transport dispatches
 channel messages that way (``AliveTransport`` does). What a gate holder may wait for, and so how long
 a close may wait: the send window (at most the channel's timeout) or a key exchange (paramiko's
@@ -61,6 +61,10 @@ class OrderedChannel(Channel):
                 m.add_int(ack)
                 self.transport._send_user_message(m)
         return out
+
+    def shutdown(self, how: int) -> None:
+        with self._gate:  # its EOF, built under the lock and sent after, like data
+            super().shutdown(how)
 
     def close(self) -> None:
         with self._gate:
