@@ -4,7 +4,7 @@
     pool = JumpPool(connect=open_hop, handshakes=8)
     with pool.lease(chain_key, connect_args) as jump:   # one connection per chain, opened once
         with jump.handshake_slot():                     # at most 8 target handshakes through it at once
-            channel = jump.transport.open_channel("direct-tcpip", (hostname, port), ("127.0.0.1", 0))
+            channel = OrderedChannel.adopt(jump.transport.open_channel("direct-tcpip", (host, port), ...))
 
 Without reuse every target opened its own connection to the bastion: against OpenSSH's default
 ``MaxStartups 10:30:100`` a 64-fork sweep lost hosts to "Error reading SSH protocol banner". The pool
