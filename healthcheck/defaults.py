@@ -17,6 +17,8 @@ class Defaults:
     server_alive_count_max: int = 3      # unanswered keepalives before the connection counts as lost
     ssh_read_linger_s: float = 0.2       # paramiko client, session output: after a short read, wait this
                                          # long for the rest of the burst (one wake-up, not one per packet)
+    session_start_s: float = 60.0        # sshd answering the exec request: PAM and logind (pam_systemd waits
+                                         # 25 s for logind), an automounted home; past it the node is hung
     jump_handshakes: int = 8             # target handshakes in flight through one jump host
     handshake_attempts: int = 6          # tries of a handshake the sshd dropped (MaxStartups), with backoff
     command_timeout_s: float = 60.0      # per command, enforced on the node with `timeout`

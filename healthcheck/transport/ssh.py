@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import shlex
+import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack, nullcontext
@@ -113,8 +114,10 @@ class SshTransport:
     def __init__(self, ssh_config: SshConfig, accept_new_host_keys: bool = False,
                  connect_timeout_s: float = DEFAULTS.connect_timeout_s,
                  cap: int = DEFAULTS.output_cap_bytes, kill_after_s: float = DEFAULTS.kill_after_s,
-                 jump_handshakes: int = DEFAULTS.jump_handshakes):
+                 jump_handshakes: int = DEFAULTS.jump_handshakes,
+                 session_start_s: float = DEFAULTS.session_start_s):
         self.ssh_config = ssh_config
+        self.session_start_s = session_start_s
         self.accept_new = accept_new_host_keys
         self.connect_timeout_s = connect_timeout_s
         self.cap = cap
@@ -132,7 +135,8 @@ class SshTransport:
                 marker = new_marker()
                 script = build_script(commands, marker, self.cap, self.kill_after_s)
                 channel = OrderedChannel.adopt(client.get_transport().open_session(timeout=self._timeout(spec)))
-                channel.exec_command("sh -s")
+                exec_within(channel, "sh -s", min(self.session_start_s, started + deadline_s - time.monotonic()),
+                            spec)
                 channel.sendall(script.encode())
                 channel.shutdown_write()
                 coalesce(channel.get_transport(), DEFAULTS.ssh_read_linger_s)  # only the output is left to read
@@ -239,10 +243,43 @@ class SshTransport:
             raise JumpError(chain[-1], exc) from exc
 
 
+class SessionStartHung(Exception):
+    """The sshd authenticated us but did not answer the exec request in time."""
+
+
+def exec_within(channel: paramiko.Channel, command: str, timeout_s: float, spec: ConnectSpec) -> None:
+    """``channel.exec_command`` with its wait for the sshd's answer bounded: paramiko waits forever, and a node
+    whose session start hangs after authentication (PAM, logind, an automounted home on a dead file server, a
+    frozen sshd) would hold its host, and so the sweep, with no deadline running yet. Past ``timeout_s`` the
+    channel is closed and ``SessionStartHung`` names the node."""
+    timeout_s = max(0.0, timeout_s)
+    fired = threading.Event()
+
+    def give_up() -> None:
+        fired.set()
+        channel.close()  # wakes exec_command: its channel closed
+
+    timer = threading.Timer(timeout_s, give_up)
+    timer.daemon = True
+    timer.start()
+    try:
+        channel.exec_command(command)
+    except Exception:
+        if not fired.is_set():
+            raise  # refused or closed by the sshd or the network: the usual description
+    finally:
+        timer.cancel()
+        timer.join()
+    if fired.is_set():
+        raise SessionStartHung(f"sshd on {spec.user}@{spec.hostname}:{spec.port} authenticated us but did not "
+                               f"answer the exec request within {timeout_s:g}s: the node's session start hung "
+                               "(PAM, logind, a home directory on an unresponsive file server?)")
+
+
 def _describe(exc: BaseException, spec: ConnectSpec | None, host: Host) -> str:
     if isinstance(exc, SshConfigError):
         return f"ssh_config: {exc}"
-    if isinstance(exc, JumpError):
+    if isinstance(exc, JumpError | SessionStartHung):
         return str(exc)
     if spec is None:
         return f"ssh to {host.name} failed: {type(exc).__name__}: {exc}"
