@@ -121,6 +121,9 @@ def _reach_remedy(error: str) -> str:
                 "known_hosts; --accept-new-host-keys only trusts keys never seen before")
     if "authentication" in lowered:
         return "Check the user and IdentityFile for this host (inventory user, ssh_config)"
+    if "session start hung" in lowered:
+        return ("sshd authenticated but the session never started: on the console or BMC check what runs at "
+                "login (PAM modules, systemd-logind: journalctl -u systemd-logind, the home directory's mount)")
     if "silent" in lowered:
         return ("The node stopped sending while the named command ran: check it on the console or BMC; a "
                 "process in D state (hung GPU driver, dead NFS mount) or a frozen node is the usual cause")

@@ -15,7 +15,8 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from healthcheck.model import Host
+from healthcheck.model import Host, Status
+from healthcheck.stages import reachability_finding
 from healthcheck.transport.script import Command
 from healthcheck.transport.ssh import SshTransport
 from healthcheck.transport.sshconfig import load_ssh_config
@@ -93,3 +94,5 @@ def test_an_unanswered_exec_request_ends_the_host_at_session_start(stalling_node
                                           "the node's session start hung (PAM, logind, a home directory on an "
                                           "unresponsive file server?)")
     assert collection.results["hostname"].transport_error == collection.transport_error
+    finding = reachability_finding(Host(name="stalled"), collection, "ssh")
+    assert finding.status is Status.ERROR and finding.remedy.startswith("sshd authenticated but the session never")
