@@ -253,7 +253,7 @@ def load_results(run_dir: Path, observations: bool = False) -> RunResults:
     ``observations=True`` also reads every host's full observations from the observation store."""
     run_dir = Path(run_dir)
     with gc_paused():
-        results = RunResults.from_json(json.loads((run_dir / "results.json").read_text()))
+        results = RunResults.from_json(json.loads((run_dir / "results.json").read_text(encoding="utf-8")))
         complete_results(run_dir, results, observations)
     return results
 

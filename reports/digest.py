@@ -24,10 +24,9 @@ from ClusterShell.NodeSet import NodeSet
 from ClusterShell.RangeSet import RangeSet
 from healthcheck.reports.findings_index import BAD, FindingIndex, HostTally, index_findings
 
-from healthcheck.gcpause import gc_paused
 from healthcheck.model import Finding, Status
 from healthcheck.observation_store import read_observations
-from healthcheck.results import HostResult, RunResults, complete_results, run_verdict
+from healthcheck.results import HostResult, RunResults, load_results, run_verdict
 from healthcheck.rundir import RunDirError, raw_dir
 
 EXCERPT_BYTES = 4096
@@ -118,7 +117,7 @@ class RunDigest:
 
     run_dir: Path
     results: RunResults
-    document: Mapping[str, Any] = field(default_factory=dict)  # results.json as loaded (extra keys)
+    document: Mapping[str, Any] = field(default_factory=dict)  # results.json's schema, run and extra keys
     manifest: Mapping[str, Any] = field(default_factory=dict)
     options: Mapping[str, Any] = field(default_factory=dict)  # report options (``metrics_detail``)
     _memo: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -220,13 +219,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 def load_digest(run_dir: Path) -> RunDigest:
     """Read ``results.json`` (required), its findings table and ``manifest.json`` (optional) from ``run_dir``."""
-    run_dir = Path(run_dir)
-    with gc_paused():  # millions of acyclic objects: the collector would only walk them
-        document = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
-        results = RunResults.from_json(document)
-        complete_results(run_dir, results)
-    return RunDigest(run_dir=run_dir, results=results, document=document,
-                     manifest=_read_json(run_dir / "manifest.json"))
+    return digest_of(run_dir, load_results(Path(run_dir)))
 
 
 def digest_of(run_dir: Path, results: RunResults) -> RunDigest:
