@@ -69,7 +69,7 @@ def stalling_node(tmp_path: Path):
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    yield tmp_path / "ssh_config", asked
+    yield tmp_path / "ssh_config", port, asked
     release.set()
     listener.close()
     thread.join(10)
@@ -78,7 +78,7 @@ def stalling_node(tmp_path: Path):
 
 
 def test_an_unanswered_exec_request_ends_the_host_at_session_start(stalling_node):
-    config, asked = stalling_node
+    config, port, asked = stalling_node
     transport = SshTransport(load_ssh_config(config), session_start_s=1.5)
     collected = []
     worker = threading.Thread(target=lambda: collected.append(
@@ -89,10 +89,9 @@ def test_an_unanswered_exec_request_ends_the_host_at_session_start(stalling_node
     assert not worker.is_alive(), "collect() still waiting on the exec request"
     assert asked.is_set()  # authentication and the session open went through: it was the exec that stalled
     collection = collected[0]
-    assert collection.transport_error == ("sshd on ops@127.0.0.1:" + config.read_text().split("Port ")[1].split()[0]
-                                          + " authenticated us but did not answer the exec request within 1.5s: "
-                                          "the node's session start hung (PAM, logind, a home directory on an "
-                                          "unresponsive file server?)")
+    assert collection.transport_error == (f"sshd on ops@127.0.0.1:{port} authenticated us but did not answer the "
+                                          "exec request within 1.5s: the node's session start hung (PAM, logind, "
+                                          "a home directory on an unresponsive file server?)")
     assert collection.results["hostname"].transport_error == collection.transport_error
     finding = reachability_finding(Host(name="stalled"), collection, "ssh")
     assert finding.status is Status.ERROR and finding.remedy.startswith("sshd authenticated but the session never")
