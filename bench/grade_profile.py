@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from sweep_replay import build_bundle  # noqa: E402
 
-from healthcheck import gradepool, pipeline, spec, stages  # noqa: E402
+from healthcheck import gradepool, pipeline, spec  # noqa: E402
 from healthcheck.results import load_results  # noqa: E402
 
 SPENT: collections.Counter[str] = collections.Counter()
@@ -58,8 +58,7 @@ def instrument(clear_memos: str | None = None) -> None:
     parse, evaluate = spec.ProbeSpec.parse, spec.ProbeSpec.evaluate
     spec.ProbeSpec.parse = lambda self, outputs: timed(f"parse    {self.name}", parse)(self, outputs)
     spec.ProbeSpec.evaluate = lambda self, obs, ctx: timed(f"evaluate {self.name}", evaluate)(self, obs, ctx)
-    to_jsonable = stages.to_jsonable
-    stages.to_jsonable = timed("json     observations (to_jsonable)", to_jsonable)
+    gradepool.plain = timed("json     key observations (jsoncodec.plain)", gradepool.plain)
     for name in ("read_bundle_host", "encode_observations", "encode_findings", "key_observations"):
         setattr(gradepool, name, timed(f"host     {name}", getattr(gradepool, name)))
     gradepool.grade_one = timed("total    grade_one (all of the above)", gradepool.grade_one)

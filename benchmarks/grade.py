@@ -31,9 +31,9 @@ from healthcheck.benchmarks.launch import TIMEOUT_EXIT_CODES, merge_launcher_set
 from healthcheck.benchmarks.plan import Job
 
 from healthcheck import benchmarks
+from healthcheck.jsoncodec import to_jsonable
 from healthcheck.model import Finding, Host, Status, worst
 from healthcheck.profiles import EMPTY_PROFILE, Profile
-from healthcheck.results import to_jsonable
 from healthcheck.spec import ParseError
 
 

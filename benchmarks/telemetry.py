@@ -42,9 +42,9 @@ from healthcheck.probes.dcgm_fields_eval import (
 )
 from healthcheck.probes.dmon_parse import FieldSample, FieldTable, parse_field_samples
 
+from healthcheck.jsoncodec import to_jsonable
 from healthcheck.model import CommandResult, Finding, Host, Status
 from healthcheck.profiles import Profile
-from healthcheck.results import to_jsonable
 from healthcheck.spec import ParseError
 
 TELEMETRY_DIR = Path("raw") / "_telemetry"

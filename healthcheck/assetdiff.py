@@ -175,8 +175,8 @@ def reset_swapped(previous: Mapping[str, Any], current_assets: Mapping[str, Any]
 
 def current_assets(results: Mapping[str, Any]) -> dict[str, Any] | None:
     """The ``assets`` observation (JSON form) parsed from one host's raw outputs, None when unreadable."""
+    from healthcheck.jsoncodec import to_jsonable
     from healthcheck.probes.assets import parse_assets
-    from healthcheck.results import to_jsonable
 
     try:
         return to_jsonable(parse_assets(results))

@@ -33,6 +33,7 @@ from healthcheck.assetdiff import current_assets, reset_swapped
 from healthcheck.bundle import read_bundle_host
 from healthcheck.defaults import DEFAULTS
 from healthcheck.hostvars import host_profile
+from healthcheck.jsoncodec import plain
 from healthcheck.model import Finding, Host, HostCollection, Status
 from healthcheck.observation_store import encode_observations, key_observations
 from healthcheck.profiles import EMPTY_PROFILE, Profile
@@ -136,7 +137,7 @@ def grade_one(job: GradeJob, host: Host) -> Graded:
             collection = HostCollection(host=host.name, results={},
                                         transport_error=f"host {host.name} is not in bundle {job.raw.parent}")
         findings, observations = grade_collection(job, host, collection, "replay")
-        return Graded(host.name, findings, key_observations(observations),
+        return Graded(host.name, findings, plain(key_observations(observations)),
                       encode_observations(host.name, observations), encode_findings(findings))
     except Exception as exc:
         return _crashed(host, f"{type(exc).__name__}: {exc}")

@@ -38,6 +38,7 @@ from healthcheck.grading import apply_observe
 from healthcheck.hostvars import host_profile, plan_key
 from healthcheck.interrupt import InterruptGuard
 from healthcheck.inventory import Inventory, check_host_names, expand_hostlist, load_inventory
+from healthcheck.jsoncodec import plain, to_jsonable
 from healthcheck.model import Finding, Host, HostCollection, Status
 from healthcheck.nodetools import bounded, hang_finding
 from healthcheck.observation_store import (
@@ -54,7 +55,6 @@ from healthcheck.results import (
     RunResults,
     load_results,
     store_observations,
-    to_jsonable,
     write_results,
 )
 from healthcheck.rundir import (
@@ -376,7 +376,7 @@ def _sweep(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host], pr
             log.append(findings)
         except OSError as exc:
             runner.stop(f"{run_dir / 'findings.jsonl'} cannot be written: {exc.strerror or exc}")
-        return HostResult(name=host.name, findings=findings, observations=key_observations(observations),
+        return HostResult(name=host.name, findings=findings, observations=plain(key_observations(observations)),
                           observations_at=store.append(encode_observations(host.name, observations)),
                           profile=host.profile, group=host.group, address=host.address)
 

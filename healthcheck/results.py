@@ -21,10 +21,9 @@ version 1 documents (every finding and observation inline) as well.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from itertools import chain
@@ -34,7 +33,8 @@ from typing import Any
 
 from healthcheck.findings_table import TableError, read_table, write_table
 from healthcheck.gcpause import gc_paused
-from healthcheck.model import Finding, Status, host_verdict, json_safe, worst
+from healthcheck.jsoncodec import dumps
+from healthcheck.model import Finding, Status, host_verdict, worst
 from healthcheck.observation_store import (
     STORE,
     ObservationStore,
@@ -50,79 +50,6 @@ FILES = {"findings": "findings.table.json.gz", "observations": STORE}
 _STATUS = attrgetter("status")
 _PASS = Status.PASS  # every other status is kept inline in results.json (an identity test per finding)
 
-
-_PLAIN = (str, int, float, bool, type(None))
-_AS_IS = frozenset({str, int, bool, type(None)})  # exact types returned unchanged, without a call
-_MAX_TYPES = 4096  # converters cached per type; a program defines far fewer (bounded all the same)
-_CONVERTERS: dict[type, Callable[[Any], Any]] = {}
-
-
-def to_jsonable(obj: Any) -> Any:
-    """Observations (dataclasses, tuples, enums) as plain JSON values.
-
-    Dispatch is by exact type, through a converter chosen once per type (``_converter``): a host's
-    observations hold ~5,000 values, and testing each one against the chain of cases cost ~4 ms."""
-    cls = type(obj)
-    if cls in _AS_IS:
-        return obj
-    return (_CONVERTERS.get(cls) or _converter(cls))(obj)
-
-
-def _converter(cls: type) -> Callable[[Any], Any]:
-    """How values of type ``cls`` become JSON; the cases are tested in this order (subclasses included)."""
-    convert: Callable[[Any], Any]
-    if issubclass(cls, float):
-        convert = json_safe  # NaN/inf from a node: a string, never a bare NaN in results.json
-    elif issubclass(cls, _PLAIN) and cls is not Status:
-        convert = _same
-    elif issubclass(cls, list | tuple | set | frozenset):
-        convert = _sequence
-    elif issubclass(cls, Mapping):
-        convert = _mapping
-    elif not issubclass(cls, type) and dataclasses.is_dataclass(cls):
-        convert = _fields(tuple(f.name for f in dataclasses.fields(cls)))
-    elif cls is Status:
-        convert = _status
-    elif issubclass(cls, bytes):
-        convert = _bytes
-    else:
-        convert = str
-    if len(_CONVERTERS) < _MAX_TYPES:
-        _CONVERTERS[cls] = convert
-    return convert
-
-
-def _same(obj: Any) -> Any:
-    return obj
-
-
-def _status(obj: Status) -> str:
-    return obj.value
-
-
-def _bytes(obj: bytes) -> str:
-    return obj.decode("utf-8", errors="replace")
-
-
-def _sequence(obj: Any) -> list[Any]:
-    return [v if type(v) in _AS_IS else to_jsonable(v) for v in obj]
-
-
-def _mapping(obj: Mapping[Any, Any]) -> dict[str, Any]:
-    return {k if type(k) is str else str(k): v if type(v) in _AS_IS else to_jsonable(v)
-            for k, v in obj.items()}
-
-
-def _fields(names: tuple[str, ...]) -> Callable[[Any], dict[str, Any]]:
-    """A dataclass's fields as a dict, read with one ``attrgetter`` call."""
-    if not names:
-        return lambda obj: {}
-    if len(names) == 1:
-        name = names[0]
-        return lambda obj: {name: to_jsonable(getattr(obj, name))}
-    values = attrgetter(*names)
-    return lambda obj: dict(zip(names, [v if type(v) in _AS_IS else to_jsonable(v) for v in values(obj)],
-                                       strict=True))
 
 
 @dataclass
@@ -304,14 +231,8 @@ def write_results(run_dir: Path, results: RunResults) -> Path:
     write_table(run_dir, results.findings())
     path = Path(run_dir) / "results.json"
     tmp = path.with_suffix(".json.tmp")
-    # Compact separators keep the C encoder (indent= falls back to pure Python: minutes at 1000 hosts).
     try:
-        doc = results.to_json()
-        try:
-            text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
-        except ValueError:  # a NaN that came in another way (an extension's observations): made safe here
-            text = json.dumps(json_safe(doc), separators=(",", ":"), allow_nan=False)
-        tmp.write_text(text + "\n")
+        tmp.write_bytes(dumps(results.to_json()) + b"\n")  # compact, UTF-8; a NaN from elsewhere: null (jsoncodec)
         tmp.replace(path)
     except OSError:
         tmp.unlink(missing_ok=True)  # disk full: no half-written file left behind

@@ -18,12 +18,12 @@ import json
 import os
 import shutil
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import datetime, timezone
-from json.encoder import c_make_encoder, encode_basestring_ascii
 from pathlib import Path
 from typing import Any
 
+from healthcheck.jsoncodec import json_lines
 from healthcheck.model import Finding, HostCollection
 
 HOST_META = "_host.json"
@@ -237,23 +237,9 @@ def host_names(path: Path) -> list[str]:
     return names
 
 
-def _line_encoder() -> Callable[[Any], str]:
-    """``json.dumps(obj, sort_keys=True)``, byte for byte, from one C encoder built once: ``JSONEncoder.encode``
-    builds a new one per call, which cost a third of encoding a host's ~110 findings. A finding's fields
-    are scalars (no containers to mark against cycles)."""
-    plain = json.JSONEncoder(sort_keys=True)
-    if c_make_encoder is None:  # pragma: no cover - CPython always has it
-        return plain.encode
-    encode = c_make_encoder(None, plain.default, encode_basestring_ascii, None, ": ", ", ", True, False, True)
-    return lambda obj: "".join(encode(obj, 0))
-
-
-_LINE = _line_encoder()
-
-
 def encode_findings(findings: Iterable[Finding]) -> bytes:
     """``findings.jsonl`` lines for ``findings`` (pure: grading workers call it in parallel)."""
-    return "".join([_LINE(f.to_json()) + "\n" for f in findings]).encode()
+    return json_lines([f.to_json() for f in findings])
 
 
 class FindingsLog:
@@ -281,7 +267,7 @@ class FindingsLog:
         if not self.path.is_file():
             return []
         out = []
-        for line in self.path.read_text().splitlines():
+        for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
                 out.append(Finding.from_json(json.loads(line)))
             except (ValueError, KeyError):

@@ -17,7 +17,6 @@ from healthcheck.grading import apply_known_issues, apply_observe
 from healthcheck.model import CommandResult, Finding, Host, HostCollection, Status
 from healthcheck.nodetools import TOOL_HANG, command_tools, tool_hang_findings
 from healthcheck.profiles import Profile
-from healthcheck.results import to_jsonable
 from healthcheck.spec import EvalContext, ParseError, Probe
 
 MISSING_TOOL_RC = 127
@@ -148,7 +147,8 @@ def grade_host(host: Host, collection: HostCollection, probes: Sequence[Probe], 
                transport: str, previous: Mapping[str, Any] | None = None,
                options: Mapping[str, Any] | None = None,
                preparsed: Mapping[str, Any] | None = None) -> tuple[list[Finding], dict[str, Any]]:
-    """All findings and JSON observations of one host."""
+    """All findings and observations of one host: each probe's parsed records (dataclasses), which
+    ``observation_store`` writes as JSON (``encode_observations``, ``key_observations``)."""
     opts = dict(options or {})
     findings = [reachability_finding(host, collection, transport),
                 *tool_hang_findings(host.name, collection.results, command_tools(probes))]
@@ -162,6 +162,6 @@ def grade_host(host: Host, collection: HostCollection, probes: Sequence[Probe], 
                                         (preparsed or {}).get(probe.name))
         findings.extend(probe_findings)
         if obs is not None:
-            observations[probe.name] = to_jsonable(obs)
+            observations[probe.name] = obs
     today = now.date() if isinstance(now, datetime) else date.today()
     return apply_observe(apply_known_issues(findings, profile, today), profile), observations

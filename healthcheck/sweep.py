@@ -57,6 +57,7 @@ from healthcheck.regression import (
     regression_findings,
 )
 from healthcheck.results import RunResults, load_results, write_results
+from healthcheck.rundir import encode_findings
 
 TREND_RUNS = 14
 ANNOTATIONS = ("history.", "offender.")   # findings this module adds (replaced when a run is re-annotated)
@@ -178,11 +179,10 @@ def _append_findings(run_dir: Path, findings: list[Finding]) -> None:
     path = run_dir / "findings.jsonl"
     kept = []
     if path.is_file():  # drop history findings of an earlier annotation of this run
-        kept = [line for line in path.read_text().splitlines()
+        kept = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
                 if line.strip() and not _is_history(line)]
-    lines = kept + [json.dumps(f.to_json(), sort_keys=True) for f in findings]
     tmp = path.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(line + "\n" for line in lines))
+    tmp.write_bytes("".join(line + "\n" for line in kept).encode("utf-8") + encode_findings(findings))
     tmp.replace(path)
 
 

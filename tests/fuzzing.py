@@ -27,9 +27,9 @@ from healthcheck.benchmarks import BenchContext
 from healthcheck.benchmarks.plan import Job
 
 from healthcheck import benchmarks, probes
-from healthcheck.model import CommandResult, Finding, Host, Status
+from healthcheck.jsoncodec import to_jsonable
+from healthcheck.model import CommandResult, Finding, Host, Status, json_safe
 from healthcheck.profiles import load_profile
-from healthcheck.results import json_safe, to_jsonable
 from healthcheck.spec import EvalContext, ParseError
 from healthcheck.stages import probe_command_ids
 from tests.conftest import CORPUS, FIXTURES, ROOT  # CORPUS honours HEALTHCHECK_CORPUS

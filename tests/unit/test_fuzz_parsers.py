@@ -17,7 +17,7 @@ from healthcheck.benchmarks.plan import Job
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from healthcheck.model import Host, Status
+from healthcheck.model import Finding, Host, Status
 from healthcheck.profiles import load_profile
 from healthcheck.results import HostResult, RunResults, load_results, write_results
 from tests.conftest import fixture_text
@@ -85,10 +85,17 @@ def test_nan_in_one_imb_row_is_an_error_for_that_job_only():
 
 
 def test_results_json_never_holds_bare_nan(tmp_path):
-    results = RunResults(run={"id": "x"}, hosts={"a": HostResult(name="a", observations={
+    """JSON has no NaN: a non-finite observation is null (as JSON.stringify writes it), a finding's
+    measured value keeps its text ("nan"), so the finding still says what the node printed."""
+    nan_finding = Finding(host="a", check="gpu.temp", status=Status.ERROR, message="temperature is nan",
+                          value=float("nan"), expected=float("inf"))
+    results = RunResults(run={"id": "x"}, hosts={"a": HostResult(name="a", findings=[nan_finding], observations={
         "gpu": {"temp_c": float("nan"), "peak": [float("inf"), 1.5]}})})
     write_results(tmp_path, results)
-    text = (tmp_path / "results.json").read_text()
+    text = (tmp_path / "results.json").read_text(encoding="utf-8")
     assert "NaN" not in text and "Infinity" not in text
-    assert json.loads(text)["hosts"]["a"]["observations"]["gpu"]["temp_c"] == "nan"  # key observations only
-    assert load_results(tmp_path).hosts["a"].observations["gpu"]["temp_c"] == "nan"
+    host = json.loads(text)["hosts"]["a"]
+    assert host["observations"]["gpu"] == {"temp_c": None}  # key observations: the scalars
+    assert (host["findings"][0]["value"], host["findings"][0]["expected"]) == ("nan", "inf")
+    loaded = load_results(tmp_path, observations=True).hosts["a"]
+    assert loaded.observations["gpu"] == {"temp_c": None, "peak": [None, 1.5]}  # the store holds them all

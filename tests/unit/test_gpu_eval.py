@@ -10,9 +10,9 @@ from healthcheck.probes.gpu import parse_nvidia_smi_output
 from healthcheck.probes.gpu_eval import evaluate_gpu
 from healthcheck.probes.gpu_model import GpuObservation, GpuObservations
 
+from healthcheck.jsoncodec import to_jsonable
 from healthcheck.model import Host, Status
 from healthcheck.profiles import EMPTY_PROFILE, Expectation, Profile, load_profile
-from healthcheck.results import to_jsonable
 from healthcheck.spec import EvalContext
 from tests.conftest import corpus_files, corpus_text, fixture_text
 

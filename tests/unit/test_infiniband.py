@@ -9,9 +9,9 @@ import pytest
 from healthcheck.probes.ib_parse import IbObservation, parse_ib_sysfs, parse_ibstat, parse_peermem_module, parse_rate
 from healthcheck.probes.infiniband import COMMANDS, evaluate_infiniband, parse_infiniband
 
+from healthcheck.jsoncodec import to_jsonable
 from healthcheck.model import CommandResult, Host, Status
 from healthcheck.profiles import Expectation, load_profile
-from healthcheck.results import to_jsonable
 from healthcheck.spec import EvalContext, ParseError
 from tests.conftest import corpus_files, corpus_text, fixture_text
 

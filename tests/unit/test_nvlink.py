@@ -12,9 +12,9 @@ from healthcheck.probes.nvlink import (
     parse_nvlink,
 )
 
+from healthcheck.jsoncodec import to_jsonable
 from healthcheck.model import CommandResult, Host, Status
 from healthcheck.profiles import load_profile
-from healthcheck.results import to_jsonable
 from healthcheck.spec import EvalContext, ParseError
 from tests.conftest import corpus_files, corpus_text, fixture_text
 

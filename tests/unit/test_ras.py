@@ -12,9 +12,9 @@ from healthcheck.probes.ras_parse import (
     parse_ras_mc_ctl_error_count,
 )
 
+from healthcheck.jsoncodec import to_jsonable
 from healthcheck.model import CommandResult, Host, Status
 from healthcheck.profiles import load_profile
-from healthcheck.results import to_jsonable
 from healthcheck.spec import EvalContext, ParseError
 from tests.conftest import corpus_text, fixture_text
 

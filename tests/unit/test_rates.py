@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from healthcheck.probes.rates import counter_rates, evaluate_rates, parse_counter_clock, parse_rates
 
+from healthcheck.jsoncodec import to_jsonable
 from healthcheck.model import CommandResult, Host, Status
 from healthcheck.profiles import load_profile
-from healthcheck.results import to_jsonable
 from healthcheck.spec import EvalContext
 from tests.conftest import fixture_text
 

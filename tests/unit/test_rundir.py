@@ -144,15 +144,19 @@ def test_latest_symlink_is_relative_replaced_atomically_and_never_clobbers_a_fol
     assert (other / "latest").is_dir() and not (other / "latest").is_symlink()
 
 
-def test_findings_lines_are_json_dumps_with_sorted_keys_byte_for_byte():
+def test_findings_lines_are_compact_json_with_sorted_keys():
     findings = [Finding(host="gpu001", check="gpu.temp", status=Status.WARN, message="hot: 91 °C \"gpu0\"\n",
                         value=float("nan"), expected=float("inf"), unit="C", observe=True),
                 Finding(host="gpu001", check="host.reachable", status=Status.PASS, message="ok", value=1e300,
                         expected=-0.0, source="ssh", remedy=None),
                 Finding(host="gpu001", check="ib.port.rate", status=Status.FAIL, message="slow", value=10**20,
                         expected=True)]
-    lines = encode_findings(findings).decode().splitlines()
-    assert lines == [json.dumps(f.to_json(), sort_keys=True) for f in findings]
+    lines = encode_findings(findings).decode("utf-8").splitlines()
+    assert [json.loads(line) for line in lines] == [f.to_json() for f in findings]
+    assert all(list(json.loads(line)) == sorted(f.to_json()) for line, f in zip(lines, findings, strict=True))
+    assert lines[0].startswith('{"check":"gpu.temp","component":"node","expected":"inf","host":"gpu001",')
+    assert '"message":"hot: 91 °C \\"gpu0\\"\\n"' in lines[0]  # UTF-8, escapes where JSON needs them
     assert json.loads(lines[0])["value"] == "nan" and json.loads(lines[0])["observe"] is True
+    assert json.loads(lines[2])["value"] == 10**20  # past 64 bits: the standard library's line
     with pytest.raises(TypeError):  # not JSON: the worker's grade_one turns this into host.grade ERROR
         encode_findings([Finding(host="h", check="c", status=Status.PASS, message="m", value=object())])
