@@ -136,8 +136,3 @@ def _line(value: Any) -> bytes:
 def plain(value: Any) -> Any:
     """``value`` as plain JSON types, exactly as ``dumps`` writes it and ``json.loads`` reads it back."""
     return orjson.loads(dumps(value))
-
-
-def loads(data: bytes | str) -> Any:
-    """JSON text or UTF-8 bytes -> Python values (``ValueError`` on malformed input, as ``json.loads``)."""
-    return orjson.loads(data)

@@ -13,9 +13,10 @@ builds this once and they read it.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from operator import attrgetter
 
 from healthcheck.model import Finding, Status
 from healthcheck.results import STATUS_VALUES, HostResult
@@ -24,6 +25,7 @@ BAD = (Status.FAIL, Status.ERROR, Status.WARN)  # statuses listed in the "what i
 # ``Status.rank`` and ``Status.value`` are properties: a dict lookup is cheaper, per finding
 STATUS_RANK = {s: s.rank for s in Status}
 _VALUE = {s: s.value for s in Status}
+_STATUS, _CHECK = attrgetter("status"), attrgetter("check")
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,12 @@ class HostTally:
 
 
 def tally(findings: Iterable[Finding]) -> HostTally:
+    findings = findings if isinstance(findings, list) else list(findings)
+    if list(map(_STATUS, findings)).count(Status.PASS) == len(findings):  # most hosts: C-level counts
+        counts = dict.fromkeys(STATUS_VALUES, 0)
+        counts[_VALUE[Status.PASS]] = len(findings)
+        return HostTally(counts, {check: (Status.PASS, n) for check, n in Counter(map(_CHECK, findings)).items()},
+                         None)
     counts = dict.fromkeys(STATUS_VALUES, 0)
     worst: dict[str, tuple[Status, int]] = {}
     first_bad, bad_rank = None, -1

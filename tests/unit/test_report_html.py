@@ -324,3 +324,21 @@ def test_detail_data_leaves_markup_only_sections_as_templates(tmp_path: Path,
     kept = re.search(r'<template class="host-detail" id="t-h-gpu004">(.*?)</template>', page, re.S)
     assert kept is not None and 'class="spark"' in kept[1] and 'id="h-gpu004"' in kept[1]
     assert '<template class="host-detail" id="t-h-gpu001"></template>' in page
+
+
+def test_manifest_shows_every_field_and_counts_a_long_host_list() -> None:
+    """The page's "what ran" keeps every manifest field; past MANIFEST_HOSTS hosts the list itself is left to
+    manifest.json (at 10,000 hosts it was 2 MB of the page), escaped like any other text."""
+    from healthcheck.reports.html import MANIFEST_HOSTS, manifest_text
+
+    few = {"args": ["healthcheck", "run", "-i", "<lab>.yaml"], "hosts": [{"name": "gpu001"}, {"name": "gpu002"}]}
+    assert json.loads(manifest_text(few)) == few
+    many = {**few, "hosts": [{"name": f"gpu{i:05d}"} for i in range(MANIFEST_HOSTS + 1)]}
+    shown = json.loads(manifest_text(many))
+    assert shown == {**few, "hosts": f"{MANIFEST_HOSTS + 1} hosts: listed in manifest.json"}
+
+
+def test_manifest_in_the_page_is_escaped(page: str) -> None:
+    start = page.index('<details class="manifest">')
+    block = page[start:page.index("</details>", start)]
+    assert "lab.yaml" in block and "<script" not in block
