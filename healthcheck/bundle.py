@@ -60,15 +60,19 @@ def read_regular(path: Path | str, limit: int = MAX_FILE_BYTES, dir_fd: int | No
 
 def _read_fd(fd: int, size: int, most: int) -> bytes:
     """Up to ``most`` bytes to end of file. Sized reads from ``fstat`` (a file may still grow or shrink):
-    never a ``most``-sized buffer for a small file, as a buffered ``read(most)`` allocates."""
+    never a ``most``-sized buffer for a small file, as a buffered ``read(most)`` allocates. A read of a
+    regular file that returns less than asked has reached its end: no further read to see it empty
+    (one system call less per file, ~50 per host of a replay)."""
     chunks: list[bytes] = []
     got = 0
     while got < most:
-        chunk = os.read(fd, min(most - got, max(size - got + 1, 65536)))
-        if not chunk:
+        wanted = min(most - got, max(size - got + 1, 65536))
+        chunk = os.read(fd, wanted)
+        if chunk:
+            chunks.append(chunk)
+            got += len(chunk)
+        if len(chunk) < wanted:
             break
-        chunks.append(chunk)
-        got += len(chunk)
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
