@@ -29,8 +29,6 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from healthcheck.assetdiff import current_assets, reset_swapped
 from healthcheck.bundle import read_bundle_host
 from healthcheck.defaults import DEFAULTS
@@ -70,11 +68,7 @@ class Graded:
     def __reduce__(self) -> tuple[Any, ...]:
         """Sent from a worker as columns of plain values; rebuilt with shared strings (``_received``)."""
         columns = list(zip(*map(_FINDING_ROW, self.findings), strict=True))
-        try:  # the key observations as orjson's bytes: read back in C, their keys shared by orjson's key cache
-            key: bytes | dict[str, Any] = orjson.dumps(self.key)
-        except TypeError:  # not plain JSON orjson writes exactly (an integer past 64 bits): sent as it is
-            key = self.key
-        return _received, (self.host, columns, key, self.member, self.lines)
+        return _received, (self.host, columns, self.key, self.member, self.lines)
 
 
 _FINDING_ROW = attrgetter(*Finding.__dataclass_fields__)  # every field, in order: Finding(*row) rebuilds it
@@ -85,20 +79,16 @@ _MAX_STRINGS = 200_000
 _TEXT_TYPES = {str, type(None)}
 
 
-def _received(host: str, columns: list[tuple[Any, ...]], key: bytes | dict[str, Any], member: bytes,
-              lines: bytes) -> Graded:
+def _received(host: str, columns: list[tuple[Any, ...]], key: dict[str, Any], member: bytes, lines: bytes) -> Graded:
     """A worker's result in the run's process, which keeps every host's findings and key observations
-    until the reports are written: check names, remedies and messages repeated on thousands of hosts
-    become one shared string each instead of a copy per host (RSS ~85 -> ~45 KB a host). The key
-    observations arrive as JSON bytes, read by orjson (whose key cache shares their names across hosts;
-    walking them to share every string cost the run's process 0.2 ms a host). Strings are immutable, so
-    sharing them is safe; every container here is new."""
+    until the reports are written: check names, remedies, messages and observation keys repeated on
+    thousands of hosts become one shared string each instead of a copy per host (RSS ~85 -> ~45 KB a host).
+    Strings are immutable, so sharing them is safe; every container here is new."""
     if len(_STRINGS) > _MAX_STRINGS:
         _STRINGS.clear()
     columns = [_shared_column(column, index in _TEXT_FIELDS) for index, column in enumerate(columns)]
     findings = list(map(Finding, *columns)) if columns else []
-    observations = orjson.loads(key) if isinstance(key, bytes) else _shared(key)
-    return Graded(_STRINGS.setdefault(host, host), findings, observations, member, lines)
+    return Graded(_STRINGS.setdefault(host, host), findings, _shared(key), member, lines)
 
 
 def _shared_column(column: tuple[Any, ...], text: bool) -> Sequence[Any]:

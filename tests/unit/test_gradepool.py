@@ -43,17 +43,9 @@ def test_hosts_received_share_their_repeated_strings() -> None:
     one, two = (pickle.loads(pickle.dumps(_graded(name))) for name in ("gpu001", "gpu002"))
     assert one.findings[0].message is two.findings[0].message
     assert one.findings[0].source is two.findings[0].source
-    assert [*one.key["versions"]][0] is [*two.key["versions"]][0]  # names: orjson's key cache
+    assert one.key["versions"]["driver"] is two.key["versions"]["driver"]
     assert one.key["versions"] is not two.key["versions"]  # containers are never shared
     assert one.findings[0].host == "gpu001" and two.findings[0].host == "gpu002"
-
-
-def test_key_observations_orjson_cannot_write_exactly_cross_as_they_are() -> None:
-    """orjson reads an integer past 64 bits back as a float: such key observations are pickled as they are."""
-    graded = Graded("gpu001", [], {"ib": {"symbol_error": 2**70, "port": "mlx5_0/1"}}, b"", b"")
-    back = pickle.loads(pickle.dumps(graded))
-    assert back.key == {"ib": {"symbol_error": 2**70, "port": "mlx5_0/1"}}
-    assert type(back.key["ib"]["symbol_error"]) is int
 
 
 def test_a_host_without_findings_crosses_too() -> None:
