@@ -23,6 +23,10 @@ no carriage return: every nvidia-smi report) is then split on its tags with stri
 same tree ElementTree would give. Anything else, and every malformed document, goes through
 ElementTree itself, whose error ``ParseError`` quotes. (A single pass in Python instead, checking
 names, nesting and characters while splitting, measured slower than expat's C check plus the split.)
+Nodes of one model and driver print the same tags with other values, so when the text between the
+tags is plain ASCII that XML accepts as character data (checked in C, ``_plain_text``), expat checks
+the tags alone, once per distinct set (``_plain_skeleton``, memoized): a document is well-formed
+exactly when its tags are and its text is such character data (2.57 -> 2.25 ms a host).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from healthcheck.probes.nvidia_smi_log import (
     find_nvidia_smi_errors,
     normalize_bus_id,
 )
+from healthcheck.probes.parse_memo import memoized
 
 from healthcheck.spec import ParseError
 
@@ -121,8 +126,42 @@ def _plain_tree(document: str) -> dict[str, Any] | None:
     prolog, body = document[:at], document[at:]
     if (at < 0 or "[" in prolog or prolog.count("<!--") != prolog.count("-->")
             or ("encoding" in prolog and not _UTF8.search(prolog))
-            or "&" in body or "\r" in body or body.count("<") != body.count(">")):
-        return None  # equal counts: every '>' ends a tag, none is in an attribute value or text
+            or "&" in body or "\r" in body):
+        return None
+    parts = body.replace(">", "<").split("<")  # "", tag, text, tag, text, ...
+    if _plain_text(body):
+        plain = _plain_skeleton(prolog, tuple(parts[1::2]))
+    else:  # equal counts: every '>' ends a tag, none is in an attribute value or text
+        plain = body.count("<") == body.count(">") and _plain_document(prolog, document)
+    return _split_tree(parts) if plain else None
+
+
+_ANGLES = bytes(b for b in range(256) if b not in b"<>")    # deleted: all but the two delimiters
+_XML_ASCII = b"\t\n" + bytes(range(0x20, 0x80))            # XML 1.0 characters in ASCII (CR: excluded above)
+
+
+def _plain_text(body: str) -> bool:
+    """``body`` is ASCII, every character is one XML allows, and its delimiters alternate ``<`` ``>``
+    (each tag opens and closes before the next): then the document is its tags (its *skeleton*) with
+    text between them that XML accepts as character data (no ``<``, ``>`` or ``&``, so no "]]>"), and it
+    is well-formed exactly when its skeleton is. Two C-level passes (``bytes.translate``)."""
+    if not body.isascii():
+        return False
+    raw = body.encode("ascii")
+    angles = raw.translate(None, _ANGLES)
+    return angles == b"<>" * (len(angles) // 2) and not raw.translate(None, _XML_ASCII)
+
+
+@memoized(32)  # nodes of one model and driver print the same tags: expat checks them once, not per host
+def _plain_skeleton(prolog: str, tags: tuple[str, ...]) -> bool:
+    """The prolog and ``tags`` (each without its ``<``/``>``) form a well-formed plain document
+    (``_plain_document`` of the tags alone, the text between them left out)."""
+    return _plain_document(prolog, prolog + "".join(map("<{}>".format, tags)))
+
+
+def _plain_document(prolog: str, document: str) -> bool:
+    """expat (as ElementTree sets it up) finds ``document`` well-formed, with no comment, processing
+    instruction, CDATA section or namespace declaration past ``prolog``."""
     parser = expat.ParserCreate(namespace_separator="}")  # as ElementTree
     body_at = len(prolog.encode("utf-8"))
     features: list[int] = []  # where expat met a comment, PI, CDATA section or namespace declaration
@@ -134,17 +173,14 @@ def _plain_tree(document: str) -> dict[str, Any] | None:
     try:
         parser.Parse(document.encode("utf-8"), True)
     except (expat.ExpatError, LookupError, ValueError):
-        return None
-    if any(position >= body_at for position in features):
-        return None  # past the prolog: left to ElementTree
-    return _split_tree(body)
+        return False
+    return all(position < body_at for position in features)  # past the prolog: left to ElementTree
 
 
-def _split_tree(body: str) -> dict[str, Any] | None:
-    """The root element of a well-formed plain document as ``_element_tree`` gives it, read by
-    splitting on '<' and '>' into (tag, text after it) pairs. An opening tag followed by a closing
-    one is a leaf (its stripped text); one followed by another opening tag is a container (a dict)."""
-    parts = body.replace(">", "<").split("<")
+def _split_tree(parts: list[str]) -> dict[str, Any] | None:
+    """The root element of a well-formed plain document as ``_element_tree`` gives it, from its body
+    split on '<' and '>' (``parts``: "", tag, text after it, tag, ...). An opening tag followed by a
+    closing one is a leaf (its stripped text); one followed by another opening tag is a container (a dict)."""
     pairs = zip(parts[1::2], parts[2::2], strict=True)
     stack: list[tuple[dict[str, Any], str]] = []  # open containers: (the parent's children, own tag)
     node: dict[str, Any] = {}  # children of the innermost open container

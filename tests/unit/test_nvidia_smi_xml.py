@@ -5,12 +5,14 @@ from __future__ import annotations
 import re
 
 import pytest
+from healthcheck.probes import parse_memo
 from healthcheck.probes.gpu_model import observations_from_log
 from healthcheck.probes.nvidia_smi_xml import (
     _START,
     _drop_unread,
     _element_tree,
     _etree_root,
+    _plain_skeleton,
     _plain_tree,
     parse_nvidia_smi_xml,
 )
@@ -185,6 +187,40 @@ def test_malformed_plain_document_keeps_elementtrees_error():
     text = fixture_text("nvidia-smi-xml/h100-8x-healthy.xml").replace("</serial>", "</serail>", 1)
     with pytest.raises(ParseError, match=r"not well-formed XML: mismatched tag: line \d+, column \d+"):
         parse_nvidia_smi_xml(text)
+
+
+# --- the skeleton check: expat once per set of tags, the text between them checked in C -------------
+
+def test_hosts_printing_the_same_tags_share_one_expat_check():
+    parse_memo.clear()
+    healthy = fixture_text("nvidia-smi-xml/h100-8x-healthy.xml")
+    first = parse_nvidia_smi_xml(healthy)
+    other = parse_nvidia_smi_xml(healthy.replace("<serial>1652323004110</serial>", "<serial>99</serial>", 1))
+    assert _plain_skeleton.cache_info().misses == 1 and _plain_skeleton.cache_info().hits == 1
+    assert (first.gpus[0]["serial"], other.gpus[0]["serial"]) == ("1652323004110", "99")
+    parse_memo.clear()
+    assert _plain_skeleton.cache_info().currsize == 0
+
+
+@pytest.mark.parametrize("old, new, error", [
+    # the tags are the healthy report's (already checked): what is wrong is in the text between them
+    ("<serial>1652323004110</serial>", "<serial>16523\x0123004110</serial>", "not well-formed"),  # a C0 control
+    ("<serial>1652323004110</serial>", "<serial>a>b<c</serial>", "not well-formed"),  # '<' '>' out of turn
+])
+def test_text_xml_rejects_is_rejected_after_its_tags_were_checked(old, new, error):
+    healthy = fixture_text("nvidia-smi-xml/h100-8x-healthy.xml")
+    parse_nvidia_smi_xml(healthy)  # its tags are now known to be well-formed
+    with pytest.raises(ParseError, match=error):
+        parse_nvidia_smi_xml(healthy.replace(old, new, 1))
+
+
+def test_non_ascii_text_is_checked_by_expat_whole_and_read_as_elementtree_reads_it():
+    text = fixture_text("nvidia-smi-xml/h100-8x-healthy.xml").replace(
+        "<serial>1652323004110</serial>", "<serial>SN–1652 °C</serial>", 1)
+    document = _document(text)
+    fast = _plain_tree(document)
+    assert fast is not None and fast["gpu"][0]["serial"] == "SN–1652 °C"
+    assert repr(fast) == repr(_element_tree(_etree_root(document)))
 
 
 @pytest.mark.parametrize("document", [
