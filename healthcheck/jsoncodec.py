@@ -7,7 +7,7 @@
 Dataclasses become objects of their fields, tuples and sets arrays, enums their value, non-string keys
 strings; a non-finite float (NaN, inf) becomes ``null``, as JavaScript's ``JSON.stringify`` writes it: JSON
 has no NaN, and a node that printed "nan" measured nothing. The other types go through
-``results.to_jsonable``, the reference conversion, which gives the same JSON.
+``to_jsonable`` (here), the reference conversion, which gives the same JSON.
 
 orjson writes a host's ~70 KB of observations in ~0.3 ms where ``to_jsonable`` and the standard library's
 C encoder take ~3 ms (docs/performance.md, "JSON at fleet scale"). What orjson refuses (an integer past 64
@@ -135,4 +135,8 @@ def _line(value: Any) -> bytes:
 
 def plain(value: Any) -> Any:
     """``value`` as plain JSON types, exactly as ``dumps`` writes it and ``json.loads`` reads it back."""
-    return orjson.loads(dumps(value))
+    try:
+        return orjson.loads(orjson.dumps(value, default=to_jsonable, option=_OPTIONS))
+    except TypeError:  # what orjson refuses; never read back by orjson, which takes an integer past 64 bits
+        return to_jsonable(value)  # for a float
+

@@ -62,6 +62,9 @@ def test_what_orjson_refuses_is_written_by_the_standard_library():
     data = dumps(value)
     assert data.isascii()
     assert json.loads(data) == {"count": 99999999999999999999999, "text": "bad \udce2 byte", "temp": None}
+    back = plain(value)  # in memory: the exact integer, never orjson's float reading of it
+    assert back == {"count": 99999999999999999999999, "text": "bad \udce2 byte", "temp": None}
+    assert type(back["count"]) is int
 
 
 def test_json_lines_sorted_one_per_line_non_ascii_as_utf8():
