@@ -107,7 +107,7 @@ def _fields(names: tuple[str, ...]) -> Callable[[Any], dict[str, Any]]:
                                        strict=True))
 
 
-_OPTIONS = orjson.OPT_NON_STR_KEYS
+_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME  # dates as to_jsonable writes them (str)
 _LINE_OPTIONS = _OPTIONS | orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE
 _STDLIB = json.JSONEncoder(separators=(",", ":"), default=str, allow_nan=False).encode
 

@@ -7,6 +7,7 @@ import enum
 import json
 import types
 from dataclasses import dataclass, field
+from datetime import date, datetime, timezone
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -47,6 +48,13 @@ def test_dataclasses_enums_tuples_and_keys_as_the_reference_conversion_writes_th
                               {"port": 1, "speed_gbps": None, "state": "Enabled"}],
         "clock_events": ["sw_power_cap"], "by_bus": {"7": "0000:19:00.0", "x": {"a": [1, 2]}}}}
     assert dumps({"status": Status.FAIL, "t": (1.5, True)}) == b'{"status":"FAIL","t":[1.5,true]}'
+
+
+def test_dates_and_times_as_the_reference_conversion_writes_them():
+    """orjson would write RFC 3339 ("2026-11-24T10:00:00+00:00"); the reference conversion writes str()."""
+    value = {"at": datetime(2026, 11, 24, 10, 0, tzinfo=timezone.utc), "day": date(2026, 11, 24)}
+    assert plain(value) == reference(value) == {"at": "2026-11-24 10:00:00+00:00", "day": "2026-11-24"}
+    assert json.loads(dumps(value)) == reference(value)
 
 
 def test_non_finite_floats_are_null_on_both_paths():
