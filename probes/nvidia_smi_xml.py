@@ -129,13 +129,14 @@ def _plain_tree(document: str) -> dict[str, Any] | None:
             or "&" in body or "\r" in body):
         return None
     parts = body.replace(">", "<").split("<")  # "", tag, text, tag, text, ...
-    if _plain_text(body):
+    if len(body) <= _SKELETON_MAX and _plain_text(body):
         plain = _plain_skeleton(prolog, tuple(parts[1::2]))
     else:  # equal counts: every '>' ends a tag, none is in an attribute value or text
         plain = body.count("<") == body.count(">") and _plain_document(prolog, document)
     return _split_tree(parts) if plain else None
 
 
+_SKELETON_MAX = 1 << 20  # a report remembered by its tags only up to here (8 GPUs: ~90 KB): 32 kept, 32 MB at most
 _ANGLES = bytes(b for b in range(256) if b not in b"<>")    # deleted: all but the two delimiters
 _XML_ASCII = b"\t\n" + bytes(range(0x20, 0x80))            # XML 1.0 characters in ASCII (CR: excluded above)
 

@@ -8,6 +8,7 @@ import pytest
 from healthcheck.probes import parse_memo
 from healthcheck.probes.gpu_model import observations_from_log
 from healthcheck.probes.nvidia_smi_xml import (
+    _SKELETON_MAX,
     _START,
     _drop_unread,
     _element_tree,
@@ -199,6 +200,16 @@ def test_hosts_printing_the_same_tags_share_one_expat_check():
     assert _plain_skeleton.cache_info().misses == 1 and _plain_skeleton.cache_info().hits == 1
     assert (first.gpus[0]["serial"], other.gpus[0]["serial"]) == ("1652323004110", "99")
     parse_memo.clear()
+    assert _plain_skeleton.cache_info().currsize == 0
+
+
+def test_a_report_past_the_skeleton_bound_is_checked_whole_and_never_remembered():
+    """A report over _SKELETON_MAX (no real one comes near: 8 GPUs are ~90 KB) is not kept by its tags:
+    a hostile bundle cannot make the memo hold 32 of its largest files."""
+    parse_memo.clear()
+    healthy = fixture_text("nvidia-smi-xml/h100-8x-healthy.xml")
+    padded = healthy.replace("<serial>1652323004110</serial>", f"<serial>{'7' * _SKELETON_MAX}</serial>", 1)
+    assert parse_nvidia_smi_xml(padded).gpus[0]["serial"] == "7" * _SKELETON_MAX
     assert _plain_skeleton.cache_info().currsize == 0
 
 
