@@ -137,6 +137,6 @@ def plain(value: Any) -> Any:
     """``value`` as plain JSON types, exactly as ``dumps`` writes it and ``json.loads`` reads it back."""
     try:
         return orjson.loads(orjson.dumps(value, default=to_jsonable, option=_OPTIONS))
-    except TypeError:  # what orjson refuses; never read back by orjson, which takes an integer past 64 bits
-        return to_jsonable(value)  # for a float
+    except TypeError:  # what orjson refuses, converted in memory (orjson would read a 64+ bit integer as a float)
+        return to_jsonable(value)
 

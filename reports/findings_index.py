@@ -41,12 +41,11 @@ class HostTally:
 
 def tally(findings: Iterable[Finding]) -> HostTally:
     findings = findings if isinstance(findings, list) else list(findings)
+    counts = dict.fromkeys(STATUS_VALUES, 0)
     if list(map(_STATUS, findings)).count(Status.PASS) == len(findings):  # most hosts: C-level counts
-        counts = dict.fromkeys(STATUS_VALUES, 0)
         counts[_VALUE[Status.PASS]] = len(findings)
         return HostTally(counts, {check: (Status.PASS, n) for check, n in Counter(map(_CHECK, findings)).items()},
                          None)
-    counts = dict.fromkeys(STATUS_VALUES, 0)
     worst: dict[str, tuple[Status, int]] = {}
     first_bad, bad_rank = None, -1
     for f in findings:

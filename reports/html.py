@@ -68,8 +68,8 @@ def visible(value: Any) -> Any:
     return value
 
 
-# What ``json.dumps`` writes for the control characters ``printable`` escapes (all but tab and newline): a
-# text without these and without ``has_unsafe`` characters has no string that ``visible`` would change.
+# What a JSON encoder (orjson, as json) writes for the control characters ``printable`` escapes (all but tab and
+# newline): a text without these and without ``has_unsafe`` characters has no string that ``visible`` would change.
 _JSON_CONTROL = re.compile(r"\\[bfr]|\\u00[01]")
 
 
