@@ -55,7 +55,8 @@ def test_a_host_without_findings_crosses_too() -> None:
 
 def test_workers_collect_garbage_while_the_run_pauses_its_collector(monkeypatch) -> None:
     def probe_gc(job: object, host: Host) -> Graded:  # inherited by the forked workers
-        return Graded(host.name, [], {"gc": gc.isenabled(), "pid": os.getpid()}, b"", b"")
+        return Graded(host.name, [], {"gc": gc.isenabled(), "pid": os.getpid(), "frozen": gc.get_freeze_count()},
+                      b"", b"")
 
     monkeypatch.setattr(gradepool, "grade_one", probe_gc)
     job = gradepool.GradeJob(raw=Path("."), names=frozenset(), probes=(), profiles={}, options={}, previous={})
@@ -65,4 +66,6 @@ def test_workers_collect_garbage_while_the_run_pauses_its_collector(monkeypatch)
         assert not gc.isenabled()
     assert [g.host for g in got] == [f"gpu{i:03d}" for i in range(20)]
     assert {g.key["gc"] for g in got} == {True}
+    # what a worker inherited is frozen: its full collections never walk (or write to) the run's objects
+    assert min(g.key["frozen"] for g in got) > 1000 and gc.get_freeze_count() == 0
     assert os.getpid() not in {g.key["pid"] for g in got}  # graded in the workers, not here
