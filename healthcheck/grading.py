@@ -17,6 +17,7 @@ import operator
 import re
 import statistics
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from datetime import date
 from typing import Any
 
@@ -156,7 +157,7 @@ def with_note(f: Finding, note: str) -> Finding:
     if not note:
         return f
     head, sep, tail = f.message.partition(" (source:")
-    return Finding(**{**f.__dict__, "message": head + note + sep + tail})
+    return replace(f, message=head + note + sep + tail)
 
 
 def short_source(source: str, limit: int = 100) -> str:
@@ -180,8 +181,7 @@ def apply_known_issues(findings: Iterable[Finding], profile: Profile, today: dat
                       and (not k.hosts or f.host in k.hosts)), None)
         if issue and f.status in (Status.FAIL, Status.ERROR, Status.WARN):
             until = f" until {issue.expires}" if issue.expires else ""
-            f = Finding(**{**f.__dict__, "status": Status.WARN,
-                           "message": f"{f.message} [known issue{until}: {issue.reason}]"})
+            f = replace(f, status=Status.WARN, message=f"{f.message} [known issue{until}: {issue.reason}]")
         out.append(f)
     return out
 
@@ -202,7 +202,7 @@ def apply_observe(findings: Iterable[Finding], profile: Profile) -> list[Finding
         if not f.observe and observed(f.check, profile.observe):
             note = "" if f.status in (Status.PASS, Status.SKIP) else \
                 " [observe-only: not counted in the verdict, never drains]"
-            f = Finding(**{**f.__dict__, "observe": True, "message": f.message + note})
+            f = replace(f, observe=True, message=f.message + note)
         out.append(f)
     return out
 

@@ -103,7 +103,7 @@ class CommandResult:
         return self.transport_error is None and not self.timed_out and self.rc is not None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Finding:
     """One graded measurement. ``check`` is a stable dotted id; its first part is the category."""
 

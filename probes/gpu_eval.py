@@ -15,6 +15,7 @@ the same ``nvidia-smi -q -x``: one pinned version gives one finding, never two.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from healthcheck.probes.gpu_eval_health import evaluate_gpu_health
 from healthcheck.probes.gpu_findings import GpuResult, built, collapse, gpu_finding, graded
@@ -168,7 +169,7 @@ def _replays(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> Gpu
     if result is None:
         return None
     f = built(result)
-    return Finding(**{**f.__dict__, "message": f.message.replace("gpu pcie replays", "PCIe replay growth", 1)})
+    return replace(f, message=f.message.replace("gpu pcie replays", "PCIe replay growth", 1))
 
 
 def _state(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[GpuResult | None]:

@@ -13,6 +13,7 @@ knows whether it is folded (most are) or left alone (then it becomes the Finding
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
 from healthcheck.probes.gpu_model import GpuObservation, GpuObservations
@@ -102,7 +103,7 @@ def graded(ctx: EvalContext, obs: GpuObservations, gpu: GpuObservation, check: s
     message = f.message.replace(f"{component(gpu)}: ", f"{label(gpu)}: ", 1)
     if not message.startswith(label(gpu)):
         message = f"{label(gpu)}: {message}"
-    return Finding(**{**f.__dict__, "message": message + (f" ({detail})" if detail else "")})
+    return replace(f, message=message + (f" ({detail})" if detail else ""))
 
 
 def grade_value(exp: Expectation | None, measured: Any) -> Status | None:

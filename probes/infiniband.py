@@ -14,7 +14,7 @@ Parsers live in ``probes/ib_parse.py``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from healthcheck.probes import register
@@ -147,7 +147,7 @@ def _count_findings(host: str, selection: PortSelection, profile: Profile, sourc
         if f.status is not Status.PASS and not selection.fabric and not selection.other_layer \
                 and selection.other_hcas:
             # every HCA is of an unselected type: the profile's selector, not the node, is the likely fault
-            f = Finding(**{**f.__dict__, "status": Status.ERROR, "remedy": _REMEDY_TYPES})
+            f = replace(f, status=Status.ERROR, remedy=_REMEDY_TYPES)
         out.append(_with_note(f, note) if f.status is not Status.PASS else f)
     return out
 
@@ -321,7 +321,7 @@ def _with_note(f: Finding, note: str) -> Finding:
     if not note:
         return f
     head, sep, tail = f.message.partition(" (source:")
-    return Finding(**{**f.__dict__, "message": head + note + sep + tail})
+    return replace(f, message=head + note + sep + tail)
 
 
 def _gpudirect_findings(host: str, obs: IbObservation, ctx: EvalContext) -> list[Finding]:
@@ -341,7 +341,7 @@ def _gpudirect_findings(host: str, obs: IbObservation, ctx: EvalContext) -> list
         remedy="Load the GPUDirect RDMA module: `modprobe nvidia-peermem` (and list it in "
                "/etc/modules-load.d)")
     detail = ", ".join(obs.peermem_modules) if loaded else "neither nvidia_peermem nor nv_peer_mem loaded"
-    return [Finding(**{**f.__dict__, "message": f"{f.message} ({detail})"})]
+    return [replace(f, message=f"{f.message} ({detail})")]
 
 
 PROBE = register(ProbeSpec(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from healthcheck.probes import register
@@ -258,7 +258,7 @@ def _grade_gpu(gpu: GpuLinks, ctx: EvalContext, speed_passes: Callable[[Any], bo
         what = "reports no NVLink support" if gpu.state == "no_nvlink" else "has all NVLinks inactive"
         f = finding_from_expectation(host, "nvlink.links", exp, 0, source=STATUS_ID, remedy=REMEDY_LINK,
                                      component=comp, profile=ctx.profile)
-        return [Finding(**{**f.__dict__, "message": f"{comp} {what}; {f.message}"})]
+        return [replace(f, message=f"{comp} {what}; {f.message}")]
     out = [Finding(host=host, check="nvlink.link.active", component=f"{comp} link {ln.link}",
                    status=Status.FAIL, value="inactive", expected="active", source=STATUS_ID,
                    remedy=REMEDY_LINK, message=f"{comp} link {ln.link} is <inactive>")
@@ -307,7 +307,7 @@ def _grade_counters(obs: NvLinkObservation, ctx: EvalContext) -> list[Finding]:
                 f = finding_from_expectation(host, check, exp, value, source=ERRORS_ID,
                                              remedy=REMEDY_COUNTERS, component=f"gpu{c.gpu} link {c.link}",
                                              profile=ctx.profile)
-                bad.append(Finding(**{**f.__dict__, "message": f"{f.message} ({note})"}))
+                bad.append(replace(f, message=f"{f.message} ({note})"))
             out.extend(bad or [Finding(host=host, check=check, status=Status.PASS, source=ERRORS_ID,
                                        value=graded, expected=expected_text(exp),
                                        message=f"{kind} errors {expected_text(exp)} on all {graded} links")])
@@ -323,7 +323,7 @@ def evaluate_nvlink(obs: NvLinkObservation, ctx: EvalContext) -> list[Finding]:
     if not obs.gpus:
         f = finding_from_expectation(host, "nvlink.links", ctx.profile.expect("nvlink.links"), 0,
                                      source=STATUS_ID, remedy=REMEDY_LINK, profile=ctx.profile)
-        return [Finding(**{**f.__dict__, "message": f"nvidia-smi nvlink -s listed no GPU; {f.message}"})]
+        return [replace(f, message=f"nvidia-smi nvlink -s listed no GPU; {f.message}")]
     speed = ctx.profile.expect("nvlink.link.speed_gbps")
     speed_passes = _passes_by_value(speed) if speed is not None else None
     out = [f for gpu in obs.gpus for f in _grade_gpu(gpu, ctx, speed_passes)]

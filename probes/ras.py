@@ -11,7 +11,7 @@ Parsers for the same data in other published forms (the ``find ... | while read 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from healthcheck.probes import register
@@ -137,7 +137,7 @@ def _detail(f: Finding, counts: AerCounts) -> Finding:
     if not named:
         return f
     head, sep, tail = f.message.partition(" (source:")
-    return Finding(**{**f.__dict__, "message": f"{head} [{named}]{sep}{tail}"})
+    return replace(f, message=f"{head} [{named}]{sep}{tail}")
 
 
 PROBE = register(ProbeSpec(

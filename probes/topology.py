@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from healthcheck.probes import register
@@ -227,7 +227,7 @@ def _grade_pairs(obs: TopologyObservation, ctx: EvalContext) -> list[Finding]:
             f = finding_from_expectation(host, check, exp, nvlink_count(worst), source=SOURCE,
                                          remedy=_REMEDY_PAIR, component=pair, profile=ctx.profile)
             if f.status is not Status.PASS:
-                bad.append(Finding(**{**f.__dict__, "message": f"{f.message} [topo class {worst}]"}))
+                bad.append(replace(f, message=f"{f.message} [topo class {worst}]"))
     npairs = len(gpus) * (len(gpus) - 1) // 2
     return _summarize(bad, host, check, f"all {npairs} GPU pairs at {expected_text(exp)}",
                       value=npairs, expected=expected_text(exp))
@@ -256,7 +256,7 @@ def _grade_nics(obs: TopologyObservation, ctx: EvalContext) -> list[Finding]:
                                      component=gpu.lower(), profile=ctx.profile)
         if f.status is not Status.PASS:
             nic = f"nearest NIC {obs.nic_name(nearest[0])}" if nearest else "no NIC in the matrix"
-            bad.append(Finding(**{**f.__dict__, "message": f"{f.message} [{nic}]"}))
+            bad.append(replace(f, message=f"{f.message} [{nic}]"))
     out.extend(_summarize(bad, host, check, f"every GPU has a NIC at {expected_text(exp)}",
                           value=len(gpus), expected=expected_text(exp)))
     return out
