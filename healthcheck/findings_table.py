@@ -19,11 +19,12 @@ import gzip
 import json
 from array import array
 from collections.abc import Iterable, Sequence
+from itertools import groupby
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
-from healthcheck.model import FINDING_FIELDS, Finding, Status
+from healthcheck.model import FINDING_FIELDS, Finding, Status, findings_from_columns
 
 TABLE = "findings.table.json.gz"
 SCHEMA = "healthcheck.findings-table/1"
@@ -113,15 +114,16 @@ def read_table(run_dir: Path) -> dict[str, list[Finding]]:
                 raise TableError(f"status column: {exc}") from exc
         decoded.append((values, _decode_codes(columns[name], rows)))
     observe = (columns[OBSERVE]["values"], _decode_codes(columns[OBSERVE], rows)) if OBSERVE in columns else None
-    # Column by column (C-level ``map``), then one Finding per row from ``zip``: no Python loop per cell.
+    # Column by column (C-level ``map``), findings built column by column too: no Python loop per cell.
     cells = [list(map(values.__getitem__, codes)) for values, codes in decoded]
     marks = list(map(bool, map(observe[0].__getitem__, observe[1]))) if observe is not None else [False] * rows
+    built = findings_from_columns([*cells, marks])  # FINDING_FIELDS order is Finding's, ``observe`` last
     out: dict[str, list[Finding]] = {}
-    for row in zip(*cells, marks, strict=True):  # FINDING_FIELDS order is Finding's field order, ``observe`` last
-        found = out.get(row[0])
-        if found is None:
-            found = out[row[0]] = []
-        found.append(Finding(*row))
+    at = 0
+    for host, run in groupby(cells[0]):  # a host's findings are one run of rows (in C: no loop per row)
+        rows_of_host = len(list(run))
+        out.setdefault(host, []).extend(built[at:at + rows_of_host])
+        at += rows_of_host
     return out
 
 

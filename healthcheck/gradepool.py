@@ -34,7 +34,7 @@ from healthcheck.bundle import read_bundle_host
 from healthcheck.defaults import DEFAULTS
 from healthcheck.hostvars import host_profile
 from healthcheck.jsoncodec import plain
-from healthcheck.model import Finding, Host, HostCollection, Status
+from healthcheck.model import Finding, Host, HostCollection, Status, findings_from_columns
 from healthcheck.observation_store import encode_observations, key_observations
 from healthcheck.profiles import EMPTY_PROFILE, Profile
 from healthcheck.rundir import encode_findings
@@ -71,7 +71,7 @@ class Graded:
         return _received, (self.host, columns, self.key, self.member, self.lines)
 
 
-_FINDING_ROW = attrgetter(*Finding.__dataclass_fields__)  # every field, in order: Finding(*row) rebuilds it
+_FINDING_ROW = attrgetter(*Finding.__dataclass_fields__)  # every field, in order: findings_from_columns rebuilds them
 _TEXT_FIELDS = frozenset(i for i, name in enumerate(Finding.__dataclass_fields__)
                          if name in ("host", "check", "message", "component", "unit", "remedy", "source"))
 _STRINGS: dict[str, str] = {}  # one object per distinct text received; cleared at _MAX_STRINGS (bounded)
@@ -87,7 +87,7 @@ def _received(host: str, columns: list[tuple[Any, ...]], key: dict[str, Any], me
     if len(_STRINGS) > _MAX_STRINGS:
         _STRINGS.clear()
     columns = [_shared_column(column, index in _TEXT_FIELDS) for index, column in enumerate(columns)]
-    findings = list(map(Finding, *columns)) if columns else []
+    findings = findings_from_columns(columns)
     return Graded(_STRINGS.setdefault(host, host), findings, _shared(key), member, lines)
 
 
