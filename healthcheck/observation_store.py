@@ -18,12 +18,14 @@ summaries, assets, and each probe's top-level scalars such as the GPU count and 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gzip
 import json
 import os
 import threading
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -55,14 +57,23 @@ def _fields(obs: Any) -> Iterable[tuple[str, Any]] | None:
     if isinstance(obs, Mapping):
         return obs.items()
     if dataclasses.is_dataclass(obs) and not isinstance(obs, type):
-        return ((f.name, getattr(obs, f.name)) for f in dataclasses.fields(obs))
+        names = _field_names(type(obs))
+        return zip(names, attrgetter(*names)(obs) if len(names) > 1 else [getattr(obs, n) for n in names], strict=True)
     return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})  # exact types: never nested, tested without a call
 
 
 def _nested(value: Any) -> bool:
     """A value that JSON writes as an array or object (``jsoncodec``): a record or a collection."""
-    return isinstance(value, list | tuple | set | frozenset | Mapping) or (
-        dataclasses.is_dataclass(value) and not isinstance(value, type))
+    return type(value) not in _SCALARS and (isinstance(value, list | tuple | set | frozenset | Mapping) or (
+        dataclasses.is_dataclass(value) and not isinstance(value, type)))
 
 
 def encode_observations(host: str, observations: Mapping[str, Any]) -> bytes:
