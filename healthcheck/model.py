@@ -127,11 +127,15 @@ class Finding:
 
     def to_json(self) -> dict[str, Any]:
         # Every field is a JSON scalar: a plain dict, not ``asdict``'s recursive deep copy (5-10x slower).
-        return {"host": self.host, "check": self.check, "status": self.status.value, "message": self.message,
-                "component": self.component, "value": json_safe(self.value), "expected": json_safe(self.expected),
-                "unit": self.unit,
-                "remedy": self.remedy, "source": self.source,
-                **({"observe": True} if self.observe else {})}  # written only when set
+        value, expected = self.value, self.expected
+        out = {"host": self.host, "check": self.check, "status": self.status._value_, "message": self.message,
+               "component": self.component,
+               "value": value if type(value) in _JSON_AS_IS else json_safe(value),  # json_safe: floats, lists
+               "expected": expected if type(expected) in _JSON_AS_IS else json_safe(expected),
+               "unit": self.unit, "remedy": self.remedy, "source": self.source}
+        if self.observe:
+            out["observe"] = True  # written only when set
+        return out
 
     def to_row(self) -> tuple[JSONScalar, ...]:
         """The fields in ``FINDING_FIELDS`` order, status as its text (the findings table's row)."""
@@ -168,6 +172,9 @@ def findings_from_columns(columns: Sequence[Sequence[Any]]) -> list[Finding]:
 
 # Each field's member descriptor (it sets the slot, frozen or not) and default, in field order
 _SLOTS = tuple((Finding.__dict__[f.name], f.default) for f in fields(Finding))
+
+
+_JSON_AS_IS = frozenset({str, int, bool, type(None)})  # exact types json_safe returns unchanged
 
 
 BOOKKEEPING_CATEGORY = "host"  # host.reachable, host.swept, host.checked: about the sweep, not the node
