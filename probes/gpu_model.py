@@ -15,11 +15,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, NamedTuple
 
-from healthcheck.probes.nvidia_smi_log import NOT_AVAILABLE, UNREADABLE, SmiError, SmiLog
+from healthcheck.probes.nvidia_smi_log import NOT_AVAILABLE, UNREADABLE, SmiError, SmiLayoutLog, SmiLog
 from healthcheck.probes.parse_memo import memoized
 
 FAULT_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
@@ -133,7 +134,18 @@ class GpuObservations:
 
 def observations_from_log(log: SmiLog, source: str) -> GpuObservations:
     """Normalized tree -> typed observations, GPUs numbered in the order nvidia-smi printed them."""
-    gpus = tuple(_gpu(i, tree) for i, tree in enumerate(log.gpus))
+    return _observations(log, source, map(_Reader, log.gpus))
+
+
+def observations_from_layout(report: SmiLayoutLog, source: str) -> GpuObservations:
+    """``observations_from_log`` of the report ``report`` stands for (its tree built), read through
+    its layout's trees instead: the same reads in the same order, each leaf's text looked up by index."""
+    return _observations(report.log, source, map(_LayoutReader, report.log.gpus, report.plans,
+                                                 repeat(report.texts)))
+
+
+def _observations(log: SmiLog, source: str, readers: Iterable[_Reader]) -> GpuObservations:
+    gpus = tuple(_gpu(i, r) for i, r in enumerate(readers))
     # A subset (-d, -i, an excerpt) lists fewer fields or GPUs than the node has: trust "Attached GPUs".
     partial = (log.fragment or any("product_name" not in tree for tree in log.gpus)
                or (log.attached_gpus or 0) > len(gpus))
@@ -213,6 +225,14 @@ class _Reader:
             self.unreadable.append(path)
         return leaf
 
+    def get(self, key: str) -> Any:
+        """The tree's child ``key`` (None when absent), as ``value`` reads it."""
+        return self.tree.get(key)
+
+    def value(self, node: Any) -> Any:
+        """A node of the tree (a leaf's text, a section) as the tree holds it."""
+        return node
+
     def text(self, path: str) -> str | None:
         return self.read(path).text
 
@@ -230,18 +250,61 @@ class _Reader:
         return self.read(path).yes
 
 
-def _gpu(index: int, tree: Mapping[str, Any]) -> GpuObservation:
-    r = _Reader(tree)
+class _LayoutReader(_Reader):
+    """``_Reader`` of the tree a report's layout stands for (``SmiLayoutLog``): ``tree`` is the layout's,
+    each leaf an ``int`` (the index of its text in ``texts``); ``plan`` (the layout's, for this GPU)
+    remembers where each path leads, as a leaf's index, an attribute's text, or None (absent, or a section)."""
+
+    def __init__(self, tree: Mapping[str, Any], plan: dict[str, Any], texts: Sequence[str]) -> None:
+        super().__init__(tree)
+        self.plan, self.texts = plan, texts
+
+    def read(self, path: str) -> _Leaf:
+        try:
+            at = self.plan[path]
+        except KeyError:
+            at = self.plan[path] = _at(self.tree, path)
+        if at is None:
+            return _NONE
+        leaf = _leaf(self.texts[at] if type(at) is int else at)
+        if leaf.unreadable:
+            self.unreadable.append(path)
+        return leaf
+
+    def leaf_of(self, value: Any, path: str) -> _Leaf:
+        return super().leaf_of(self.value(value), path)
+
+    def get(self, key: str) -> Any:
+        return self.value(self.tree.get(key))
+
+    def value(self, node: Any) -> Any:
+        return self.texts[node] if isinstance(node, int) else node
+
+
+def _at(tree: Mapping[str, Any], path: str) -> Any:
+    """Where ``path`` leads in a layout's tree (``_LayoutReader.plan``): a leaf's index, an attribute's
+    text, or None (absent, or a section), as ``_Reader.read`` walks it."""
+    node: Any = tree
+    for step in _steps(path):
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(step)
+    if isinstance(node, int):
+        return int(node)
+    return node if isinstance(node, str) else None
+
+
+def _gpu(index: int, r: _Reader) -> GpuObservation:
     link = "pci/pci_gpu_link_info"
     power = "gpu_power_readings"
     obs = GpuObservation(
-        index=index, bus_id=tree.get("@id") or r.text("pci/pci_bus_id"), name=r.text("product_name"),
+        index=index, bus_id=r.get("@id") or r.text("pci/pci_bus_id"), name=r.text("product_name"),
         uuid=r.text("uuid"), serial=r.text("serial"), architecture=r.text("product_architecture"),
         vbios=r.text("vbios_version"), module_id=_first(r.int("gpu_module_id"), r.int("platformInfo/module_id")),
         board_part_number=_first(r.text("board_part_number"), r.text("gpu_part_number")), board_id=r.text("board_id"),
         inforom=_texts(r, "inforom_version"), platform=_texts(r, "platformInfo"),
         persistence_mode=r.text("persistence_mode"), mig_current=r.text("mig_mode/current_mig"),
-        mig_pending=r.text("mig_mode/pending_mig"), mig_devices=len(tree.get("mig_devices") or ()),
+        mig_pending=r.text("mig_mode/pending_mig"), mig_devices=len(r.get("mig_devices") or ()),
         memory_total_mib=r.int("fb_memory_usage/total"), memory_used_mib=r.int("fb_memory_usage/used"),
         ecc_current=r.text("ecc_mode/current_ecc"), ecc_pending=r.text("ecc_mode/pending_ecc"),
         ecc_volatile=_ecc(r, "ecc_errors/volatile"), ecc_aggregate=_ecc(r, "ecc_errors/aggregate"),
@@ -275,7 +338,7 @@ def _gpu(index: int, tree: Mapping[str, Any]) -> GpuObservation:
         pcie_width_current=r.int(f"{link}/link_widths/current_link_width"),
         pcie_width_max=r.int(f"{link}/link_widths/max_link_width"),
         pcie_replays=r.int("pci/replay_counter"),
-        clock_events=_clock_events(tree.get("clocks_event_reasons")),
+        clock_events=_clock_events(r),
         sm_clock_mhz=r.int("clocks/sm_clock"), sm_clock_max_mhz=r.int("max_clocks/sm_clock"),
         utilization_pct=r.int("utilization/gpu_util"), performance_state=r.text("performance_state"),
         fan_speed=r.text("fan_speed"), fabric_state=r.text("fabric/state"),
@@ -312,7 +375,7 @@ def _ecc(r: _Reader, base: str) -> EccCounts:
 
 
 def _remap(r: _Reader) -> RowRemap | None:
-    if not isinstance(r.tree.get("remapped_rows"), Mapping):
+    if not isinstance(r.get("remapped_rows"), Mapping):
         return None  # "N/A": pre-Ampere, or MIG enabled (the driver hides it per GPU instance)
     base, hist = "remapped_rows", "remapped_rows/row_remapper_histogram/row_remapper_histogram"
     return RowRemap(correctable=r.int(f"{base}/remapped_row_corr"), uncorrectable=r.int(f"{base}/remapped_row_unc"),
@@ -322,10 +385,11 @@ def _remap(r: _Reader) -> RowRemap | None:
                     banks_none=r.int(f"{hist}_none"))
 
 
-def _clock_events(reasons: Any) -> tuple[str, ...]:
+def _clock_events(r: _Reader) -> tuple[str, ...]:
+    reasons = r.get("clocks_event_reasons")
     if not isinstance(reasons, Mapping):
         return ()
-    return tuple(k for k, v in reasons.items()
+    return tuple(k for k, v in zip(reasons, map(r.value, reasons.values()), strict=True)
                  if isinstance(v, str) and v.strip().lower() == "active")
 
 
@@ -336,7 +400,7 @@ def _sum(values: Any) -> int | None:
 
 def _texts(r: _Reader, section: str) -> dict[str, str]:
     """A flat section (``inforom_version``, ``platformInfo``) as {leaf: text}, N/A leaves dropped."""
-    leaves = r.tree.get(section)
+    leaves = r.get(section)
     if not isinstance(leaves, Mapping):
         return {}
     return {k: v for k, v in ((k, r.leaf(leaf, f"{section}/{k}") if "/" not in k else r.text(f"{section}/{k}"))
