@@ -240,14 +240,6 @@ class _Reader:
         """``value`` (read at ``path``) as text; None for N/A and for unreadable, which is recorded."""
         return self.leaf_of(value, path).text
 
-    def number(self, path: str) -> float | None:
-        return self.read(path).number
-
-    def int(self, path: str) -> int | None:
-        return self.read(path).integer
-
-    def yes(self, path: str) -> bool | None:
-        return self.read(path).yes
 
 
 class _LayoutReader(_Reader):
@@ -295,94 +287,115 @@ def _at(tree: Mapping[str, Any], path: str) -> Any:
 
 
 def _gpu(index: int, r: _Reader) -> GpuObservation:
-    link = "pci/pci_gpu_link_info"
-    power = "gpu_power_readings"
-    obs = GpuObservation(
-        index=index, bus_id=r.get("@id") or r.text("pci/pci_bus_id"), name=r.text("product_name"),
-        uuid=r.text("uuid"), serial=r.text("serial"), architecture=r.text("product_architecture"),
-        vbios=r.text("vbios_version"), module_id=_first(r.int("gpu_module_id"), r.int("platformInfo/module_id")),
-        board_part_number=_first(r.text("board_part_number"), r.text("gpu_part_number")), board_id=r.text("board_id"),
-        inforom=_texts(r, "inforom_version"), platform=_texts(r, "platformInfo"),
-        persistence_mode=r.text("persistence_mode"), mig_current=r.text("mig_mode/current_mig"),
-        mig_pending=r.text("mig_mode/pending_mig"), mig_devices=len(r.get("mig_devices") or ()),
-        memory_total_mib=r.int("fb_memory_usage/total"), memory_used_mib=r.int("fb_memory_usage/used"),
-        ecc_current=r.text("ecc_mode/current_ecc"), ecc_pending=r.text("ecc_mode/pending_ecc"),
-        ecc_volatile=_ecc(r, "ecc_errors/volatile"), ecc_aggregate=_ecc(r, "ecc_errors/aggregate"),
-        sram_threshold_exceeded=r.yes("ecc_errors/aggregate/sram_threshold_exceeded"),
-        channel_repair_pending=r.yes("ecc_errors/channel_repair_pending"),
-        unrepairable_memory=r.yes("ecc_errors/unrepairable_memory"),
-        remap=_remap(r),
-        retired_sbe=r.int("retired_pages/multiple_single_bit_retirement/retired_count"),
-        retired_dbe=r.int("retired_pages/double_bit_retirement/retired_count"),
-        retired_pending=_first_bool(r.yes("retired_pages/pending_blacklist"),
-                                    r.yes("retired_pages/pending_retirement")),
-        temp_c=r.number("temperature/gpu_temp"),
-        shutdown_c=r.number("temperature/gpu_temp_max_threshold"),
-        slowdown_c=r.number("temperature/gpu_temp_slow_threshold"),
-        max_operating_c=r.number("temperature/gpu_temp_max_gpu_threshold"),
-        tlimit_c=r.number("temperature/gpu_temp_tlimit"),
-        shutdown_tlimit_c=r.number("temperature/gpu_temp_max_tlimit_threshold"),
-        slowdown_tlimit_c=r.number("temperature/gpu_temp_slow_tlimit_threshold"),
-        max_operating_tlimit_c=r.number("temperature/gpu_temp_max_gpu_tlimit_threshold"),
-        memory_temp_c=r.number("temperature/memory_temp"),
-        memory_max_operating_c=r.number("temperature/gpu_temp_max_mem_threshold"),
-        memory_max_operating_tlimit_c=r.number("temperature/gpu_temp_max_mem_tlimit_threshold"),
-        power_draw_w=_first(r.number(f"{power}/power_draw"), r.number(f"{power}/instant_power_draw"),
-                            r.number(f"{power}/average_power_draw")),
-        power_limit_w=_first(r.number(f"{power}/current_power_limit"),
-                             r.number(f"{power}/enforced_power_limit"), r.number(f"{power}/power_limit")),
-        power_default_limit_w=r.number(f"{power}/default_power_limit"),
-        power_max_limit_w=r.number(f"{power}/max_power_limit"),
-        pcie_gen_current=r.int(f"{link}/pcie_gen/current_link_gen"),
-        pcie_gen_max=r.int(f"{link}/pcie_gen/max_link_gen"),
-        pcie_width_current=r.int(f"{link}/link_widths/current_link_width"),
-        pcie_width_max=r.int(f"{link}/link_widths/max_link_width"),
-        pcie_replays=r.int("pci/replay_counter"),
-        clock_events=_clock_events(r),
-        sm_clock_mhz=r.int("clocks/sm_clock"), sm_clock_max_mhz=r.int("max_clocks/sm_clock"),
-        utilization_pct=r.int("utilization/gpu_util"), performance_state=r.text("performance_state"),
-        fan_speed=r.text("fan_speed"), fabric_state=r.text("fabric/state"),
-        fabric_status=r.text("fabric/status"),
-        reset_required=r.yes("gpu_reset_status/reset_required"),
-        drain_and_reset_recommended=r.yes("gpu_reset_status/drain_and_reset_recommended"),
-        recovery_action=r.text("gpu_recovery_action"),
-    )
-    return _with_unreadable(obs, r.unreadable)
+    read = r.read
+    values = {
+        "index": index, "bus_id": r.get("@id") or read("pci/pci_bus_id").text, "name": read("product_name").text,
+        "uuid": read("uuid").text, "serial": read("serial").text, "architecture": read("product_architecture").text,
+        "vbios": read("vbios_version").text,
+        "module_id": _first(read("gpu_module_id").integer, read("platformInfo/module_id").integer),
+        "board_part_number": _first(read("board_part_number").text, read("gpu_part_number").text),
+        "board_id": read("board_id").text,
+        "inforom": _texts(r, "inforom_version"), "platform": _texts(r, "platformInfo"),
+        "persistence_mode": read("persistence_mode").text, "mig_current": read("mig_mode/current_mig").text,
+        "mig_pending": read("mig_mode/pending_mig").text, "mig_devices": len(r.get("mig_devices") or ()),
+        "memory_total_mib": read("fb_memory_usage/total").integer,
+        "memory_used_mib": read("fb_memory_usage/used").integer,
+        "ecc_current": read("ecc_mode/current_ecc").text, "ecc_pending": read("ecc_mode/pending_ecc").text,
+        "ecc_volatile": _ecc(r, "ecc_errors/volatile"), "ecc_aggregate": _ecc(r, "ecc_errors/aggregate"),
+        "sram_threshold_exceeded": read("ecc_errors/aggregate/sram_threshold_exceeded").yes,
+        "channel_repair_pending": read("ecc_errors/channel_repair_pending").yes,
+        "unrepairable_memory": read("ecc_errors/unrepairable_memory").yes,
+        "remap": _remap(r),
+        "retired_sbe": read("retired_pages/multiple_single_bit_retirement/retired_count").integer,
+        "retired_dbe": read("retired_pages/double_bit_retirement/retired_count").integer,
+        "retired_pending": _first_bool(read("retired_pages/pending_blacklist").yes,
+                                    read("retired_pages/pending_retirement").yes),
+        "temp_c": read("temperature/gpu_temp").number,
+        "shutdown_c": read("temperature/gpu_temp_max_threshold").number,
+        "slowdown_c": read("temperature/gpu_temp_slow_threshold").number,
+        "max_operating_c": read("temperature/gpu_temp_max_gpu_threshold").number,
+        "tlimit_c": read("temperature/gpu_temp_tlimit").number,
+        "shutdown_tlimit_c": read("temperature/gpu_temp_max_tlimit_threshold").number,
+        "slowdown_tlimit_c": read("temperature/gpu_temp_slow_tlimit_threshold").number,
+        "max_operating_tlimit_c": read("temperature/gpu_temp_max_gpu_tlimit_threshold").number,
+        "memory_temp_c": read("temperature/memory_temp").number,
+        "memory_max_operating_c": read("temperature/gpu_temp_max_mem_threshold").number,
+        "memory_max_operating_tlimit_c": read("temperature/gpu_temp_max_mem_tlimit_threshold").number,
+        "power_draw_w": _first(read("gpu_power_readings/power_draw").number,
+                               read("gpu_power_readings/instant_power_draw").number,
+                               read("gpu_power_readings/average_power_draw").number),
+        "power_limit_w": _first(read("gpu_power_readings/current_power_limit").number,
+                                read("gpu_power_readings/enforced_power_limit").number,
+                                read("gpu_power_readings/power_limit").number),
+        "power_default_limit_w": read("gpu_power_readings/default_power_limit").number,
+        "power_max_limit_w": read("gpu_power_readings/max_power_limit").number,
+        "pcie_gen_current": read("pci/pci_gpu_link_info/pcie_gen/current_link_gen").integer,
+        "pcie_gen_max": read("pci/pci_gpu_link_info/pcie_gen/max_link_gen").integer,
+        "pcie_width_current": read("pci/pci_gpu_link_info/link_widths/current_link_width").integer,
+        "pcie_width_max": read("pci/pci_gpu_link_info/link_widths/max_link_width").integer,
+        "pcie_replays": read("pci/replay_counter").integer,
+        "clock_events": _clock_events(r),
+        "sm_clock_mhz": read("clocks/sm_clock").integer, "sm_clock_max_mhz": read("max_clocks/sm_clock").integer,
+        "utilization_pct": read("utilization/gpu_util").integer, "performance_state": read("performance_state").text,
+        "fan_speed": read("fan_speed").text, "fabric_state": read("fabric/state").text,
+        "fabric_status": read("fabric/status").text,
+        "reset_required": read("gpu_reset_status/reset_required").yes,
+        "drain_and_reset_recommended": read("gpu_reset_status/drain_and_reset_recommended").yes,
+        "recovery_action": read("gpu_recovery_action").text,
+    }
+    return _gpu_observation(values, r.unreadable)
 
 
-def _with_unreadable(obs: GpuObservation, fields: list[str]) -> GpuObservation:
-    if not fields:
-        return obs
-    return dataclasses.replace(obs, unreadable=tuple(dict.fromkeys(fields)))
+def _gpu_observation(values: dict[str, Any], unreadable: list[str]) -> GpuObservation:
+    """``GpuObservation(**values, unreadable=...)`` (the fields in ``unreadable``, each once) for
+    ``values`` naming every other field, without the generated ``__init__``: a frozen dataclass sets
+    each of its 65 fields with ``object.__setattr__`` (~14 us a GPU). The instance is the same, its
+    attributes in field order as ``__init__`` sets them."""
+    if values.keys() != _GPU_VALUES:
+        raise TypeError(f"GpuObservation fields: {sorted(values.keys() ^ _GPU_VALUES)}")
+    state = _GPU_FIELDS.copy()
+    state.update(values)
+    if unreadable:
+        state["unreadable"] = tuple(dict.fromkeys(unreadable))
+    obs = object.__new__(GpuObservation)
+    object.__setattr__(obs, "__dict__", state)
+    return obs
+
+
+_GPU_FIELDS = {f.name: () for f in dataclasses.fields(GpuObservation)}  # in order; () is unreadable's default
+_GPU_VALUES = frozenset(_GPU_FIELDS) - {"unreadable"}
 
 
 def _ecc(r: _Reader, base: str) -> EccCounts:
     """Ampere+ ``sram_*``/``dram_*`` counters, else the pre-Ampere ``single_bit``/``double_bit`` ones."""
-    parity, secded = r.int(f"{base}/sram_uncorrectable_parity"), r.int(f"{base}/sram_uncorrectable_secded")
-    sram_unc = r.int(f"{base}/sram_uncorrectable")
+    read = r.read
+    parity = read(f"{base}/sram_uncorrectable_parity").integer
+    secded = read(f"{base}/sram_uncorrectable_secded").integer
+    sram_unc = read(f"{base}/sram_uncorrectable").integer
     if sram_unc is None and (parity is not None or secded is not None):
         sram_unc = (parity or 0) + (secded or 0)
-    counts = EccCounts(r.int(f"{base}/sram_correctable"), sram_unc,
-                       r.int(f"{base}/dram_correctable"), r.int(f"{base}/dram_uncorrectable"))
+    counts = EccCounts(read(f"{base}/sram_correctable").integer, sram_unc,
+                       read(f"{base}/dram_correctable").integer, read(f"{base}/dram_uncorrectable").integer)
     if any(v is not None for v in counts.__dict__.values()):
         return counts
     on_chip = ("register_file", "l1_cache", "l2_cache", "texture_memory", "texture_shm", "cbu")
     return EccCounts(
-        sram_correctable=_sum(r.int(f"{base}/single_bit/{k}") for k in on_chip),
-        sram_uncorrectable=_sum(r.int(f"{base}/double_bit/{k}") for k in on_chip),
-        dram_correctable=r.int(f"{base}/single_bit/device_memory"),
-        dram_uncorrectable=r.int(f"{base}/double_bit/device_memory"))
+        sram_correctable=_sum(read(f"{base}/single_bit/{k}").integer for k in on_chip),
+        sram_uncorrectable=_sum(read(f"{base}/double_bit/{k}").integer for k in on_chip),
+        dram_correctable=read(f"{base}/single_bit/device_memory").integer,
+        dram_uncorrectable=read(f"{base}/double_bit/device_memory").integer)
 
 
 def _remap(r: _Reader) -> RowRemap | None:
     if not isinstance(r.get("remapped_rows"), Mapping):
         return None  # "N/A": pre-Ampere, or MIG enabled (the driver hides it per GPU instance)
-    base, hist = "remapped_rows", "remapped_rows/row_remapper_histogram/row_remapper_histogram"
-    return RowRemap(correctable=r.int(f"{base}/remapped_row_corr"), uncorrectable=r.int(f"{base}/remapped_row_unc"),
-                    pending=r.yes(f"{base}/remapped_row_pending"), failure=r.yes(f"{base}/remapped_row_failure"),
-                    banks_max=r.int(f"{hist}_max"), banks_high=r.int(f"{hist}_high"),
-                    banks_partial=r.int(f"{hist}_partial"), banks_low=r.int(f"{hist}_low"),
-                    banks_none=r.int(f"{hist}_none"))
+    read, base, hist = r.read, "remapped_rows", "remapped_rows/row_remapper_histogram/row_remapper_histogram"
+    return RowRemap(correctable=read(f"{base}/remapped_row_corr").integer,
+                    uncorrectable=read(f"{base}/remapped_row_unc").integer,
+                    pending=read(f"{base}/remapped_row_pending").yes, failure=read(f"{base}/remapped_row_failure").yes,
+                    banks_max=read(f"{hist}_max").integer, banks_high=read(f"{hist}_high").integer,
+                    banks_partial=read(f"{hist}_partial").integer, banks_low=read(f"{hist}_low").integer,
+                    banks_none=read(f"{hist}_none").integer)
 
 
 def _clock_events(r: _Reader) -> tuple[str, ...]:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
 from healthcheck.probes import parse_memo
-from healthcheck.probes.gpu_model import observations_from_layout, observations_from_log
+from healthcheck.probes.gpu_model import (
+    GpuObservation,
+    _gpu_observation,
+    observations_from_layout,
+    observations_from_log,
+)
 from healthcheck.probes.nvidia_smi_log import SmiLayoutLog, SmiLog
 from healthcheck.probes.nvidia_smi_xml import (
     _BUILD_MAX_DEPTH,
@@ -354,7 +360,7 @@ def test_number_too_large_for_a_float_reads_as_no_value() -> None:
 def _variants(text: str) -> list[str]:
     """A report and the same tags with other texts: unreadable, padded, active reasons, N/A sections."""
     return [text, text.replace("<gpu_temp>", "<gpu_temp>Unknown Error<x/>", 1),
-            text.replace("</product_name>", " GPU is lost</product_name>", 1),
+            re.sub(r"<(product_name|gpu_temp|serial|img_version)>[^<]*<", r"<\1> [GPU is lost] <", text),
             text.replace(" C</gpu_temp>", " C \t</gpu_temp>").replace("Not Active", "Active"),
             re.sub(r">(\d+)<", lambda m: f">  {int(m.group(1)) + 7} <", text)]
 
@@ -405,3 +411,18 @@ def test_reports_without_a_layout_are_parsed_as_the_tree_parser_does(text):
     except ParseError as exc:
         got = repr(exc)
     assert got == expected
+
+
+def test_observations_are_the_instances_their_init_would_build():
+    """``_gpu_observation`` skips the frozen dataclass's ``__init__``: equal instances, attributes in
+    field order (what ``vars`` and an encoder see), the unreadable fields once each, in reading order."""
+    for text in _xml_sources():
+        for variant in _variants(text)[:3]:
+            for gpu in _obs(variant).gpus:
+                built = GpuObservation(**{f.name: getattr(gpu, f.name) for f in dataclasses.fields(gpu)})
+                assert gpu == built and list(vars(gpu).items()) == list(vars(built).items())
+    lost = _obs(_variants(fixture_text("nvidia-smi-xml/h100-8x-healthy.xml"))[2]).gpus[0]
+    assert lost.unreadable == ("product_name", "serial", "inforom_version/img_version", "temperature/gpu_temp")
+    assert (lost.name, lost.temp_c, lost.inforom.get("img_version")) == (None, None, None)
+    with pytest.raises(TypeError, match="fields"):
+        _gpu_observation({"index": 0}, [])
