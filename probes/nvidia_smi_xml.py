@@ -198,20 +198,21 @@ def _plain_parts(document: str) -> tuple[list[str], _Skeleton | None] | None:
 
 
 _SKELETON_MAX = 1 << 20  # a report remembered by its tags only up to here (8 GPUs: ~90 KB): 32 kept, 32 MB at most
-_ANGLES = bytes(b for b in range(256) if b not in b"<>")    # deleted: all but the two delimiters
 _XML_ASCII = b"\t\n" + bytes(range(0x20, 0x80))            # XML 1.0 characters in ASCII (CR: excluded above)
+_TEXT_ASCII = _XML_ASCII.translate(None, b"<>")              # deleted: all of them but the two delimiters
 
 
 def _plain_text(body: str) -> bool:
     """``body`` is ASCII, every character is one XML allows, and its delimiters alternate ``<`` ``>``
     (each tag opens and closes before the next): then the document is its tags (its *skeleton*) with
     text between them that XML accepts as character data (no ``<``, ``>`` or ``&``, so no "]]>"), and it
-    is well-formed exactly when its skeleton is. Two C-level passes (``bytes.translate``)."""
+    is well-formed exactly when its skeleton is. One C-level pass (``bytes.translate``) deletes every
+    allowed character but the delimiters: what is left must be ``<>`` repeated (any other character
+    left is one XML refuses)."""
     if not body.isascii():
         return False
-    raw = body.encode("ascii")
-    angles = raw.translate(None, _ANGLES)
-    return angles == b"<>" * (len(angles) // 2) and not raw.translate(None, _XML_ASCII)
+    left = body.encode("ascii").translate(None, _TEXT_ASCII)
+    return left == b"<>" * (len(left) // 2)
 
 
 @memoized(32)  # nodes of one model and driver print the same tags: expat checks them once, not per host

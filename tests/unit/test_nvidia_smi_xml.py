@@ -25,11 +25,14 @@ from healthcheck.probes.nvidia_smi_xml import (
     _element_tree,
     _etree_root,
     _plain_skeleton,
+    _plain_text,
     _plain_tree,
     _split_tree,
     parse_nvidia_smi_xml,
     parse_nvidia_smi_xml_layout,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 from healthcheck.spec import ParseError
 from tests.conftest import CORPUS, FIXTURES, ROOT, corpus_files, corpus_text, fixture_text
@@ -426,3 +429,14 @@ def test_observations_are_the_instances_their_init_would_build():
     assert (lost.name, lost.temp_c, lost.inforom.get("img_version")) == (None, None, None)
     with pytest.raises(TypeError, match="fields"):
         _gpu_observation({"index": 0}, [])
+
+
+def _plain_text_by_definition(body: str) -> bool:
+    allowed = set("\t\n") | {chr(c) for c in range(0x20, 0x80)}
+    angles = "".join(c for c in body if c in "<>")
+    return all(c in allowed for c in body) and angles == "<>" * (len(angles) // 2)
+
+
+@given(st.text(alphabet=st.sampled_from("<>a \t\n\r\x00\x01\x0b\x1f\x7f&é"), max_size=24))
+def test_plain_text_is_ascii_xml_characters_with_alternating_delimiters(body):
+    assert _plain_text(body) == _plain_text_by_definition(body)
