@@ -8,6 +8,11 @@ Units are converted here, once: "81920 MiB" -> 81920 (``_mib``), "67.03 W" -> 67
 "-8 C" -> -8 (``_c``), "16x" -> 16. "N/A", "[N/A]", "Not Supported" become None. A value of
 "Unknown Error" (the driver asked the GPU and failed) also becomes None, and the field's name is
 listed in ``unreadable`` so the evaluator can say so instead of treating it as absent.
+
+A report whose layout was seen before (``nvidia_smi_xml.parse_nvidia_smi_xml_layout``) is read without
+its tree (``observations_from_layout``): the same reads in the same order, each path resolved once per
+layout and GPU to the index of its text. Reads are bound once per GPU and a ``GpuObservation`` is built
+without its frozen ``__init__`` (``_gpu_observation``): ~0.74 -> ~0.45 CPU-ms for 8 GPUs.
 """
 
 from __future__ import annotations
@@ -309,7 +314,7 @@ def _gpu(index: int, r: _Reader) -> GpuObservation:
         "retired_sbe": read("retired_pages/multiple_single_bit_retirement/retired_count").integer,
         "retired_dbe": read("retired_pages/double_bit_retirement/retired_count").integer,
         "retired_pending": _first_bool(read("retired_pages/pending_blacklist").yes,
-                                    read("retired_pages/pending_retirement").yes),
+                                       read("retired_pages/pending_retirement").yes),
         "temp_c": read("temperature/gpu_temp").number,
         "shutdown_c": read("temperature/gpu_temp_max_threshold").number,
         "slowdown_c": read("temperature/gpu_temp_slow_threshold").number,
