@@ -68,8 +68,9 @@ class SmiLayoutLog:
     """One report read by its layout (``nvidia_smi_xml.parse_nvidia_smi_xml_layout``), its tree not
     built: ``log`` is the report as ``parse_nvidia_smi_xml`` gives it but for its GPU trees, which are
     its layout's, every leaf an ``int``: the index in ``texts`` of the leaf's text as printed (not
-    stripped). ``plans`` (one dict per GPU, shared by every report of the layout) is where readers
-    remember what each path leads to in the layout (``gpu_model.observations_from_layout``)."""
+    stripped); the last text is "", what a reader reads where there is no leaf. ``plans`` (one dict
+    per GPU, shared by every report of the layout) is where readers remember what each path leads to
+    in the layout (``gpu_model.observations_from_layout``)."""
 
     log: SmiLog
     texts: Sequence[str]

@@ -298,6 +298,7 @@ class _Layout:
         log = SmiLog(driver_version=_text(text(top.get("driver_version"))),
                      cuda_version=_text(text(top.get("cuda_version"))),
                      attached_gpus=_int(text(top.get("attached_gpus"))), gpus=self.gpus, errors=errors)
+        parts.append("")  # the text of what is not a leaf
         return SmiLayoutLog(log, parts, self.plans)
 
 
