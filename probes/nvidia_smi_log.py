@@ -74,7 +74,7 @@ class SmiLayoutLog:
 
     log: SmiLog
     texts: Sequence[str]
-    plans: tuple[dict[str, Any], ...]
+    plans: tuple[dict[Any, Any], ...]  # path, or tuple of paths -> where it leads
 
 
 _ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (

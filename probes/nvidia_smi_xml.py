@@ -29,14 +29,14 @@ the tags alone, once per distinct set (``_plain_skeleton``, memoized): a documen
 exactly when its tags are and its text is such character data (2.57 -> 2.25 ms a host). Once a set
 of tags has been seen ``_COMPILE_AFTER`` times, its tree is built by a nested dict/list display
 compiled for those tags (``_tree_builder``; the compiled source holds only integers, every tag name
-and attribute value is a constant looked up in a tuple), twice as fast as the split's loop.
-The gpu probe does not need the tree at all (``parse_nvidia_smi_xml_layout``): a plain report's tags
-also give its *layout* (``_Layout``, made once per set of tags), the tree with each leaf's text left as
-its index in the split parts, and its observations are read from that and the report's own texts
-(``gpu_model.observations_from_layout``: the same reads in the same order, each path resolved once per
-layout). The tags are remembered as one string (hashed and compared in C, not 3,300 new strings), and
-the unread sections are found by one regex search each. 1.75 -> 1.2 CPU-ms a host (parse and
-observations, ``bench/smi_parse.py``).
+and attribute value is a constant looked up in a tuple), twice as fast as the split's loop (this
+serves ``parse_nvidia_smi_xml``'s callers). The gpu probe does not need the tree at all
+(``parse_nvidia_smi_xml_layout``): a plain report's tags also give its *layout* (``_Layout``, made
+once per set of tags), the tree with each leaf's text left as its index in the split parts, and its
+observations are read from that and the report's own texts (``gpu_model.observations_from_layout``:
+the same reads in the same order, each path resolved once per layout). The tags are remembered as
+one string (hashed and compared in C, not 3,300 new strings), and the unread sections are found by
+one regex search each. 1.75 -> 1.05 CPU-ms a host (parse and observations, ``bench/smi_parse.py``).
 """
 
 from __future__ import annotations
@@ -277,7 +277,7 @@ class _Layout:
 
     def __init__(self, top: dict[str, Any], gpus: tuple[dict[str, Any], ...]) -> None:
         self.top, self.gpus = top, gpus
-        self.plans: tuple[dict[str, Any], ...] = tuple({} for _ in gpus)
+        self.plans: tuple[dict[Any, Any], ...] = tuple({} for _ in gpus)
 
     @classmethod
     def of(cls, tags: tuple[str, ...]) -> _Layout | None:
