@@ -78,20 +78,7 @@ def parse_nvidia_smi_xml(text: str) -> SmiLog:
     if isinstance(found, SmiLog):
         return found
     document, outside = found
-    top = _plain_tree(document)
-    if top is None:
-        top = _element_tree(_etree_root(document))
-    listed = top.get("gpu", [])
-    if not all(isinstance(gpu, dict) for gpu in listed):
-        raise ParseError("a <gpu> element of nvidia-smi -q -x output has no fields", document)
-    gpus = tuple(_normalize_gpu(gpu) for gpu in listed)
-    return SmiLog(
-        driver_version=_text(top.get("driver_version")),
-        cuda_version=_text(top.get("cuda_version")),
-        attached_gpus=_int(top.get("attached_gpus")),
-        gpus=gpus,
-        errors=find_nvidia_smi_errors(outside),
-    )
+    return _log(_plain_tree(document), document, outside)
 
 
 def parse_nvidia_smi_xml_layout(text: str) -> SmiLog | SmiLayoutLog:
@@ -106,8 +93,26 @@ def parse_nvidia_smi_xml_layout(text: str) -> SmiLog | SmiLayoutLog:
     plain = _plain_parts(document)
     layout = plain[1].layout() if plain is not None and plain[1] is not None else None
     if layout is None:
-        return parse_nvidia_smi_xml(text)
+        return _log(_built(plain), document, outside)
     return layout.read(plain[0], find_nvidia_smi_errors(outside))
+
+
+def _log(top: dict[str, Any] | None, document: str, outside: str) -> SmiLog:
+    """The report whose tree is ``top`` (None: left to ElementTree, which reads ``document`` or says
+    why it cannot)."""
+    if top is None:
+        top = _element_tree(_etree_root(document))
+    listed = top.get("gpu", [])
+    if not all(isinstance(gpu, dict) for gpu in listed):
+        raise ParseError("a <gpu> element of nvidia-smi -q -x output has no fields", document)
+    gpus = tuple(_normalize_gpu(gpu) for gpu in listed)
+    return SmiLog(
+        driver_version=_text(top.get("driver_version")),
+        cuda_version=_text(top.get("cuda_version")),
+        attached_gpus=_int(top.get("attached_gpus")),
+        gpus=gpus,
+        errors=find_nvidia_smi_errors(outside),
+    )
 
 
 def _document(text: str) -> tuple[str, str] | SmiLog:
@@ -171,7 +176,11 @@ def _etree_root(document: str) -> ET.Element:
 def _plain_tree(document: str) -> dict[str, Any] | None:
     """``_element_tree`` of a well-formed plain document, without building an ElementTree; None for
     anything else (malformed, or XML features ``_split_tree`` does not read), left to ElementTree."""
-    plain = _plain_parts(document)
+    return _built(_plain_parts(document))
+
+
+def _built(plain: tuple[list[str], _Skeleton | None] | None) -> dict[str, Any] | None:
+    """``_plain_tree`` of the document whose ``_plain_parts`` are ``plain``."""
     if plain is None:
         return None
     parts, skeleton = plain

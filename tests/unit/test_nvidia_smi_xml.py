@@ -441,3 +441,23 @@ def _plain_text_by_definition(body: str) -> bool:
 @given(st.text(alphabet=st.sampled_from("<>a \t\n\r\x00\x01\x0b\x1f\x7f&é"), max_size=24))
 def test_plain_text_is_ascii_xml_characters_with_alternating_delimiters(body):
     assert _plain_text(body) == _plain_text_by_definition(body)
+
+
+@pytest.mark.parametrize("old, new", [
+    ("<serial>1652323004110</serial>", "<serial>SN\u2013 1652 \u00b0C</serial>"),       # not ASCII: expat whole
+    ("<serial>1652323004110</serial>", f"<serial>{'7' * _SKELETON_MAX}</serial>"),   # past the skeleton bound
+])
+def test_plain_reports_without_a_layout_are_checked_and_split_once(old, new, monkeypatch):
+    """A plain report not remembered by its tags has no layout: its tree is built from the one split
+    and the one expat check, as ``parse_nvidia_smi_xml`` builds it."""
+    import healthcheck.probes.nvidia_smi_xml as module
+
+    parse_memo.clear()
+    text = fixture_text("nvidia-smi-xml/h100-8x-healthy.xml").replace(old, new, 1)
+    checks = []
+    check = module._plain_document
+    monkeypatch.setattr(module, "_plain_document", lambda *args: checks.append(1) or check(*args))
+    report = parse_nvidia_smi_xml_layout(text)
+    assert isinstance(report, SmiLog) and len(checks) == 1
+    assert report.gpus[0]["serial"] == new[len("<serial>"):-len("</serial>")]
+    assert repr(observations_from_log(report, "nvidia-smi-q-x")) == repr(_obs(text))
