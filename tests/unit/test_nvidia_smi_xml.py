@@ -361,12 +361,15 @@ def test_number_too_large_for_a_float_reads_as_no_value() -> None:
 # --- observations read by a report's layout, its tree not built --------------------------------------
 
 def _variants(text: str) -> list[str]:
-    """A report and the same tags with other texts: unreadable, padded, active reasons; and attributes."""
+    """A report and the same tags with other texts (unreadable, padded, active reasons), and with
+    other tags: attributes, no Ampere ECC counters."""
     return [text, text.replace("<gpu_temp>", "<gpu_temp>Unknown Error<x/>", 1),
             re.sub(r"<(product_name|gpu_temp|serial|img_version)>[^<]*<", r"<\1> [GPU is lost] <", text),
             text.replace(" C</gpu_temp>", " C \t</gpu_temp>").replace("Not Active", "Active"),
             re.sub(r">(\d+)<", lambda m: f">  {int(m.group(1)) + 7} <", text),
-            text.replace("<inforom_version>", '<inforom_version note=" Unknown Error " x="7">', 1)]  # attributes
+            text.replace("<inforom_version>", '<inforom_version note=" Unknown Error " x="7">', 1),  # attributes
+            re.sub(r">[^<\n]+</", ">Unknown Error</", text),                     # every leaf unreadable
+            re.sub(r"<((sram|dram)_\w*)>[^<]*</\1>", "", text)]                  # the pre-Ampere ECC fallback
 
 
 def test_observations_read_by_layout_are_the_trees_for_every_real_layout():
