@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
 from healthcheck.probes import parse_memo
-from healthcheck.probes.gpu_model import observations_from_log
+from healthcheck.probes.gpu_model import (
+    GpuObservation,
+    _gpu_observation,
+    observations_from_layout,
+    observations_from_log,
+)
+from healthcheck.probes.nvidia_smi_log import SmiLayoutLog, SmiLog
 from healthcheck.probes.nvidia_smi_xml import (
     _BUILD_MAX_DEPTH,
     _BUILD_MAX_TAGS,
@@ -18,10 +25,14 @@ from healthcheck.probes.nvidia_smi_xml import (
     _element_tree,
     _etree_root,
     _plain_skeleton,
+    _plain_text,
     _plain_tree,
     _split_tree,
     parse_nvidia_smi_xml,
+    parse_nvidia_smi_xml_layout,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 from healthcheck.spec import ParseError
 from tests.conftest import CORPUS, FIXTURES, ROOT, corpus_files, corpus_text, fixture_text
@@ -246,7 +257,7 @@ def test_a_set_of_tags_is_compiled_only_once_seen_often():
         trees.append(parse_nvidia_smi_xml(text))
     at = _document(healthy).find("<nvidia_smi_log")
     parts = _document(healthy)[at:].replace(">", "<").split("<")
-    entry = _plain_skeleton(_document(healthy)[:at], tuple(parts[1::2]))
+    entry = _plain_skeleton(_document(healthy)[:at], "<".join(parts[1::2]))
     assert entry.built == _COMPILE_AFTER + 2 and entry.build is not _split_tree
     assert [t.gpus[0]["serial"] for t in trees] == [str(n) for n in range(_COMPILE_AFTER + 2)]
     assert repr(trees[-1].gpus[1]) == repr(trees[0].gpus[1])  # built by the split, then compiled: same tree
@@ -321,6 +332,9 @@ def test_non_ascii_text_is_checked_by_expat_whole_and_read_as_elementtree_reads_
     "<a><processes>never closed<supported_clocks>1</supported_clocks><processes>2</processes></a>",
     "<a><processes><supported_clocks></processes></supported_clocks><accounted_processes/></a>",
     "<a><accounted_processes>1</accounted_processes><processes>2</processes></a>",
+    "<a><processes>x<supported_clocks>1</supported_clocks><processes>2<accounted_processes>3</a>",
+    "<a><supported_clocks>1<processes>2</processes><processes>3</supported_clocks></processes></a>",
+    "<a>" + "<processes>never closed" * 50 + "<supported_clocks>1</supported_clocks>" * 3 + "</a>",
 ])
 def test_unread_sections_are_cut_as_the_original_regex_did(document):
     regex = re.compile(r"<(supported_clocks|processes|accounted_processes)>.*?</\1>", re.S)
@@ -342,3 +356,111 @@ def test_number_too_large_for_a_float_reads_as_no_value() -> None:
            + " MiB</total><used>0 MiB</used></fb_memory_usage></gpu></nvidia_smi_log>")
     gpu = parse_nvidia_smi_output("nvidia-smi-q-x", doc, 0).gpus[0]
     assert (gpu.name, gpu.memory_total_mib, gpu.memory_used_mib) == ("NVIDIA H100 80GB HBM3", None, 0)
+
+
+# --- observations read by a report's layout, its tree not built --------------------------------------
+
+def _variants(text: str) -> list[str]:
+    """A report and the same tags with other texts (unreadable, padded, active reasons), and with
+    other tags: attributes, no Ampere ECC counters."""
+    return [text, text.replace("<gpu_temp>", "<gpu_temp>Unknown Error<x/>", 1),
+            re.sub(r"<(product_name|gpu_temp|serial|img_version)>[^<]*<", r"<\1> [GPU is lost] <", text),
+            text.replace(" C</gpu_temp>", " C \t</gpu_temp>").replace("Not Active", "Active"),
+            re.sub(r">(\d+)<", lambda m: f">  {int(m.group(1)) + 7} <", text),
+            text.replace("<inforom_version>", '<inforom_version note=" Unknown Error " x="7">', 1),  # attributes
+            re.sub(r">[^<\n]+</", ">Unknown Error</", text),                     # every leaf unreadable
+            re.sub(r"<((sram|dram)_\w*)>[^<]*</\1>", "", text)]                  # the pre-Ampere ECC fallback
+
+
+def test_observations_read_by_layout_are_the_trees_for_every_real_layout():
+    """Every real report's layout reads what its tree reads, unreadable fields (in order) included,
+    and so does each later report of the layout (the plans it remembered) with its own texts."""
+    parse_memo.clear()
+    for text in _xml_sources():
+        for variant in _variants(text) * 2:
+            report = parse_nvidia_smi_xml_layout(variant)
+            assert isinstance(report, SmiLayoutLog)
+            reference = observations_from_log(parse_nvidia_smi_xml(variant), "nvidia-smi-q-x")
+            assert repr(observations_from_layout(report, "nvidia-smi-q-x")) == repr(reference)
+
+
+def test_one_layout_serves_every_report_with_its_tags_each_with_its_own_texts():
+    parse_memo.clear()
+    healthy = fixture_text("nvidia-smi-xml/h100-8x-healthy.xml")
+    first, second = (parse_nvidia_smi_xml_layout(healthy.replace("<serial>1652323004110</serial>",
+                                                                 f"<serial>{n}</serial>", 1)) for n in (5, 6))
+    assert first.plans is second.plans and first.log.gpus is second.log.gpus
+    assert [observations_from_layout(r, "x").gpus[0].serial for r in (first, second)] == ["5", "6"]
+    assert _plain_skeleton.cache_info().misses == 1
+
+
+@pytest.mark.parametrize("text", [
+    "<nvidia_smi_log><attached_gpus>1</attached_gpus><gpu/></nvidia_smi_log>",   # a <gpu> without fields
+    "<nvidia_smi_log><gpu>x</gpu></nvidia_smi_log>",
+    "<nvidia_smi_log><gpu><a>1</b></gpu></nvidia_smi_log>",                       # malformed
+    "<other><gpu><a>1</a></gpu></other>",                                          # another root
+    "<nvidia_smi_log><gpu><a>1",                                                   # truncated
+    "Failed to initialize NVML: Driver/library version mismatch",                  # no report
+    "<nvidia_smi_log><gpu><a>&amp;</a></gpu></nvidia_smi_log>",                    # not plain: ElementTree
+])
+def test_reports_without_a_layout_are_parsed_as_the_tree_parser_does(text):
+    """Anything without a layout (not plain, malformed, no fields) is ``parse_nvidia_smi_xml``'s result
+    or its very error."""
+    parse_memo.clear()
+    try:
+        expected = repr(parse_nvidia_smi_xml(text))
+    except ParseError as exc:
+        expected = repr(exc)
+    try:
+        got = parse_nvidia_smi_xml_layout(text)
+        assert isinstance(got, SmiLog)
+        got = repr(got)
+    except ParseError as exc:
+        got = repr(exc)
+    assert got == expected
+
+
+def test_observations_are_the_instances_their_init_would_build():
+    """``_gpu_observation`` skips the frozen dataclass's ``__init__``: equal instances, attributes in
+    field order (what ``vars`` and an encoder see), the unreadable fields once each, in reading order."""
+    for text in _xml_sources():
+        for variant in _variants(text)[:3]:
+            for gpu in _obs(variant).gpus:
+                built = GpuObservation(**{f.name: getattr(gpu, f.name) for f in dataclasses.fields(gpu)})
+                assert gpu == built and list(vars(gpu).items()) == list(vars(built).items())
+    lost = _obs(_variants(fixture_text("nvidia-smi-xml/h100-8x-healthy.xml"))[2]).gpus[0]
+    assert lost.unreadable == ("product_name", "serial", "inforom_version/img_version", "temperature/gpu_temp")
+    assert (lost.name, lost.temp_c, lost.inforom.get("img_version")) == (None, None, None)
+    with pytest.raises(TypeError, match="fields"):
+        _gpu_observation({"index": 0}, [])
+
+
+def _plain_text_by_definition(body: str) -> bool:
+    allowed = set("\t\n") | {chr(c) for c in range(0x20, 0x80)}
+    angles = "".join(c for c in body if c in "<>")
+    return all(c in allowed for c in body) and angles == "<>" * (len(angles) // 2)
+
+
+@given(st.text(alphabet=st.sampled_from("<>a \t\n\r\x00\x01\x0b\x1f\x7f&é"), max_size=24))
+def test_plain_text_is_ascii_xml_characters_with_alternating_delimiters(body):
+    assert _plain_text(body) == _plain_text_by_definition(body)
+
+
+@pytest.mark.parametrize("old, new", [
+    ("<serial>1652323004110</serial>", "<serial>SN\u2013 1652 \u00b0C</serial>"),       # not ASCII: expat whole
+    ("<serial>1652323004110</serial>", f"<serial>{'7' * _SKELETON_MAX}</serial>"),   # past the skeleton bound
+])
+def test_plain_reports_without_a_layout_are_checked_and_split_once(old, new, monkeypatch):
+    """A plain report not remembered by its tags has no layout: its tree is built from the one split
+    and the one expat check, as ``parse_nvidia_smi_xml`` builds it."""
+    import healthcheck.probes.nvidia_smi_xml as module
+
+    parse_memo.clear()
+    text = fixture_text("nvidia-smi-xml/h100-8x-healthy.xml").replace(old, new, 1)
+    checks = []
+    check = module._plain_document
+    monkeypatch.setattr(module, "_plain_document", lambda *args: checks.append(1) or check(*args))
+    report = parse_nvidia_smi_xml_layout(text)
+    assert isinstance(report, SmiLog) and len(checks) == 1
+    assert report.gpus[0]["serial"] == new[len("<serial>"):-len("</serial>")]
+    assert repr(observations_from_log(report, "nvidia-smi-q-x")) == repr(_obs(text))
