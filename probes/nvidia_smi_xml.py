@@ -26,11 +26,8 @@ names, nesting and characters while splitting, measured slower than expat's C ch
 Nodes of one model and driver print the same tags with other values, so when the text between the
 tags is plain ASCII that XML accepts as character data (checked in C, ``_plain_text``), expat checks
 the tags alone, once per distinct set (``_plain_skeleton``, memoized): a document is well-formed
-exactly when its tags are and its text is such character data (2.57 -> 2.25 ms a host). Once a set
-of tags has been seen ``_COMPILE_AFTER`` times, its tree is built by a nested dict/list display
-compiled for those tags (``_tree_builder``; the compiled source holds only integers, every tag name
-and attribute value is a constant looked up in a tuple), twice as fast as the split's loop (this
-serves ``parse_nvidia_smi_xml``'s callers). The gpu probe does not need the tree at all
+exactly when its tags are and its text is such character data (2.57 -> 2.25 ms a host). The gpu
+probe does not need the tree at all
 (``parse_nvidia_smi_xml_layout``): a plain report's tags also give its *layout* (``_Layout``, made
 once per set of tags), the tree with each leaf's text left as its index in the split parts, and its
 observations are read from that and the report's own texts (``gpu_model.observations_from_layout``:
@@ -41,10 +38,8 @@ one regex search each. 1.75 -> 1.05 CPU-ms a host (parse and observations, ``ben
 
 from __future__ import annotations
 
-import functools
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
 from itertools import chain
 from typing import Any
 from xml.parsers import expat
@@ -234,22 +229,14 @@ def _plain_skeleton(prolog: str, tags: str) -> _Skeleton | None:
     return _Skeleton(tuple(tags.split("<")))
 
 
-_COMPILE_AFTER = 16         # documents with one set of tags built by the split before a builder is compiled for them
-_BUILD_MAX_TAGS = 1 << 14   # 8 GPUs print ~3,300 tags; compiling them takes ~25 ms
-_BUILD_MAX_DEPTH = 32       # nvidia-smi nests 6 deep; Python's compiler recurses on nested displays
-
-
 class _Skeleton:
-    """Builds the tree of each well-formed plain document with ``tags`` from its split parts: by
-    ``_split_tree`` for the first ``_COMPILE_AFTER``, then by a builder compiled for these tags
-    (``_compiled``), twice as fast. Compiling costs about 60 of the split's builds, so tags that
-    every host prints differently (no real fleet does) never pay it."""
+    """What documents with one set of ``tags`` share: their trees are built from their split parts
+    (``_split_tree``), and their layout (``layout``) is made once."""
 
-    __slots__ = ("_layout", "build", "built", "tags")
+    __slots__ = ("_layout", "tags")
 
     def __init__(self, tags: tuple[str, ...]) -> None:
-        self.tags, self.built = tags, 0
-        self.build: _Builder = _split_tree
+        self.tags = tags
         self._layout: _Layout | bool | None = False  # False: not made yet
 
     def layout(self) -> _Layout | None:
@@ -259,20 +246,7 @@ class _Skeleton:
         return self._layout
 
     def __call__(self, parts: list[str]) -> dict[str, Any] | None:
-        self.built += 1
-        if self.built == _COMPILE_AFTER + 1:
-            self.build = _compiled(self.tags)
-        return self.build(parts)
-
-
-def _compiled(tags: tuple[str, ...]) -> _Builder:
-    """The compiled builder (``_tree_builder``) of documents with ``tags``, or ``_split_tree`` itself
-    for tags too many, too deep, or not rooted at ``<nvidia_smi_log>`` (the split says None)."""
-    if len(tags) > _BUILD_MAX_TAGS:
-        return _split_tree
-    slots = map(_Slot, range(len(tags)))  # the text after each tag
-    template = _split_tree(["", *chain.from_iterable(zip(tags, slots, strict=True))])
-    return (_tree_builder(template) if template is not None else None) or _split_tree
+        return _split_tree(parts)
 
 
 class _Layout:
@@ -312,49 +286,11 @@ class _Layout:
 
 
 class _Slot(int):
-    """The position of a tag's text in a skeleton's template: ``_split_tree`` strips the text it reads,
+    """The position of a tag's text in a layout (``_Layout``): ``_split_tree`` strips the text it reads,
     and a slot strips to itself."""
 
     def strip(self) -> _Slot:
         return self
-
-
-_Builder = Callable[[list[str]], "dict[str, Any] | None"]  # a document's split parts -> its tree
-
-
-def _tree_builder(template: dict[str, Any]) -> _Builder | None:
-    """The tree ``_split_tree`` builds for documents with ``template``'s tags, as one compiled nested
-    dict/list display filled from their stripped texts (``t[i]``: the text after the ``i``-th tag):
-    ~2x faster than the split's loop, every dict and list new on each call. The compiled source holds
-    only integers, never a document's text or tag names: every name and attribute value is a constant
-    looked up in a tuple (``k``). None when the template nests deeper than ``_BUILD_MAX_DEPTH``."""
-    constants: list[str] = []
-
-    def constant(text: str) -> str:
-        constants.append(text)
-        return f"k[{len(constants) - 1}]"
-
-    def display(node: Any, depth: int) -> str:
-        if depth > _BUILD_MAX_DEPTH:
-            raise RecursionError
-        if type(node) is _Slot:
-            return f"t[{int(node)}]"
-        if type(node) is str:  # an attribute value, or the "" of <empty/>
-            return constant(node)
-        if type(node) is list:
-            return "[" + ",".join(display(item, depth + 1) for item in node) + "]"
-        return "{" + ",".join(f"{constant(key)}:{display(value, depth + 1)}" for key, value in node.items()) + "}"
-
-    try:
-        source = f"lambda t, k: {display(template, 0)}"
-    except RecursionError:
-        return None
-    display_fn = eval(compile(source, "<nvidia-smi -q -x skeleton>", "eval"), {"__builtins__": {}})
-    return functools.partial(_filled, display_fn, tuple(constants))
-
-
-def _filled(display_fn: Callable[..., dict[str, Any]], constants: tuple[str, ...], parts: list[str]) -> dict[str, Any]:
-    return display_fn(list(map(str.strip, parts[2::2])), constants)
 
 
 def _plain_document(prolog: str, document: str) -> bool:

@@ -15,19 +15,14 @@ from healthcheck.probes.gpu_model import (
 )
 from healthcheck.probes.nvidia_smi_log import SmiLayoutLog, SmiLog
 from healthcheck.probes.nvidia_smi_xml import (
-    _BUILD_MAX_DEPTH,
-    _BUILD_MAX_TAGS,
-    _COMPILE_AFTER,
     _SKELETON_MAX,
     _START,
-    _compiled,
     _drop_unread,
     _element_tree,
     _etree_root,
     _plain_skeleton,
     _plain_text,
     _plain_tree,
-    _split_tree,
     parse_nvidia_smi_xml,
     parse_nvidia_smi_xml_layout,
 )
@@ -227,83 +222,6 @@ def test_a_report_past_the_skeleton_bound_is_checked_whole_and_never_remembered(
     padded = healthy.replace("<serial>1652323004110</serial>", f"<serial>{'7' * _SKELETON_MAX}</serial>", 1)
     assert parse_nvidia_smi_xml(padded).gpus[0]["serial"] == "7" * _SKELETON_MAX
     assert _plain_skeleton.cache_info().currsize == 0
-
-
-def _skeleton_of(document: str):
-    """The split parts of a document and the builder compiled for its tags."""
-    parts = document[document.find("<nvidia_smi_log"):].replace(">", "<").split("<")
-    return parts, _compiled(tuple(parts[1::2]))
-
-
-def test_every_real_layout_is_built_by_its_compiled_skeleton_as_the_split_builds_it():
-    """Each real report's tags compile to one builder (not the split's loop) whose tree is the split's,
-    key order included."""
-    texts = _xml_sources()
-    for text in texts:
-        parts, build = _skeleton_of(_document(text))
-        assert build is not _split_tree
-        assert repr(build(parts)) == repr(_split_tree(parts))
-    assert len(texts) >= 10
-
-
-def test_a_set_of_tags_is_compiled_only_once_seen_often():
-    """The first _COMPILE_AFTER reports with one set of tags are built by the split: a fleet whose every
-    host prints other tags never pays the compile; the next ones by the compiled builder."""
-    parse_memo.clear()
-    healthy = fixture_text("nvidia-smi-xml/h100-8x-healthy.xml")
-    trees = []
-    for serial in range(_COMPILE_AFTER + 2):
-        text = healthy.replace("<serial>1652323004110</serial>", f"<serial>{serial}</serial>", 1)
-        trees.append(parse_nvidia_smi_xml(text))
-    at = _document(healthy).find("<nvidia_smi_log")
-    parts = _document(healthy)[at:].replace(">", "<").split("<")
-    entry = _plain_skeleton(_document(healthy)[:at], "<".join(parts[1::2]))
-    assert entry.built == _COMPILE_AFTER + 2 and entry.build is not _split_tree
-    assert [t.gpus[0]["serial"] for t in trees] == [str(n) for n in range(_COMPILE_AFTER + 2)]
-    assert repr(trees[-1].gpus[1]) == repr(trees[0].gpus[1])  # built by the split, then compiled: same tree
-
-
-def test_a_compiled_skeleton_builds_new_containers_on_every_call():
-    """_normalize_gpu edits a GPU's tree in place: one host's edits never reach the next host's tree."""
-    healthy = _document(fixture_text("nvidia-smi-xml/h100-8x-healthy.xml"))
-    parts, build = _skeleton_of(healthy)
-    first = build(parts)
-    first["gpu"][0]["temperature"]["gpu_temp"] = "99 C"
-    first["gpu"][1].clear()
-    second = build(parts)
-    assert second["gpu"][0]["temperature"]["gpu_temp"] == "31 C"
-    assert second["gpu"][1]["serial"] == "1652323004111"
-
-
-def test_node_text_in_a_compiled_skeleton_is_data_never_code():
-    """Tag names and attribute values come from the node: they are constants of the compiled builder,
-    never part of its source, so text shaped like Python is read back as text."""
-    payload = "x'}),__import__('os')._exit(3),({'"
-    text = fixture_text("nvidia-smi-xml/h100-8x-healthy.xml").replace(
-        '<gpu id="00000000:19:00.0">', f'<gpu id="00000000:19:00.0" note="{payload}">', 1)
-    parts, build = _skeleton_of(_document(text))
-    assert build is not None and build is not _split_tree
-    tree = build(parts)
-    assert tree["gpu"][0]["@note"] == payload
-    assert repr(tree) == repr(_element_tree(_etree_root(_document(text))))
-
-
-@pytest.mark.parametrize("shape", ["deep", "wide"])
-def test_skeletons_too_deep_or_too_large_to_compile_are_built_by_the_split(shape):
-    """Past _BUILD_MAX_DEPTH levels (the compiler recurses on nested displays) or _BUILD_MAX_TAGS tags
-    (compiling costs ~8 us a tag) the split's loop builds the tree, as ElementTree would."""
-    if shape == "deep":
-        depth = _BUILD_MAX_DEPTH + 8
-        inner = "".join(f"<n{i}>" for i in range(depth)) + "7" + "".join(f"</n{i}>" for i in reversed(range(depth)))
-    else:
-        inner = "".join(f"<f{i}>{i}</f{i}>" for i in range(_BUILD_MAX_TAGS // 2 + 1))
-    document = ('<nvidia_smi_log><attached_gpus>1</attached_gpus><gpu id="00000000:19:00.0">'
-                f"<product_name>NVIDIA H100 80GB HBM3</product_name>{inner}</gpu></nvidia_smi_log>")
-    _, build = _skeleton_of(document)
-    assert build is _split_tree
-    tree = _plain_tree(document)
-    assert repr(tree) == repr(_element_tree(_etree_root(document)))
-    assert parse_nvidia_smi_xml(document).gpus[0]["product_name"] == "NVIDIA H100 80GB HBM3"
 
 
 @pytest.mark.parametrize("old, new, error", [
