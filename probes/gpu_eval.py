@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from healthcheck.probes.gpu_eval_health import evaluate_gpu_health
-from healthcheck.probes.gpu_findings import GpuResult, GpuScope, built, collapse, gpu_finding, graded
+from healthcheck.probes.gpu_findings import FoldableGpu, GpuResult, GpuScope, built, collapse, gpu_finding, graded
 from healthcheck.probes.gpu_model import GpuObservation, GpuObservations
 from healthcheck.probes.nvidia_smi_log import SmiError
 
@@ -172,8 +172,11 @@ def _replays(at: GpuScope) -> GpuResult | None:
     result = graded(at, "gpu.pcie.replays", growth, REMEDY_REPLAYS, exp, detail=note)
     if result is None:
         return None
-    f = built(result)
-    return replace(f, message=f.message.replace("gpu pcie replays", "PCIe replay growth", 1))
+    message = result.message.replace("gpu pcie replays", "PCIe replay growth", 1)
+    if isinstance(result, FoldableGpu) and message.startswith(f"{at.label}: "):
+        result.text = message[len(at.label) + 2:]  # stays light: most GPUs pass and are folded
+        return result
+    return replace(built(result), message=message)
 
 
 def _state(at: GpuScope) -> list[GpuResult | None]:

@@ -83,3 +83,17 @@ def test_a_gpu_alone_with_a_skip_keeps_its_full_finding():
     [gen] = [f for f in evaluate_gpu(obs, EvalContext(host=Host("gpu001"), profile=H100)) if f.check == "gpu.pcie.gen"]
     assert (gen.status, gen.component, gen.remedy) == (Status.SKIP, "gpu0", None)
     assert gen.message.startswith("gpu0 (00000000:19:00.0): PCIe Gen5 of Gen5 at idle")
+
+
+@pytest.mark.parametrize("bus_id", ["00000000:19:00.0", "gpu pcie replays"])
+def test_a_lone_gpus_replay_growth_is_reworded_like_its_full_finding(bus_id):
+    """The light record's message is the full finding's with ``gpu pcie replays`` reworded once, even when
+    the bus id (node output) holds those words."""
+    gpu = dataclasses.replace(OBS.gpus[0], bus_id=bus_id, pcie_replays=50)
+    ctx = EvalContext(host=Host("gpu001"), profile=H100,
+                      previous={"gpu": {"gpus": [{"bus_id": bus_id, "index": 0, "pcie_replays": 40}]}})
+    findings = evaluate_gpu(dataclasses.replace(OBS, gpus=(gpu,), count=1), ctx)
+    [f] = [f for f in findings if f.check == "gpu.pcie.replays"]
+    full = f"gpu0 ({bus_id}): gpu pcie replays 10 replays, within <= 80 replays (40 -> 50 since the previous run)"
+    assert (f.status, f.component, f.value) == (Status.PASS, "gpu0", 10)
+    assert f.message == full.replace("gpu pcie replays", "PCIe replay growth", 1)
