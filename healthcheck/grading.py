@@ -26,6 +26,10 @@ from healthcheck.profiles import Expectation, Profile
 
 _OP_TEXT = {"eq": "==", "ne": "!=", "ge": ">=", "gt": ">", "le": "<=", "lt": "<", "in": "in",
             "match": "matches", "between": "between"}
+# The helpers below keep their answers per expectation (keyed by its id; each entry holds the expectation,
+# so the id is not reused while kept), only for expectations with nothing that can change in place.
+_FIXED = (str, int, float, type(None))  # an expectation value (or warn) that cannot change in place
+_MEMO_MAX = 4096  # entries per memo; a full memo starts over
 
 
 class GradingError(ValueError):
@@ -34,6 +38,12 @@ class GradingError(ValueError):
 
 def compare(op: str, measured: Any, value: Any) -> bool:
     """True when ``measured`` satisfies ``op value``."""
+    order = _ORDER.get(op)  # the thresholds first: most expectations are one
+    if order is not None:
+        try:
+            return order(float(measured), float(value))
+        except (TypeError, ValueError) as exc:
+            raise GradingError(f"cannot compare {measured!r} {op} {value!r}") from exc
     if op == "eq":
         return _norm(measured) == _norm(value)
     if op == "ne":
@@ -46,10 +56,10 @@ def compare(op: str, measured: Any, value: Any) -> bool:
         low, high = value
         return float(low) <= float(measured) <= float(high)
     try:
-        m, v = float(measured), float(value)
+        float(measured), float(value)
     except (TypeError, ValueError) as exc:
         raise GradingError(f"cannot compare {measured!r} {op} {value!r}") from exc
-    return _ORDER[op](m, v)  # an unknown op is a KeyError, as before
+    raise KeyError(op)  # an unknown op, as before
 
 
 _ORDER = {"ge": operator.ge, "gt": operator.gt, "le": operator.le, "lt": operator.lt}
@@ -65,7 +75,23 @@ def _norm(x: Any) -> Any:
 
 def expected_text(exp: Expectation, threshold: Any = None) -> str:
     """Human form of the expectation: ``>= 80000 MiB``."""
-    value = exp.value if threshold is None else threshold
+    if threshold is not None:
+        return _expected_text(exp, threshold)
+    hit = _TEXTS.get(id(exp))
+    if hit is not None and hit[0] is exp:
+        return hit[1]
+    text = _expected_text(exp, exp.value)
+    if isinstance(exp.value, _FIXED):  # a list could change in place: not kept
+        if len(_TEXTS) >= _MEMO_MAX:
+            _TEXTS.clear()
+        _TEXTS[id(exp)] = (exp, text)
+    return text
+
+
+_TEXTS: dict[int, tuple[Expectation, str]] = {}  # id(exp) -> (exp, its expected text): profiles are few
+
+
+def _expected_text(exp: Expectation, value: Any) -> str:
     if exp.op == "between":
         text = f"between {value[0]} and {value[1]}"
     elif exp.op == "in":
@@ -78,6 +104,27 @@ def expected_text(exp: Expectation, threshold: Any = None) -> str:
 def grade(exp: Expectation, measured: Any) -> Status:
     """PASS, WARN (only ``warn`` threshold violated) or the expectation's severity. A non-finite
     number (``nan``/``inf`` printed by a tool) is no measurement: ``GradingError``, graded ERROR."""
+    kind = measured.__class__
+    if not (kind is int or kind is bool or (kind is str and len(measured) <= 100)):
+        return _grade(exp, measured)
+    # Equal ints, bools or (short) strs grade alike (floats may not: -0.0 prints unlike 0.0), and nodes repeat
+    # a few values over and over: kept per expectation and value.
+    key = (id(exp), kind, measured)
+    hit = _GRADES.get(key)
+    if hit is not None and hit[0] is exp:
+        return hit[1]
+    status = _grade(exp, measured)
+    if exp.bands is None and isinstance(exp.value, _FIXED) and isinstance(exp.warn, _FIXED):
+        if len(_GRADES) >= _MEMO_MAX:
+            _GRADES.clear()
+        _GRADES[key] = (exp, status)
+    return status
+
+
+_GRADES: dict[tuple[int, type, Any], tuple[Expectation, Status]] = {}  # (id(exp), type, value) -> (exp, status)
+
+
+def _grade(exp: Expectation, measured: Any) -> Status:
     if isinstance(measured, float) and not math.isfinite(measured):
         raise GradingError(f"the node reported {measured}, not a measurement")
     if exp.bands:
@@ -95,6 +142,11 @@ def passes(exp: Expectation | None, measured: Any) -> bool:
     an ungradable value is not a pass)."""
     if exp is None:
         return False
+    kind = measured.__class__
+    if kind is int or kind is bool or kind is str:  # grade's memo, looked up here first (one call less)
+        hit = _GRADES.get((id(exp), kind, measured))
+        if hit is not None and hit[0] is exp:
+            return hit[1] is Status.PASS
     try:
         return grade(exp, measured) is Status.PASS
     except (GradingError, TypeError, ValueError):
@@ -119,10 +171,22 @@ def describe(check: str, component: str, measured: Any, unit: str | None, expect
              status: Status) -> str:
     """The one message builder: ``gpu3: temperature 91 C, expected <= 87 C``."""
     unit_text = f" {unit}" if unit else ""
-    what = check.replace(".", " ").replace("_", " ")
+    what = _WHAT.get(check) or _what(check)
     prefix = f"{component}: " if component and component != "node" else ""
     verb = "expected" if status is not Status.PASS else "within"
     return f"{prefix}{what} {measured}{unit_text}, {verb} {expected}"
+
+
+def _what(check: str) -> str:
+    """``gpu.ecc.sram_correctable`` -> ``gpu ecc sram correctable``, kept per check id (they are few)."""
+    what = check.replace(".", " ").replace("_", " ")
+    if len(_WHAT) >= _MEMO_MAX:
+        _WHAT.clear()
+    _WHAT[check] = what
+    return what
+
+
+_WHAT: dict[str, str] = {}
 
 
 def finding_from_expectation(host: str, check: str, exp: Expectation | None, measured: Any, *,

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from healthcheck.probes.gpu_eval_health import evaluate_gpu_health
-from healthcheck.probes.gpu_findings import GpuResult, built, collapse, gpu_finding, graded
+from healthcheck.probes.gpu_findings import FoldableGpu, GpuResult, GpuScope, built, collapse, gpu_finding, graded
 from healthcheck.probes.gpu_model import GpuObservation, GpuObservations
 from healthcheck.probes.nvidia_smi_log import SmiError
 
@@ -69,8 +69,9 @@ def evaluate_gpu(obs: GpuObservations, ctx: EvalContext) -> list[Finding]:
             profile=ctx.profile, remedy=REMEDY_MISSING))
     per_gpu: list[GpuResult | None] = []
     for gpu in obs.gpus:
-        per_gpu += _inventory(obs, gpu, ctx) + _pcie(obs, gpu, ctx) + _state(obs, gpu, ctx)
-        per_gpu += evaluate_gpu_health(obs, gpu, ctx)
+        at = GpuScope(ctx, obs, gpu)
+        per_gpu += _inventory(at) + _pcie(at) + _state(at)
+        per_gpu += evaluate_gpu_health(at)
     return findings + collapse(per_gpu, len(obs.gpus))
 
 
@@ -86,36 +87,38 @@ def _error_finding(error: SmiError, obs: GpuObservations, ctx: EvalContext) -> F
                    remedy=_ERROR_REMEDY[error.kind], source=obs.source)
 
 
-def _inventory(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[GpuResult | None]:
-    out = [graded(ctx, obs, gpu, "gpu.model", gpu.name, REMEDY_MODEL),
-           graded(ctx, obs, gpu, "gpu.memory_mib", gpu.memory_total_mib, REMEDY_MEMORY),
-           graded(ctx, obs, gpu, "gpu.persistence_mode", gpu.persistence_mode, REMEDY_PERSISTENCE),
-           graded(ctx, obs, gpu, "gpu.mig_mode", gpu.mig_current, REMEDY_MIG,
+def _inventory(at: GpuScope) -> list[GpuResult | None]:
+    gpu = at.gpu
+    out = [graded(at, "gpu.model", gpu.name, REMEDY_MODEL),
+           graded(at, "gpu.memory_mib", gpu.memory_total_mib, REMEDY_MEMORY),
+           graded(at, "gpu.persistence_mode", gpu.persistence_mode, REMEDY_PERSISTENCE),
+           graded(at, "gpu.mig_mode", gpu.mig_current, REMEDY_MIG,
                   detail=f"{gpu.mig_devices} MIG devices" if gpu.mig_devices else ""),
-           graded(ctx, obs, gpu, "gpu.ecc_mode", gpu.ecc_current, REMEDY_ECC_MODE),
-           graded(ctx, obs, gpu, "gpu.power_limit_w", gpu.power_limit_w, REMEDY_POWER),
-           graded(ctx, obs, gpu, "gpu.power_draw_w", gpu.power_draw_w, REMEDY_POWER, optional=True)]
+           graded(at, "gpu.ecc_mode", gpu.ecc_current, REMEDY_ECC_MODE),
+           graded(at, "gpu.power_limit_w", gpu.power_limit_w, REMEDY_POWER),
+           graded(at, "gpu.power_draw_w", gpu.power_draw_w, REMEDY_POWER, optional=True)]
     for check, current, pending, remedy in (("gpu.mig_mode.pending", gpu.mig_current, gpu.mig_pending, REMEDY_MIG),
                                             ("gpu.ecc_mode.pending", gpu.ecc_current, gpu.ecc_pending,
                                              REMEDY_ECC_MODE)):
         if current is not None and pending is not None and current != pending:
-            out.append(gpu_finding(ctx, obs, gpu, check, Status.WARN, pending, current, remedy=remedy,
+            out.append(gpu_finding(at, check, Status.WARN, pending, current, remedy=remedy,
                                    message=f"mode change pending: {current} now, {pending} after reset/reboot"))
     return out
 
 
-def _pcie(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[GpuResult | None]:
+def _pcie(at: GpuScope) -> list[GpuResult | None]:
+    gpu, ctx = at.gpu, at.ctx
     out: list[GpuResult | None] = [
-        graded(ctx, obs, gpu, "gpu.pcie.gen_max", gpu.pcie_gen_max, REMEDY_GEN_MAX),
-        _replays(obs, gpu, ctx)]
+        graded(at, "gpu.pcie.gen_max", gpu.pcie_gen_max, REMEDY_GEN_MAX),
+        _replays(at)]
     width_exp = ctx.profile.expect("gpu.pcie.width")
     if width_exp is not None:
-        out.append(graded(ctx, obs, gpu, "gpu.pcie.width", gpu.pcie_width_current, REMEDY_WIDTH, width_exp,
+        out.append(graded(at, "gpu.pcie.width", gpu.pcie_width_current, REMEDY_WIDTH, width_exp,
                           detail=f"max x{gpu.pcie_width_max}" if gpu.pcie_width_max else ""))
     elif gpu.pcie_width_current is not None and gpu.pcie_width_max is not None:
         bad = gpu.pcie_width_current < gpu.pcie_width_max
         out.append(gpu_finding(
-            ctx, obs, gpu, "gpu.pcie.width", Status.FAIL if bad else Status.PASS, gpu.pcie_width_current,
+            at, "gpu.pcie.width", Status.FAIL if bad else Status.PASS, gpu.pcie_width_current,
             f"== {gpu.pcie_width_max} (the GPU's max width)", unit="lanes", remedy=REMEDY_WIDTH,
             message=(f"PCIe link downtrained to x{gpu.pcie_width_current} of x{gpu.pcie_width_max}" if bad
                      else f"PCIe x{gpu.pcie_width_current}")))
@@ -129,7 +132,7 @@ def _pcie(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[G
                                             f"{gpu.utilization_pct}% utilization")
         else:
             status, message = Status.PASS, f"PCIe Gen{gpu.pcie_gen_current} under load"
-        out.append(gpu_finding(ctx, obs, gpu, "gpu.pcie.gen", status, gpu.pcie_gen_current,
+        out.append(gpu_finding(at, "gpu.pcie.gen", status, gpu.pcie_gen_current,
                                f"== {gpu.pcie_gen_max} under load", remedy=REMEDY_GEN, message=message))
     return out
 
@@ -145,7 +148,7 @@ def _previous_replays(ctx: EvalContext, gpu: GpuObservation) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _replays(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> GpuResult | None:
+def _replays(at: GpuScope) -> GpuResult | None:
     """PCIe replays graded by their growth since the previous run (``gpu.pcie.replays.growth``).
 
     The counter accumulates from driver load: healthy HGX H100s in the corpus (gpud captures,
@@ -153,44 +156,49 @@ def _replays(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> Gpu
     previous run the count is recorded (SKIP, not graded); a smaller count than before means the
     counter was reset (reboot, GPU reset) and the whole count is the growth.
     """
+    gpu, ctx = at.gpu, at.ctx
     if gpu.pcie_replays is None:
         return None
     exp, before = ctx.profile.expect("gpu.pcie.replays.growth"), _previous_replays(ctx, gpu)
     if exp is None or before is None:
         why = (f"no expectation gpu.pcie.replays.growth in profile {ctx.profile.name}" if exp is None else
                "no previous run to measure growth against")
-        return gpu_finding(ctx, obs, gpu, "gpu.pcie.replays", Status.SKIP, gpu.pcie_replays,
+        return gpu_finding(at, "gpu.pcie.replays", Status.SKIP, gpu.pcie_replays,
                            expected_text(exp) if exp else None, unit="replays",
                            message=f"PCIe replay counter since driver load (value) not graded: {why}")
     growth, note = ((gpu.pcie_replays - before, f"{before} -> {gpu.pcie_replays} since the previous run")
                     if gpu.pcie_replays >= before else
                     (gpu.pcie_replays, f"counter reset since the previous run ({before} before)"))
-    result = graded(ctx, obs, gpu, "gpu.pcie.replays", growth, REMEDY_REPLAYS, exp, detail=note)
+    result = graded(at, "gpu.pcie.replays", growth, REMEDY_REPLAYS, exp, detail=note)
     if result is None:
         return None
-    f = built(result)
-    return replace(f, message=f.message.replace("gpu pcie replays", "PCIe replay growth", 1))
+    message = result.message.replace("gpu pcie replays", "PCIe replay growth", 1)
+    if isinstance(result, FoldableGpu) and message.startswith(f"{at.label}: "):
+        result.text = message[len(at.label) + 2:]  # stays light: most GPUs pass and are folded
+        return result
+    return replace(built(result), message=message)
 
 
-def _state(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[GpuResult | None]:
+def _state(at: GpuScope) -> list[GpuResult | None]:
     """The driver's reset/recovery flags, unreadable fields, fan errors (fabric: the fabric probe)."""
+    gpu = at.gpu
     out: list[GpuResult | None] = []
     flags = [name for name, on in (("reset required", gpu.reset_required),
                                    ("drain and reset recommended", gpu.drain_and_reset_recommended)) if on]
     if gpu.reset_required is not None or flags:
-        out.append(gpu_finding(ctx, obs, gpu, "gpu.reset_required", Status.FAIL if flags else Status.PASS,
+        out.append(gpu_finding(at, "gpu.reset_required", Status.FAIL if flags else Status.PASS,
                                ", ".join(flags) or "No", "No", remedy=REMEDY_RESET,
                                message=f"driver flags: {', '.join(flags)}" if flags else "no reset required"))
     if gpu.recovery_action is not None:
         bad = gpu.recovery_action.lower() != "none"
-        out.append(gpu_finding(ctx, obs, gpu, "gpu.recovery_action", Status.FAIL if bad else Status.PASS,
+        out.append(gpu_finding(at, "gpu.recovery_action", Status.FAIL if bad else Status.PASS,
                                gpu.recovery_action, "None", remedy=REMEDY_RESET,
                                message=f"GPU recovery action: {gpu.recovery_action}"))
     if gpu.unreadable:
-        out.append(gpu_finding(ctx, obs, gpu, "gpu.unreadable", Status.FAIL, ", ".join(gpu.unreadable),
+        out.append(gpu_finding(at, "gpu.unreadable", Status.FAIL, ", ".join(gpu.unreadable),
                                "readable", remedy=REMEDY_UNREADABLE,
                                message=f"nvidia-smi printed an error instead of {', '.join(gpu.unreadable)}"))
     if gpu.fan_speed is not None and gpu.fan_speed.upper().startswith("ERR"):
-        out.append(gpu_finding(ctx, obs, gpu, "gpu.fan", Status.FAIL, gpu.fan_speed, "a fan speed",
+        out.append(gpu_finding(at, "gpu.fan", Status.FAIL, gpu.fan_speed, "a fan speed",
                                remedy=REMEDY_FAN, message=f"fan reports {gpu.fan_speed}"))
     return out

@@ -1,6 +1,6 @@
 """Grade one GPU's health: ECC counters, row remapping, retired pages, thermals, clock events.
 
-    evaluate_gpu_health(obs, obs.gpus[3], ctx)   # per-GPU findings, folded later by gpu_eval
+    evaluate_gpu_health(GpuScope(ctx, obs, obs.gpus[3]))   # per-GPU findings, folded later by gpu_eval
 
 Rules (thresholds from the profile where they are numbers; see docs/gpu.md for sources):
 
@@ -24,12 +24,11 @@ Rules (thresholds from the profile where they are numbers; see docs/gpu.md for s
 
 from __future__ import annotations
 
-from healthcheck.probes.gpu_findings import GpuResult, gpu_finding, graded
+from healthcheck.probes.gpu_findings import GpuResult, GpuScope, gpu_finding, graded
 from healthcheck.probes.gpu_model import GpuObservation, GpuObservations
 
 from healthcheck.defaults import DEFAULTS
 from healthcheck.model import Status
-from healthcheck.spec import EvalContext
 from healthcheck.verdicts import flag_vs_measurement
 
 CLOCK_EVENT_STATUS = {"hw_slowdown": Status.FAIL, "hw_thermal_slowdown": Status.FAIL,
@@ -58,29 +57,30 @@ REMEDY_RETIRED = ("Pages are pending retirement: reboot (or reload the driver) t
 REMEDY_THERMAL = "Check fans, airflow, inlet temperature and heatsink seating; re-run under the same load"
 
 
-def evaluate_gpu_health(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[GpuResult | None]:
-    return [*_ecc(obs, gpu, ctx), *_memory_repair(obs, gpu, ctx), *_thermal(obs, gpu, ctx),
-            _clock_events(obs, gpu, ctx)]
+def evaluate_gpu_health(at: GpuScope) -> list[GpuResult | None]:
+    return [*_ecc(at), *_memory_repair(at), *_thermal(at), _clock_events(at)]
 
 
-def _ecc(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[GpuResult | None]:
+def _ecc(at: GpuScope) -> list[GpuResult | None]:
+    gpu = at.gpu
     out: list[GpuResult | None] = []
     for counter in ("sram_uncorrectable", "sram_correctable", "dram_uncorrectable", "dram_correctable"):
         volatile, aggregate = getattr(gpu.ecc_volatile, counter), getattr(gpu.ecc_aggregate, counter)
         present = [v for v in (volatile, aggregate) if v is not None]
-        out.append(graded(ctx, obs, gpu, f"gpu.ecc.{counter}", max(present) if present else None, REMEDY_ECC,
+        out.append(graded(at, f"gpu.ecc.{counter}", max(present) if present else None, REMEDY_ECC,
                           detail=f"volatile {_show(volatile)}, aggregate {_show(aggregate)}"))
     for check, flag, remedy in (("gpu.ecc.sram_threshold_exceeded", gpu.sram_threshold_exceeded, REMEDY_SRAM_RMA),
                                 ("gpu.ecc.unrepairable_memory", gpu.unrepairable_memory, REMEDY_SRAM_RMA),
                                 ("gpu.ecc.channel_repair_pending", gpu.channel_repair_pending, REMEDY_CHANNEL)):
         if flag is not None:
-            out.append(gpu_finding(ctx, obs, gpu, check, Status.FAIL if flag else Status.PASS,
+            out.append(gpu_finding(at, check, Status.FAIL if flag else Status.PASS,
                                    "Yes" if flag else "No", "No", remedy=remedy,
                                    message=f"{check.rsplit('.', 1)[-1].replace('_', ' ')}: {'Yes' if flag else 'No'}"))
     return out
 
 
-def _memory_repair(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[GpuResult | None]:
+def _memory_repair(at: GpuScope) -> list[GpuResult | None]:
+    gpu, obs = at.gpu, at.obs
     out: list[GpuResult | None] = []
     remap = gpu.remap
     if remap is not None:
@@ -91,34 +91,35 @@ def _memory_repair(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) 
                 ("gpu.row_remap.pending", remap.pending, REMEDY_REMAP_PENDING, "row remap pending"),
                 ("gpu.row_remap.failure", remap.failure, REMEDY_REMAP_FAILURE, "row remapping failure occurred")):
             if flag is not None:
-                out.append(gpu_finding(ctx, obs, gpu, check, Status.FAIL if flag else Status.PASS,
+                out.append(gpu_finding(at, check, Status.FAIL if flag else Status.PASS,
                                        "Yes" if flag else "No", "No", remedy=remedy,
                                        message=f"{what}: {'Yes' if flag else 'No'} ({counts}; {hist})"))
-        out.append(graded(ctx, obs, gpu, "gpu.row_remap.uncorrectable", remap.uncorrectable,
+        out.append(graded(at, "gpu.row_remap.uncorrectable", remap.uncorrectable,
                           REMEDY_REMAP_COUNT, detail=hist))
         if remap.banks_none is not None:
-            out.append(gpu_finding(ctx, obs, gpu, "gpu.row_remap.banks_exhausted",
+            out.append(gpu_finding(at, "gpu.row_remap.banks_exhausted",
                                    Status.WARN if remap.banks_none > 0 else Status.PASS, remap.banks_none, 0,
                                    unit="banks", remedy=REMEDY_BANKS,
                                    message=f"{remap.banks_none} banks without a spare row ({hist})"))
     elif gpu.mig_current == "Enabled" and not obs.partial:
-        out.append(gpu_finding(ctx, obs, gpu, "gpu.row_remap.pending", Status.SKIP, None, "No",
+        out.append(gpu_finding(at, "gpu.row_remap.pending", Status.SKIP, None, "No",
                                message="row remapper state is not reported while MIG is enabled"))
     if gpu.retired_pending is not None:
-        out.append(gpu_finding(ctx, obs, gpu, "gpu.retired_pages.pending",
+        out.append(gpu_finding(at, "gpu.retired_pages.pending",
                                Status.FAIL if gpu.retired_pending else Status.PASS,
                                "Yes" if gpu.retired_pending else "No", "No", remedy=REMEDY_RETIRED,
                                message=f"pages pending retirement: {'Yes' if gpu.retired_pending else 'No'} "
                                        f"(retired SBE {_show(gpu.retired_sbe)}, DBE {_show(gpu.retired_dbe)})"))
     retired = None if gpu.retired_sbe is None and gpu.retired_dbe is None else (
         (gpu.retired_sbe or 0) + (gpu.retired_dbe or 0))
-    out.append(graded(ctx, obs, gpu, "gpu.retired_pages.count", retired, REMEDY_RETIRED, optional=True,
+    out.append(graded(at, "gpu.retired_pages.count", retired, REMEDY_RETIRED, optional=True,
                       detail=f"SBE {_show(gpu.retired_sbe)}, DBE {_show(gpu.retired_dbe)}"))
     return out
 
 
-def _thermal(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> list[GpuResult | None]:
+def _thermal(at: GpuScope) -> list[GpuResult | None]:
     """GPU core against its own limits (absolute or T.Limit), then HBM against its max operating."""
+    gpu = at.gpu
     out: list[GpuResult | None] = []
     limits = _core_limits(gpu)
     if limits is not None:
@@ -126,21 +127,21 @@ def _thermal(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> lis
         status = Status.FAIL if margin_slow <= 0 else Status.WARN if margin_op is not None and margin_op <= 0 \
             else Status.PASS
         temp = f"{gpu.temp_c:g} C" if gpu.temp_c is not None else "temperature"
-        out.append(gpu_finding(ctx, obs, gpu, "gpu.temp", status, gpu.temp_c, expected, unit="C",
+        out.append(gpu_finding(at, "gpu.temp", status, gpu.temp_c, expected, unit="C",
                                remedy=REMEDY_THERMAL,
                                message=f"{temp}, {_margin(margin_slow, limit)} ({mode})"
                                        + (f", {_margin(margin_op, 'max operating')}" if margin_op is not None
                                           else "")))
     else:
-        out.append(graded(ctx, obs, gpu, "gpu.temp_c", gpu.temp_c, REMEDY_THERMAL, optional=True))
+        out.append(graded(at, "gpu.temp_c", gpu.temp_c, REMEDY_THERMAL, optional=True))
     if gpu.memory_temp_c is not None and gpu.memory_max_operating_c is not None:
         margin = gpu.memory_max_operating_c - gpu.memory_temp_c
-        out.append(gpu_finding(ctx, obs, gpu, "gpu.memory_temp", Status.WARN if margin <= 0 else Status.PASS,
+        out.append(gpu_finding(at, "gpu.memory_temp", Status.WARN if margin <= 0 else Status.PASS,
                                gpu.memory_temp_c, f"< {gpu.memory_max_operating_c:g} C (memory max operating)",
                                unit="C", remedy=REMEDY_THERMAL,
                                message=f"memory {gpu.memory_temp_c:g} C, {margin:g} C below its max operating"))
     else:
-        out.append(graded(ctx, obs, gpu, "gpu.memory_temp_c", gpu.memory_temp_c, REMEDY_THERMAL,
+        out.append(graded(at, "gpu.memory_temp_c", gpu.memory_temp_c, REMEDY_THERMAL,
                           optional=True))
     return out
 
@@ -170,7 +171,8 @@ def _core_limits(gpu: GpuObservation) -> tuple[float, float | None, str, str, st
     return None
 
 
-def _clock_events(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -> GpuResult | None:
+def _clock_events(at: GpuScope) -> GpuResult | None:
+    gpu, obs = at.gpu, at.obs
     if not gpu.clock_events and not _reports_reasons(obs, gpu):
         return None
     faults = [r for r in gpu.clock_events if r in CLOCK_EVENT_STATUS]
@@ -182,7 +184,7 @@ def _clock_events(obs: GpuObservations, gpu: GpuObservation, ctx: EvalContext) -
     if status is not flagged:
         remedy = (f"{remedy}; the flag alone is not a fault (NVML reports it during P-state or clock changes): "
                   "re-check under load or with dcgm_fields samples")
-    return gpu_finding(ctx, obs, gpu, "gpu.clock_events", status, active,
+    return gpu_finding(at, "gpu.clock_events", status, active,
                        "no HW slowdown, HW thermal, HW power brake or SW thermal slowdown",
                        remedy=remedy, message=f"active clock event reasons: {active}{said}")
 

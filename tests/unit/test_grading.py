@@ -3,13 +3,16 @@ from __future__ import annotations
 from datetime import date
 
 from healthcheck.grading import (
+    GradingError,
     apply_known_issues,
     compare,
     expected_text,
     finding_from_expectation,
     fleet_outliers,
     grade,
+    grade_bands,
     majority,
+    passes,
 )
 from healthcheck.model import Finding, Status
 from healthcheck.profiles import Expectation, KnownIssue, Profile
@@ -86,3 +89,106 @@ def test_warn_finding_shows_the_warn_bound_it_crossed():
     assert f.status is Status.WARN
     assert f.expected == "<= 0 events (FAIL beyond 100)"
     assert f.message.startswith("mlx5_5/1: ib counter link downed 3 events, expected <= 0 events")
+
+
+# The grading helpers as they were before their fast paths and memos (thresholds first in ``compare``,
+# ``grade`` and ``expected_text`` kept per expectation): the reference the fast ones must equal.
+def _reference_compare(op, measured, value):
+    import operator
+    import re
+
+    def norm(x):
+        if isinstance(x, str):
+            return x.strip().lower()
+        if isinstance(x, float) and x.is_integer():
+            return int(x)
+        return x
+    if op == "eq":
+        return norm(measured) == norm(value)
+    if op == "ne":
+        return norm(measured) != norm(value)
+    if op == "in":
+        return norm(measured) in [norm(v) for v in value]
+    if op == "match":
+        return re.search(str(value), str(measured)) is not None
+    if op == "between":
+        low, high = value
+        return float(low) <= float(measured) <= float(high)
+    try:
+        m, v = float(measured), float(value)
+    except (TypeError, ValueError) as exc:
+        raise GradingError(f"cannot compare {measured!r} {op} {value!r}") from exc
+    return {"ge": operator.ge, "gt": operator.gt, "le": operator.le, "lt": operator.lt}[op](m, v)
+
+
+def _reference_grade(e, measured):
+    import math
+    if isinstance(measured, float) and not math.isfinite(measured):
+        raise GradingError(f"the node reported {measured}, not a measurement")
+    if e.bands:
+        return grade_bands(e, float(measured))
+    if not _reference_compare(e.op, measured, e.value):
+        return Status(e.severity)
+    if e.warn is not None and not _reference_compare(e.op, measured, e.warn):
+        return Status.WARN
+    return Status.PASS
+
+
+def _outcome(fn, *args):
+    try:
+        return ("ok", fn(*args))
+    except Exception as exc:  # the same exception, with the same text, is part of the contract
+        return (type(exc).__name__, str(exc))
+
+
+_MEASURED = (0, 1, -1, 5, 80, 81559, 10**20, 0.0, -0.0, 0.5, 1.0, 80.0, 87.5, float("nan"), float("inf"),
+             -float("inf"), True, False, "0", "80", " 81559 ", "Enabled", "enabled ", "N/A", "nan", "", "H100 80GB",
+             "x" * 150, None, [1], (2,))
+_EXPECTATIONS = (
+    *(exp(op=op, value=v, warn=w, unit=u, severity=sev)
+      for op in ("ge", "gt", "le", "lt") for v in (80, 0, 0.5, 80.0, "80", None) for w in (None, 70, "bad")
+      for u in (None, "C") for sev in ("FAIL", "WARN")),
+    *(exp(op=op, value=v) for op in ("eq", "ne") for v in (80, 1.0, 0, "Enabled", " ENABLED", True, None, -0.0)),
+    exp(op="in", value=["enabled", 80, 1.0]), exp(op="between", value=[0, 87.5], unit="C"),
+    exp(op="between", value=["1", 90]), exp(op="match", value="^-"), exp(op="match", value="H100"),
+    exp(op="match", value="0$"), exp(op="ge", value=480, bands={"acceptable": 0.6, "warn": 0.5}),
+    exp(op="le", value=10, warn=2, unit="errors", severity="ERROR"), exp(op="zz", value=1), exp(op="zz", value="x"),
+)
+
+
+def test_grade_and_compare_fast_paths_and_memos_equal_the_reference():
+    """Every op, with and without warn, against ints, floats (-0.0, nan, inf), bools, strings, None and
+    containers: the same status or the same exception with the same text, first time and memoized."""
+    for e in _EXPECTATIONS:
+        for m in _MEASURED:
+            want = _outcome(_reference_grade, e, m)
+            assert _outcome(grade, e, m) == want, (e, m)
+            assert _outcome(grade, e, m) == want, (e, m)  # again: from the memo where one applies
+            caught = want[0] in ("GradingError", "TypeError", "ValueError")
+            assert _outcome(passes, e, m) == (("ok", want == ("ok", Status.PASS)) if want[0] == "ok" or caught
+                                              else want), (e, m)
+            for value in (e.value, e.warn):
+                assert _outcome(compare, e.op, m, value) == _outcome(_reference_compare, e.op, m, value), (e, m)
+
+
+def test_memos_tell_equal_values_of_other_types_apart():
+    """0 and -0.0 or 0.0, 1 and True: equal, and graded apart where the type shows (``match``, ``eq``)."""
+    minus = exp(op="match", value="^-")
+    assert [grade(minus, m) for m in (0, -0.0, 0.0, 0, -0.0)] == [Status.FAIL, Status.PASS, Status.FAIL,
+                                                                  Status.FAIL, Status.PASS]
+    true = exp(op="match", value="True")
+    assert [grade(true, m) for m in (1, True, 1, True)] == [Status.FAIL, Status.PASS, Status.FAIL, Status.PASS]
+
+
+def test_expected_text_and_grade_follow_a_list_changed_in_place_and_equal_expectations():
+    allowed = ["Enabled"]
+    e = exp(op="in", value=allowed)
+    assert (expected_text(e), grade(e, "Disabled")) == ("one of Enabled", Status.FAIL)
+    allowed.append("Disabled")  # a list value is never memoized: it could change
+    assert (expected_text(e), grade(e, "Disabled")) == ("one of Enabled, Disabled", Status.PASS)
+    a, b = exp(op="le", value=87, unit="C"), exp(op="le", value=87, unit="C")
+    assert expected_text(a) == expected_text(b) == "<= 87 C"
+    assert expected_text(a, 80) == "<= 80 C"
+    for i in range(5000):  # more expectations than the memos keep: they start over, still right
+        e = exp(op="ge", value=i, unit="W")
+        assert (expected_text(e), grade(e, 2500)) == (f">= {i} W", Status.PASS if i <= 2500 else Status.FAIL)
