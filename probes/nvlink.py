@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
+from operator import attrgetter
 from typing import Any
 
 from healthcheck.probes import register
@@ -259,20 +260,34 @@ def _grade_gpu(gpu: GpuLinks, ctx: EvalContext, speed_passes: Callable[[Any], bo
         f = finding_from_expectation(host, "nvlink.links", exp, 0, source=STATUS_ID, remedy=REMEDY_LINK,
                                      component=comp, profile=ctx.profile)
         return [replace(f, message=f"{comp} {what}; {f.message}")]
+    speeds = [ln.speed_gbps for ln in gpu.links if ln.active]
+    active = len(speeds)
     out = [Finding(host=host, check="nvlink.link.active", component=f"{comp} link {ln.link}",
                    status=Status.FAIL, value="inactive", expected="active", source=STATUS_ID,
                    remedy=REMEDY_LINK, message=f"{comp} link {ln.link} is <inactive>")
-           for ln in gpu.links if not ln.active]
-    active = sum(ln.active for ln in gpu.links)
+           for ln in gpu.links if not ln.active] if active < len(gpu.links) else []
     out.append(finding_from_expectation(host, "nvlink.links", exp, active, source=STATUS_ID,
                                         remedy=REMEDY_LINK, component=comp, profile=ctx.profile))
     speed = ctx.profile.expect("nvlink.link.speed_gbps")
+    if speed is None or speed_passes is None or _all_pass(speeds, speed_passes):
+        return out
     for ln in gpu.links:  # 18 links x 8 GPUs: only a link that does not pass becomes a finding
-        if ln.active and speed is not None and speed_passes is not None and not speed_passes(ln.speed_gbps):
+        if ln.active and not speed_passes(ln.speed_gbps):
             out.append(finding_from_expectation(host, "nvlink.link.speed_gbps", speed, ln.speed_gbps,
                                                 source=STATUS_ID, remedy=REMEDY_LINK,
                                                 component=f"{comp} link {ln.link}", profile=ctx.profile))
     return out
+
+
+def _all_pass(values: list[Any], ok: Callable[[Any], bool]) -> bool:
+    """Whether every value that is not None passes, checked once per distinct value: the usual case of
+    hundreds of links, settled without a call per link. Only values of one type, int or float, are merged
+    (``1``, ``1.0`` and ``True`` are equal keys but may grade apart; the parsers print no ``-0.0``); anything
+    else gives False, for the caller's loop over every value."""
+    distinct = set(values)
+    distinct.discard(None)
+    types = set(map(type, distinct))
+    return (not types or types == {int} or types == {float}) and all(ok(v) for v in distinct)
 
 
 def _previous_counters(ctx: EvalContext) -> dict[tuple[int, int], Mapping[str, Any]]:
@@ -289,7 +304,14 @@ def _grade_counters(obs: NvLinkObservation, ctx: EvalContext) -> list[Finding]:
             exp = ctx.profile.expect(check)
             if exp is None or (growth and not previous):
                 continue
-            bad, graded, ok = [], 0, _passes_by_value(exp)
+            ok = _passes_by_value(exp)
+            if not growth:
+                values = list(map(attrgetter(kind), obs.counters))
+                if _all_pass(values, ok):  # the usual case: no finding per link, one PASS
+                    graded = len(values) - values.count(None)
+                    out.append(_counters_pass(host, kind, check, exp, graded))
+                    continue
+            bad, graded = [], 0
             for c in obs.counters:
                 value = getattr(c, kind)
                 if value is None:
@@ -308,10 +330,13 @@ def _grade_counters(obs: NvLinkObservation, ctx: EvalContext) -> list[Finding]:
                                              remedy=REMEDY_COUNTERS, component=f"gpu{c.gpu} link {c.link}",
                                              profile=ctx.profile)
                 bad.append(replace(f, message=f"{f.message} ({note})"))
-            out.extend(bad or [Finding(host=host, check=check, status=Status.PASS, source=ERRORS_ID,
-                                       value=graded, expected=expected_text(exp),
-                                       message=f"{kind} errors {expected_text(exp)} on all {graded} links")])
+            out.extend(bad or [_counters_pass(host, kind, check, exp, graded)])
     return out
+
+
+def _counters_pass(host: str, kind: str, check: str, exp: Expectation, graded: int) -> Finding:
+    return Finding(host=host, check=check, status=Status.PASS, source=ERRORS_ID, value=graded,
+                   expected=expected_text(exp), message=f"{kind} errors {expected_text(exp)} on all {graded} links")
 
 
 def evaluate_nvlink(obs: NvLinkObservation, ctx: EvalContext) -> list[Finding]:
