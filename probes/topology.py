@@ -216,12 +216,15 @@ def _grade_pairs(obs: TopologyObservation, ctx: EvalContext) -> list[Finding]:
         why = "fewer than 2 GPUs in the matrix" if len(gpus) < 2 else \
             f"no expectation for {check} in profile {ctx.profile.name}"
         return [Finding(host=host, check=check, status=Status.SKIP, message=why, source=SOURCE)]
-    bad, link = [], _link_table(obs)
+    bad, link, verdicts = [], _link_table(obs), {}
     for i, a in enumerate(gpus):
         for b in gpus[i + 1:]:
-            classes = {link(a, b), link(b, a)}
-            worst = min(classes, key=nvlink_count)
-            if passes(exp, nvlink_count(worst)):
+            ab, ba = link(a, b), link(b, a)
+            worst = ab if ab == ba else min({ab, ba}, key=nvlink_count)
+            ok = verdicts.get(worst)  # once per distinct class: a node's pairs are alike
+            if ok is None:
+                ok = verdicts[worst] = passes(exp, nvlink_count(worst))
+            if ok:
                 continue
             pair = f"{a.lower()}-{b.lower()}"
             f = finding_from_expectation(host, check, exp, nvlink_count(worst), source=SOURCE,
@@ -246,11 +249,14 @@ def _grade_nics(obs: TopologyObservation, ctx: EvalContext) -> list[Finding]:
                            message=f"no expectation for {check} in profile {ctx.profile.name} "
                                    f"(GPUDirect RDMA not expected)"))
         return out
-    bad, link = [], _link_table(obs)
+    bad, link, verdicts = [], _link_table(obs), {}
     for gpu in gpus:
-        nearest = sorted(nics, key=lambda n, g=gpu: _pcie_rank(link(g, n)))
+        nearest = [min(nics, key=lambda n, g=gpu: _pcie_rank(link(g, n)))] if nics else []  # the first nearest
         cls = link(gpu, nearest[0]) if nearest else "none"
-        if passes(exp, cls):
+        ok = verdicts.get(cls)
+        if ok is None:
+            ok = verdicts[cls] = passes(exp, cls)
+        if ok:
             continue
         f = finding_from_expectation(host, check, exp, cls, source=SOURCE, remedy=_REMEDY_NIC,
                                      component=gpu.lower(), profile=ctx.profile)
@@ -262,8 +268,11 @@ def _grade_nics(obs: TopologyObservation, ctx: EvalContext) -> list[Finding]:
     return out
 
 
+_PCIE_RANK = {name: i for i, name in enumerate(PCIE_ORDER)}  # distinct names
+
+
 def _pcie_rank(link_class: str) -> int:
-    return PCIE_ORDER.index(link_class) if link_class in PCIE_ORDER else len(PCIE_ORDER)
+    return _PCIE_RANK.get(link_class, len(PCIE_ORDER))
 
 
 def evaluate_topology(obs: TopologyObservation, ctx: EvalContext) -> list[Finding]:
