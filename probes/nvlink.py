@@ -324,10 +324,13 @@ def _all_pass(values: list[Any], ok: Callable[[Any], bool]) -> bool:
     hundreds of links, settled without a call per link. Only values of one type, int or float, are merged
     (``1``, ``1.0`` and ``True`` are equal keys but may grade apart; the parsers print no ``-0.0``); anything
     else gives False, for the caller's loop over every value."""
+    types = set(map(type, values))  # of every value: a set of the values would keep 0 and drop 0.0
+    types.discard(type(None))
+    if types and types != {int} and types != {float}:
+        return False
     distinct = set(values)
     distinct.discard(None)
-    types = set(map(type, distinct))
-    return (not types or types == {int} or types == {float}) and all(ok(v) for v in distinct)
+    return all(ok(v) for v in distinct)
 
 
 def _previous_counters(ctx: EvalContext) -> dict[tuple[int, int], Mapping[str, Any]]:
