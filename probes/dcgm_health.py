@@ -170,6 +170,5 @@ def parse_dcgmi_discovery(text: str) -> DcgmDiscovery:
             gpus.append({"gpu_id": int(ident)})
         if gpus:
             gpus[-1][key] = value
-    return DcgmDiscovery(gpus=tuple(DiscoveredGpu(name=g.get("name", ""), **{k: v for k, v in g.items()
-                                                                          if k != "name"}) for g in gpus),
-                         nvswitch_count=counts.get("nvs"))
+    return DcgmDiscovery(gpus=tuple(DiscoveredGpu(g["gpu_id"], g.get("name", ""), g.get("bus_id"), g.get("uuid"))
+                                    for g in gpus), nvswitch_count=counts.get("nvs"))
