@@ -183,8 +183,12 @@ def test_pairs_and_nics_graded_once_per_class_as_each_alone(name):
     finally:
         topology.passes = original
     assert len(calls) == len(set(calls))  # once per distinct class
-    link = topology._link_table(obs)
+    rows, columns = topology._link_table(obs)
     for gpu in obs.gpus:
-        nearest = sorted(obs.nics, key=lambda n, g=gpu: topology._pcie_rank(link(g, n)))
-        first = min(obs.nics, key=lambda n, g=gpu: topology._pcie_rank(link(g, n)))
-        assert nearest[0] == first
+        assert [rows[gpu][columns[n]] for n in obs.columns] == [obs.link(gpu, n) for n in obs.columns]
+    for f in by_check(graded, "topology.gpu_nic.pcie"):  # the first NIC of the nearest class is named
+        if f.status is not Status.PASS:
+            gpu = f.component.upper()
+            rank = {c: i for i, c in enumerate(topology.PCIE_ORDER)}
+            nearest = sorted(obs.nics, key=lambda n, g=gpu: rank.get(obs.link(g, n), len(rank)))[0]
+            assert f"[nearest NIC {obs.nic_name(nearest)}]" in f.message
