@@ -188,7 +188,8 @@ def evaluate_infiniband(obs: IbObservation, ctx: EvalContext) -> list[Finding]:
     findings += _count_findings(host, selection, profile, source)
     findings += _other_port_findings(host, selection, source)
     previous = previous_counters(ctx.previous.get("infiniband"))
-    rules, verdicts, facets = _counter_rules(profile), {}, _PortFacets(profile)
+    rules, verdicts = _counter_rules(profile), {}
+    facets = _PortFacets(profile)
     for port in selection.fabric:
         findings += facets.findings(host, port, source)
         findings += _counter_findings(host, port, ctx, source, previous.get(port.name), rules, verdicts)
@@ -290,8 +291,21 @@ _COUNTER, _GROWTH = "ib.counter.", "ib.counter_growth."
 _MISSING = object()
 
 
-# a counter the profile grades: (name, its ib.counter.NAME expectation and check id, the same for ib.counter_growth)
-_CounterRule = tuple[str, Expectation | None, str, Expectation | None, str]
+@dataclass(frozen=True)
+class _CounterRule:
+    """The profile's expectations for one counter name, with their check ids."""
+
+    name: str
+    exp: Expectation | None         # ib.counter.NAME
+    growth_exp: Expectation | None  # ib.counter_growth.NAME
+
+    @property
+    def check(self) -> str:
+        return _COUNTER + self.name
+
+    @property
+    def growth_check(self) -> str:
+        return _GROWTH + self.name
 
 
 def _counter_rules(profile: Profile) -> list[_CounterRule]:
@@ -305,7 +319,7 @@ def _counter_rules(profile: Profile) -> list[_CounterRule]:
             rules.setdefault(key[len(_COUNTER):], [None, None])[0] = exp
         elif key.startswith(_GROWTH):
             rules.setdefault(key[len(_GROWTH):], [None, None])[1] = exp
-    return [(name, exp, _COUNTER + name, growth, _GROWTH + name) for name, (exp, growth) in sorted(rules.items())]
+    return [_CounterRule(name, exp, growth) for name, (exp, growth) in sorted(rules.items())]
 
 
 def _counter_findings(host: str, port: IbPort, ctx: EvalContext, source: str,
@@ -314,10 +328,11 @@ def _counter_findings(host: str, port: IbPort, ctx: EvalContext, source: str,
     """Every counter over its threshold or grown too fast (a Finding is built only for those), else one
     PASS for the port. ``verdicts`` remembers ``passes`` per check and value across the host's ports."""
     findings, checked, profile, counters = [], 0, ctx.profile, port.counters
-    for name, exp, check, growth_exp, growth_check in rules:  # by counter name
-        value = counters.get(name, _MISSING)
+    for rule in rules:  # by counter name
+        value = counters.get(rule.name, _MISSING)
         if value is _MISSING:
             continue
+        name, exp, growth_exp = rule.name, rule.exp, rule.growth_exp
         if exp is not None:
             checked += 1
             key = (value.__class__, value, name)  # never a growth check's key (check, type, value)
@@ -325,7 +340,7 @@ def _counter_findings(host: str, port: IbPort, ctx: EvalContext, source: str,
             if ok is None:
                 ok = verdicts[key] = passes(exp, value)
             if not ok:
-                f = finding_from_expectation(host, check, exp, value, source=source,
+                f = finding_from_expectation(host, rule.check, exp, value, source=source,
                                              component=port.name, remedy=_REMEDY_COUNTER, profile=profile)
                 if f.status is not Status.PASS:
                     findings.append(_with_note(f, _saturation_note(name, value)))
@@ -333,9 +348,9 @@ def _counter_findings(host: str, port: IbPort, ctx: EvalContext, source: str,
             continue
         checked += 1
         growth = value - before[name] if value >= before[name] else value  # a drop means a counter reset
-        if _passes(verdicts, growth_check, growth_exp, growth):
+        if _passes(verdicts, rule.growth_check, growth_exp, growth):
             continue
-        f = finding_from_expectation(host, growth_check, growth_exp, growth, source=source,
+        f = finding_from_expectation(host, rule.growth_check, growth_exp, growth, source=source,
                                      component=port.name, remedy=_REMEDY_COUNTER, profile=profile)
         if f.status is not Status.PASS:
             flap = " since the previous run: the link is flapping" if name == "link_downed" else \

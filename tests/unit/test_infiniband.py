@@ -325,8 +325,8 @@ def test_counter_rules_pair_each_counter_with_its_growth_rule_by_name():
 
     rules = _counter_rules(H100)
     names = {k.split(".", 2)[2] for k in H100.expectations if k.startswith(("ib.counter.", "ib.counter_growth."))}
-    assert [name for name, *_ in rules] == sorted(names)
-    by_name = {name: (exp, check, growth, growth_check) for name, exp, check, growth, growth_check in rules}
-    for name, (exp, check, growth, growth_check) in by_name.items():
-        assert exp is H100.expect(check) and check == f"ib.counter.{name}"
-        assert growth is H100.expect(growth_check) and growth_check == f"ib.counter_growth.{name}"
+    assert [rule.name for rule in rules] == sorted(names)
+    for rule in rules:
+        assert rule.exp is H100.expect(rule.check) and rule.check == f"ib.counter.{rule.name}"
+        assert rule.growth_exp is H100.expect(rule.growth_check)
+        assert rule.growth_check == f"ib.counter_growth.{rule.name}"
