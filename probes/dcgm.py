@@ -80,11 +80,22 @@ class DcgmObservation:
     errors: Mapping[str, str] = field(default_factory=dict)       # command id -> unparseable output
 
 
+def _may_say_engine_down(text: str) -> bool:
+    """False when no line of ``text`` can match ``_ENGINE_DOWN``: for ASCII text a substring search of its
+    lower case (the pattern is ASCII words, matched ignoring case), far cheaper than the case-insensitive
+    pattern on every line; other text: the pattern on the whole text (it never spans a line break)."""
+    if text.isascii():
+        return "unable to " in text.lower()
+    return _ENGINE_DOWN.search(text) is not None
+
+
 def dcgm_unavailable(result: CommandResult) -> str | None:
     """Why dcgmi could not answer at all (not installed, host engine down), or None."""
     text = result.text + result.err_text
     if NOT_INSTALLED in text or result.rc == 127:
         return "dcgmi is not installed on this node"
+    if not _may_say_engine_down(text):
+        return None
     said = [ln.strip().removeprefix("Error: ") for ln in text.splitlines() if _ENGINE_DOWN.search(ln)]
     if said:
         return f"the DCGM host engine (nv-hostengine) is not reachable: {' / '.join(said)}"

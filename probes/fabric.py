@@ -20,6 +20,7 @@ from healthcheck.probes.gpu import BUNDLE_SOURCES, GPU_ID, parse_gpu_sources
 from healthcheck.probes.gpu import COMMAND_TOOLS as GPU_TOOLS
 from healthcheck.probes.gpu import COMMANDS as GPU_COMMANDS
 from healthcheck.probes.gpu_model import GpuObservation, GpuObservations
+from healthcheck.probes.nvlink import ComponentGrades
 
 from healthcheck.grading import finding_from_expectation
 from healthcheck.model import CommandResult, Finding, Status
@@ -107,6 +108,8 @@ def evaluate_fabric(obs: FabricObservation, ctx: EvalContext) -> list[Finding]:
         status = Status.SKIP if state_exp is None else Status.ERROR
         out.append(Finding(host=host, check="fabric.state", status=status, source=GPU_ID,
                            message=f"GPU fabric state not available: {obs.state_error}"))
+    grades = {check: ComponentGrades(host, check, exp, source=GPU_ID, remedy=REMEDY_STATE, profile=ctx.profile)
+              for check, exp in (("fabric.state", state_exp), ("fabric.status", status_exp))}
     for gpu in obs.gpus:
         comp = f"gpu{gpu.index}"
         for check, exp, value in (("fabric.state", state_exp, gpu.state),
@@ -118,8 +121,7 @@ def evaluate_fabric(obs: FabricObservation, ctx: EvalContext) -> list[Finding]:
                                    message=f"{comp} {own} (graded without a fabric expectation in profile "
                                            f"{ctx.profile.name}: the GPU reports it itself)"))
                 continue
-            out.append(finding_from_expectation(host, check, exp, value, source=GPU_ID, remedy=REMEDY_STATE,
-                                                component=comp, profile=ctx.profile))
+            out.append(grades[check].finding(comp, value))  # eight GPUs alike: graded once
     return out
 
 

@@ -179,7 +179,7 @@ def evaluate_infiniband(obs: IbObservation, ctx: EvalContext) -> list[Finding]:
             message=f"ibstat aborted: {obs.ibstat_error.message}",
             remedy="An HCA listed by the kernel could not be read: check dmesg for mlx5_core errors on "
                    "it, reload the driver (openibd restart) or reseat/replace the adapter"))
-    if not any(k.startswith("ib.") for k in profile.expectations) and not obs.devices:
+    if not obs.devices and not any(k.startswith("ib.") for k in profile.expectations):
         findings.append(Finding(host=host, check="ib.hca.count", status=Status.SKIP, value=0, source=source,
                                 message=f"no InfiniBand/RoCE devices, and profile {profile.name} "
                                         "expects none"))
@@ -189,40 +189,75 @@ def evaluate_infiniband(obs: IbObservation, ctx: EvalContext) -> list[Finding]:
     findings += _other_port_findings(host, selection, source)
     previous = previous_counters(ctx.previous.get("infiniband"))
     rules, verdicts = _counter_rules(profile), {}
+    facets = _PortFacets(profile)
     for port in selection.fabric:
-        findings += _port_findings(host, port, ctx, source)
+        findings += facets.findings(host, port, source)
         findings += _counter_findings(host, port, ctx, source, previous.get(port.name), rules, verdicts)
     findings += _gpudirect_findings(host, obs, ctx)
     return findings
 
 
-def _port_findings(host: str, port: IbPort, ctx: EvalContext, source: str) -> list[Finding]:
-    profile = ctx.profile
-    out = [_combined(host, "ib.port.state", port.name, source, _REMEDY_LINK, [
-        ("state", port.state, profile.expect("ib.port.state")),
-        ("physical state", port.phys_state, profile.expect("ib.port.phys_state"))])]
-    out.append(_combined(host, "ib.port.rate", port.name, source, _REMEDY_RATE, [
-        ("rate", port.rate_gbps, profile.expect("ib.port.rate_gbps")),
-        ("width", port.width, profile.expect("ib.port.width")),
-        ("speed", port.speed, profile.expect("ib.port.speed"))], shown=port.rate_text))
-    return out
+class _PortFacets:
+    """A host's ``ib.port.state`` and ``ib.port.rate`` findings: the profile's five expectations looked up once,
+    and each distinct set of port values graded once (a node's ports print the same state and rate: only
+    the component differs between their findings)."""
+
+    def __init__(self, profile: Profile) -> None:
+        self.state = (profile.expect("ib.port.state"), profile.expect("ib.port.phys_state"))
+        self.rate = (profile.expect("ib.port.rate_gbps"), profile.expect("ib.port.width"),
+                     profile.expect("ib.port.speed"))
+        self.graded: dict[tuple[Any, ...], _Outcome] = {}
+
+    def findings(self, host: str, port: IbPort, source: str) -> list[Finding]:
+        state, phys = self.state
+        rate, width, speed = self.rate
+        return [
+            self._finding(host, "ib.port.state", port.name, source, _REMEDY_LINK, [
+                ("state", port.state, state), ("physical state", port.phys_state, phys)]),
+            self._finding(host, "ib.port.rate", port.name, source, _REMEDY_RATE, [
+                ("rate", port.rate_gbps, rate), ("width", port.width, width), ("speed", port.speed, speed)],
+                shown=port.rate_text)]
+
+    def _finding(self, host: str, check: str, component: str, source: str, remedy: str,
+                 parts: list[tuple[str, Any, Expectation | None]], shown: str | None = None) -> Finding:
+        # the values with their types: 400 and 400.0 grade alike but print differently
+        key = (check, source, shown, *[(value.__class__, value) for _, value, _ in parts])
+        try:
+            outcome = self.graded.get(key)
+        except TypeError:  # an unhashable value: graded on its own
+            return _combined(host, check, component, source, remedy, parts, shown)
+        if outcome is None:
+            outcome = self.graded[key] = _combined_outcome(check, source, remedy, parts, shown)
+        status, value, expected, message, remedy_out = outcome
+        return Finding(host=host, check=check, component=component, status=status, value=value,
+                       expected=expected, message=component + message, source=source, remedy=remedy_out)
+
+
+# status, value, expected, message without its leading component, remedy
+_Outcome = tuple[Status, Any, Any, str, str | None]
 
 
 def _combined(host: str, check: str, component: str, source: str, remedy: str,
               parts: list[tuple[str, Any, Expectation | None]], shown: str | None = None) -> Finding:
     """One finding for several facets of a port (state + physical state; rate + width + speed)."""
+    status, value, expected, message, remedy_out = _combined_outcome(check, source, remedy, parts, shown)
+    return Finding(host=host, check=check, component=component, status=status, value=value,
+                   expected=expected, message=component + message, source=source, remedy=remedy_out)
+
+
+def _combined_outcome(check: str, source: str, remedy: str, parts: list[tuple[str, Any, Expectation | None]],
+                      shown: str | None) -> _Outcome:
+    """``_combined``'s grading of ``parts``, which does not depend on the port's name."""
     expected_parts = [(label, value, exp) for label, value, exp in parts if exp is not None]
     measured = shown or " / ".join(str(v) for _, v, _ in parts if v is not None)
     if not expected_parts:
-        return Finding(host=host, check=check, component=component, status=Status.SKIP, value=measured,
-                       source=source, message=f"{component}: no expectation for {check} in the profile")
+        return Status.SKIP, measured, None, f": no expectation for {check} in the profile", None
     # a value the tool does not print (ibstat has no width or speed) is not graded, and says so
     unprinted = [label for label, value, _ in expected_parts if value is None]
     graded = [(label, value, exp) for label, value, exp in expected_parts if value is not None]
     why = f" ({', '.join(unprinted)} not reported by {source}: not graded)" if unprinted else ""
     if not graded:
-        return Finding(host=host, check=check, component=component, status=Status.SKIP, value=measured or None,
-                       source=source, message=f"{component}: {', '.join(unprinted)} not reported by {source}")
+        return Status.SKIP, measured or None, None, f": {', '.join(unprinted)} not reported by {source}", None
     statuses, bad, expected = [], [], []
     for label, value, exp in graded:
         status = grade(exp, value)
@@ -233,13 +268,11 @@ def _combined(host: str, check: str, component: str, source: str, remedy: str,
     status = max(statuses, key=lambda s: s.rank)
     what = check.split(".")[-1]
     if status is Status.PASS:
-        message = f"{component}: {what} {measured}{why}"
+        message = f": {what} {measured}{why}"
     else:
         sources = sorted({exp.source for _, _, exp in graded})
-        message = f"{component}: {what} {measured}: {'; '.join(bad)}{why} (source: {'; '.join(sources)})"
-    return Finding(host=host, check=check, component=component, status=status, value=measured,
-                   expected=", ".join(expected), message=message, source=source,
-                   remedy=None if status is Status.PASS else remedy)
+        message = f": {what} {measured}: {'; '.join(bad)}{why} (source: {'; '.join(sources)})"
+    return status, measured, ", ".join(expected), message, None if status is Status.PASS else remedy
 
 
 def previous_counters(previous: Any) -> dict[str, dict[str, int]]:
@@ -254,32 +287,60 @@ def previous_counters(previous: Any) -> dict[str, dict[str, int]]:
     return out
 
 
-def _counter_rules(profile: Profile) -> dict[str, tuple[Expectation | None, Expectation | None]]:
-    """Counter name -> its (``ib.counter.NAME``, ``ib.counter_growth.NAME``) expectations, for every name the
-    profile grades (looked up once per host, not twice per counter of every port)."""
-    rules: dict[str, tuple[Expectation | None, Expectation | None]] = {}
+_COUNTER, _GROWTH = "ib.counter.", "ib.counter_growth."
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class _CounterRule:
+    """The profile's expectations for one counter name, with their check ids."""
+
+    name: str
+    exp: Expectation | None         # ib.counter.NAME
+    growth_exp: Expectation | None  # ib.counter_growth.NAME
+
+    @property
+    def check(self) -> str:
+        return _COUNTER + self.name
+
+    @property
+    def growth_check(self) -> str:
+        return _GROWTH + self.name
+
+
+def _counter_rules(profile: Profile) -> list[_CounterRule]:
+    """The counters the profile grades (``ib.counter.NAME``, ``ib.counter_growth.NAME``), by name: looked up
+    once per host, not twice per counter of every port."""
+    rules: dict[str, list[Expectation | None]] = {}
     for key, exp in profile.expectations.items():
-        for prefix, slot in (("ib.counter.", 0), ("ib.counter_growth.", 1)):
-            if key.startswith(prefix):
-                pair = list(rules.get(key[len(prefix):], (None, None)))
-                pair[slot] = exp
-                rules[key[len(prefix):]] = (pair[0], pair[1])
-    return rules
+        if not key.startswith("ib.counter"):  # one test for the ~100 keys that are neither
+            continue
+        if key.startswith(_COUNTER):
+            rules.setdefault(key[len(_COUNTER):], [None, None])[0] = exp
+        elif key.startswith(_GROWTH):
+            rules.setdefault(key[len(_GROWTH):], [None, None])[1] = exp
+    return [_CounterRule(name, exp, growth) for name, (exp, growth) in sorted(rules.items())]
 
 
 def _counter_findings(host: str, port: IbPort, ctx: EvalContext, source: str,
-                      before: Mapping[str, int] | None,
-                      rules: Mapping[str, tuple[Expectation | None, Expectation | None]],
+                      before: Mapping[str, int] | None, rules: list[_CounterRule],
                       verdicts: dict[tuple[str, type, int], bool]) -> list[Finding]:
     """Every counter over its threshold or grown too fast (a Finding is built only for those), else one
     PASS for the port. ``verdicts`` remembers ``passes`` per check and value across the host's ports."""
-    findings, checked, profile = [], 0, ctx.profile
-    for name, value in sorted(port.counters.items()):
-        exp, growth_exp = rules.get(name, (None, None))
+    findings, checked, profile, counters = [], 0, ctx.profile, port.counters
+    for rule in rules:  # by counter name
+        value = counters.get(rule.name, _MISSING)
+        if value is _MISSING:
+            continue
+        name, exp, growth_exp = rule.name, rule.exp, rule.growth_exp
         if exp is not None:
             checked += 1
-            if not _passes(verdicts, f"ib.counter.{name}", exp, value):
-                f = finding_from_expectation(host, f"ib.counter.{name}", exp, value, source=source,
+            key = (value.__class__, value, name)  # never a growth check's key (check, type, value)
+            ok = verdicts.get(key)
+            if ok is None:
+                ok = verdicts[key] = passes(exp, value)
+            if not ok:
+                f = finding_from_expectation(host, rule.check, exp, value, source=source,
                                              component=port.name, remedy=_REMEDY_COUNTER, profile=profile)
                 if f.status is not Status.PASS:
                     findings.append(_with_note(f, _saturation_note(name, value)))
@@ -287,9 +348,9 @@ def _counter_findings(host: str, port: IbPort, ctx: EvalContext, source: str,
             continue
         checked += 1
         growth = value - before[name] if value >= before[name] else value  # a drop means a counter reset
-        if _passes(verdicts, f"ib.counter_growth.{name}", growth_exp, growth):
+        if _passes(verdicts, rule.growth_check, growth_exp, growth):
             continue
-        f = finding_from_expectation(host, f"ib.counter_growth.{name}", growth_exp, growth, source=source,
+        f = finding_from_expectation(host, rule.growth_check, growth_exp, growth, source=source,
                                      component=port.name, remedy=_REMEDY_COUNTER, profile=profile)
         if f.status is not Status.PASS:
             flap = " since the previous run: the link is flapping" if name == "link_downed" else \

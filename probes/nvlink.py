@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
+from operator import attrgetter
 from typing import Any
 
 from healthcheck.probes import register
@@ -19,7 +20,7 @@ from healthcheck.probes.parse_memo import memoized, shared_parser
 
 from healthcheck.grading import expected_text, finding_from_expectation, passes
 from healthcheck.model import CommandResult, Finding, Status
-from healthcheck.profiles import Expectation
+from healthcheck.profiles import Expectation, Profile
 from healthcheck.spec import EvalContext, ParseError, ProbeSpec
 
 STATUS_ID, ERRORS_ID = "nvidia-smi-nvlink-s", "nvidia-smi-nvlink-e"
@@ -248,31 +249,88 @@ def _passes_by_value(exp: Expectation) -> Callable[[Any], bool]:
     return check
 
 
-def _grade_gpu(gpu: GpuLinks, ctx: EvalContext, speed_passes: Callable[[Any], bool] | None) -> list[Finding]:
+class ComponentGrades:
+    """``finding_from_expectation`` of one check on many components of a host (its GPUs, links): each distinct
+    value is graded once, and another component with that value gets the same finding under its own name.
+    ``describe`` starts a graded message with ``"<component>: "`` and nothing else in it names the
+    component (tests compare this with ``finding_from_expectation`` itself); a float, an unhashable value
+    or a component named ``node`` is graded anew each time."""
+
+    def __init__(self, host: str, check: str, exp: Expectation | None, *, source: str, remedy: str,
+                 profile: Profile) -> None:
+        self.host, self.check, self.exp, self.source, self.remedy, self.profile = \
+            host, check, exp, source, remedy, profile
+        self._graded: dict[tuple[type, Any], Finding] = {}
+
+    def finding(self, component: str, value: Any) -> Finding:
+        key = _shared_key(component, value)
+        first = self._graded.get(key) if key is not None else None
+        if first is None:
+            f = finding_from_expectation(self.host, self.check, self.exp, value, source=self.source,
+                                         remedy=self.remedy, component=component, profile=self.profile)
+            if key is not None:
+                self._graded[key] = f
+            return f
+        prefix = f"{first.component}: "
+        message = f"{component}: {first.message[len(prefix):]}" if first.message.startswith(prefix) \
+            else first.message
+        return Finding(host=first.host, check=first.check, status=first.status, message=message,
+                       component=component, value=first.value, expected=first.expected, unit=first.unit,
+                       remedy=first.remedy, source=first.source, observe=first.observe)
+
+
+def _shared_key(component: str, value: Any) -> tuple[type, Any] | None:
+    """The key under which ``ComponentGrades`` shares a finding, or None where it cannot."""
+    if not component or component == "node" or value.__class__ is float:  # 0.0 and -0.0 print apart
+        return None
+    key = (value.__class__, value)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _grade_gpu(gpu: GpuLinks, ctx: EvalContext, speed_passes: Callable[[Any], bool] | None,
+               links: ComponentGrades) -> list[Finding]:
     host, comp = ctx.host.name, f"gpu{gpu.index}"
-    exp = ctx.profile.expect("nvlink.links")
     if gpu.state == "mig":
         return [Finding(host=host, check="nvlink.links", component=comp, status=Status.SKIP, source=STATUS_ID,
                         message=f"{comp}: NVLink cannot be queried in MIG mode")]
     if gpu.state in ("no_nvlink", "all_inactive"):
         what = "reports no NVLink support" if gpu.state == "no_nvlink" else "has all NVLinks inactive"
-        f = finding_from_expectation(host, "nvlink.links", exp, 0, source=STATUS_ID, remedy=REMEDY_LINK,
-                                     component=comp, profile=ctx.profile)
+        f = links.finding(comp, 0)
         return [replace(f, message=f"{comp} {what}; {f.message}")]
+    speeds = [ln.speed_gbps for ln in gpu.links if ln.active]
+    active = len(speeds)
     out = [Finding(host=host, check="nvlink.link.active", component=f"{comp} link {ln.link}",
                    status=Status.FAIL, value="inactive", expected="active", source=STATUS_ID,
                    remedy=REMEDY_LINK, message=f"{comp} link {ln.link} is <inactive>")
-           for ln in gpu.links if not ln.active]
-    active = sum(ln.active for ln in gpu.links)
-    out.append(finding_from_expectation(host, "nvlink.links", exp, active, source=STATUS_ID,
-                                        remedy=REMEDY_LINK, component=comp, profile=ctx.profile))
+           for ln in gpu.links if not ln.active] if active < len(gpu.links) else []
+    out.append(links.finding(comp, active))
     speed = ctx.profile.expect("nvlink.link.speed_gbps")
+    if speed is None or speed_passes is None or _all_pass(speeds, speed_passes):
+        return out
     for ln in gpu.links:  # 18 links x 8 GPUs: only a link that does not pass becomes a finding
-        if ln.active and speed is not None and speed_passes is not None and not speed_passes(ln.speed_gbps):
+        if ln.active and not speed_passes(ln.speed_gbps):
             out.append(finding_from_expectation(host, "nvlink.link.speed_gbps", speed, ln.speed_gbps,
                                                 source=STATUS_ID, remedy=REMEDY_LINK,
                                                 component=f"{comp} link {ln.link}", profile=ctx.profile))
     return out
+
+
+def _all_pass(values: list[Any], ok: Callable[[Any], bool]) -> bool:
+    """Whether every value that is not None passes, checked once per distinct value: the usual case of
+    hundreds of links, settled without a call per link. Only values of one type, int or float, are merged
+    (``1``, ``1.0`` and ``True`` are equal keys but may grade apart; the parsers print no ``-0.0``); anything
+    else gives False, for the caller's loop over every value."""
+    types = set(map(type, values))  # of every value: a set of the values would keep 0 and drop 0.0
+    types.discard(type(None))
+    if types and types != {int} and types != {float}:
+        return False
+    distinct = set(values)
+    distinct.discard(None)
+    return all(ok(v) for v in distinct)
 
 
 def _previous_counters(ctx: EvalContext) -> dict[tuple[int, int], Mapping[str, Any]]:
@@ -289,7 +347,14 @@ def _grade_counters(obs: NvLinkObservation, ctx: EvalContext) -> list[Finding]:
             exp = ctx.profile.expect(check)
             if exp is None or (growth and not previous):
                 continue
-            bad, graded, ok = [], 0, _passes_by_value(exp)
+            ok = _passes_by_value(exp)
+            if not growth:
+                values = list(map(attrgetter(kind), obs.counters))
+                if _all_pass(values, ok):  # the usual case: no finding per link, one PASS
+                    graded = len(values) - values.count(None)
+                    out.append(_counters_pass(host, kind, check, exp, graded))
+                    continue
+            bad, graded = [], 0
             for c in obs.counters:
                 value = getattr(c, kind)
                 if value is None:
@@ -308,10 +373,13 @@ def _grade_counters(obs: NvLinkObservation, ctx: EvalContext) -> list[Finding]:
                                              remedy=REMEDY_COUNTERS, component=f"gpu{c.gpu} link {c.link}",
                                              profile=ctx.profile)
                 bad.append(replace(f, message=f"{f.message} ({note})"))
-            out.extend(bad or [Finding(host=host, check=check, status=Status.PASS, source=ERRORS_ID,
-                                       value=graded, expected=expected_text(exp),
-                                       message=f"{kind} errors {expected_text(exp)} on all {graded} links")])
+            out.extend(bad or [_counters_pass(host, kind, check, exp, graded)])
     return out
+
+
+def _counters_pass(host: str, kind: str, check: str, exp: Expectation, graded: int) -> Finding:
+    return Finding(host=host, check=check, status=Status.PASS, source=ERRORS_ID, value=graded,
+                   expected=expected_text(exp), message=f"{kind} errors {expected_text(exp)} on all {graded} links")
 
 
 def evaluate_nvlink(obs: NvLinkObservation, ctx: EvalContext) -> list[Finding]:
@@ -326,7 +394,9 @@ def evaluate_nvlink(obs: NvLinkObservation, ctx: EvalContext) -> list[Finding]:
         return [replace(f, message=f"nvidia-smi nvlink -s listed no GPU; {f.message}")]
     speed = ctx.profile.expect("nvlink.link.speed_gbps")
     speed_passes = _passes_by_value(speed) if speed is not None else None
-    out = [f for gpu in obs.gpus for f in _grade_gpu(gpu, ctx, speed_passes)]
+    links = ComponentGrades(host, "nvlink.links", ctx.profile.expect("nvlink.links"), source=STATUS_ID,
+                            remedy=REMEDY_LINK, profile=ctx.profile)
+    out = [f for gpu in obs.gpus for f in _grade_gpu(gpu, ctx, speed_passes, links)]
     if obs.counters_read:
         out.extend(_grade_counters(obs, ctx))
     return out

@@ -95,9 +95,18 @@ def _ib(result: CommandResult) -> dict[str, dict[str, int]] | None:
 def _nvlink(result: CommandResult) -> dict[str, dict[str, int]] | None:
     if result.rc != 0:
         return None
-    return {f"gpu{c.gpu} link {c.link}": {k: v for k in ("replay", "recovery", "crc")
-                                         if isinstance(v := getattr(c, k), int)}
-            for c in parse_nvidia_smi_nvlink_e(result.text)}
+    out: dict[str, dict[str, int]] = {}
+    for c in parse_nvidia_smi_nvlink_e(result.text):  # 144 links a node: the usual three ints named directly
+        replay, recovery, crc = c.replay, c.recovery, c.crc
+        if replay.__class__ is int and recovery.__class__ is int and crc.__class__ is int:
+            out[f"gpu{c.gpu} link {c.link}"] = {"replay": replay, "recovery": recovery, "crc": crc}
+        else:
+            values = zip(_NVLINK_COUNTERS, (replay, recovery, crc), strict=True)
+            out[f"gpu{c.gpu} link {c.link}"] = {k: v for k, v in values if isinstance(v, int)}
+    return out
+
+
+_NVLINK_COUNTERS = ("replay", "recovery", "crc")
 
 
 def _aer(result: CommandResult) -> dict[str, dict[str, int]] | None:

@@ -14,7 +14,7 @@ the matrix must show the profile's NIC count (``topology.nic.count``).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
@@ -197,15 +197,16 @@ def _summarize(bad: list[Finding], host: str, check: str, ok_message: str, value
                     value=value, expected=expected)]
 
 
-def _link_table(obs: TopologyObservation) -> Callable[[str, str], str]:
-    """``obs.link`` with the rows and columns indexed once (a host grades 28 pairs and 64 GPU-NIC cells)."""
+def _link_table(obs: TopologyObservation) -> tuple[dict[str, tuple[str, ...]], dict[str, int]]:
+    """``obs.link(a, b)`` as ``rows[a][columns[b]]``, the rows and columns indexed once (a host grades 28 pairs
+    and 64 GPU-NIC cells)."""
     rows: dict[str, tuple[str, ...]] = {}
     for row in obs.rows:
         rows.setdefault(row.device, row.links)
     columns: dict[str, int] = {}
     for i, column in enumerate(obs.columns):
         columns.setdefault(column, i)
-    return lambda a, b: rows[a][columns[b]]
+    return rows, columns
 
 
 def _grade_pairs(obs: TopologyObservation, ctx: EvalContext) -> list[Finding]:
@@ -216,12 +217,15 @@ def _grade_pairs(obs: TopologyObservation, ctx: EvalContext) -> list[Finding]:
         why = "fewer than 2 GPUs in the matrix" if len(gpus) < 2 else \
             f"no expectation for {check} in profile {ctx.profile.name}"
         return [Finding(host=host, check=check, status=Status.SKIP, message=why, source=SOURCE)]
-    bad, link = [], _link_table(obs)
+    (rows, columns), bad, verdicts = _link_table(obs), [], {}
     for i, a in enumerate(gpus):
         for b in gpus[i + 1:]:
-            classes = {link(a, b), link(b, a)}
-            worst = min(classes, key=nvlink_count)
-            if passes(exp, nvlink_count(worst)):
+            ab, ba = rows[a][columns[b]], rows[b][columns[a]]
+            worst = ab if ab == ba else min({ab, ba}, key=nvlink_count)
+            ok = verdicts.get(worst)  # once per distinct class: a node's pairs are alike
+            if ok is None:
+                ok = verdicts[worst] = passes(exp, nvlink_count(worst))
+            if ok:
                 continue
             pair = f"{a.lower()}-{b.lower()}"
             f = finding_from_expectation(host, check, exp, nvlink_count(worst), source=SOURCE,
@@ -246,24 +250,33 @@ def _grade_nics(obs: TopologyObservation, ctx: EvalContext) -> list[Finding]:
                            message=f"no expectation for {check} in profile {ctx.profile.name} "
                                    f"(GPUDirect RDMA not expected)"))
         return out
-    bad, link = [], _link_table(obs)
+    (rows, columns), bad, verdicts = _link_table(obs), [], {}
+    places = [columns[nic] for nic in nics]
     for gpu in gpus:
-        nearest = sorted(nics, key=lambda n, g=gpu: _pcie_rank(link(g, n)))
-        cls = link(gpu, nearest[0]) if nearest else "none"
-        if passes(exp, cls):
+        nearest: str | None = None
+        cls = "none"
+        if nics:
+            row = rows[gpu]
+            cells = [row[i] for i in places]
+            ranks = [_PCIE_RANK.get(cell, len(PCIE_ORDER)) for cell in cells]  # PCIe classes, then the rest
+            first = ranks.index(min(ranks))  # the first of the nearest, as a stable sort's first
+            nearest, cls = nics[first], cells[first]
+        ok = verdicts.get(cls)
+        if ok is None:
+            ok = verdicts[cls] = passes(exp, cls)
+        if ok:
             continue
         f = finding_from_expectation(host, check, exp, cls, source=SOURCE, remedy=_REMEDY_NIC,
                                      component=gpu.lower(), profile=ctx.profile)
         if f.status is not Status.PASS:
-            nic = f"nearest NIC {obs.nic_name(nearest[0])}" if nearest else "no NIC in the matrix"
+            nic = f"nearest NIC {obs.nic_name(nearest)}" if nearest is not None else "no NIC in the matrix"
             bad.append(replace(f, message=f"{f.message} [{nic}]"))
     out.extend(_summarize(bad, host, check, f"every GPU has a NIC at {expected_text(exp)}",
                           value=len(gpus), expected=expected_text(exp)))
     return out
 
 
-def _pcie_rank(link_class: str) -> int:
-    return PCIE_ORDER.index(link_class) if link_class in PCIE_ORDER else len(PCIE_ORDER)
+_PCIE_RANK = {name: i for i, name in enumerate(PCIE_ORDER)}  # distinct names
 
 
 def evaluate_topology(obs: TopologyObservation, ctx: EvalContext) -> list[Finding]:

@@ -34,6 +34,7 @@ from healthcheck.probes.kernel_log import (
     normalize_pci,
     parse_kernel_log,
 )
+from healthcheck.probes.parse_memo import memoized
 
 from healthcheck.defaults import DEFAULTS
 from healthcheck.model import CommandResult, Finding, Status
@@ -83,9 +84,16 @@ def gpu_addresses(gpus: GpuObservations | None) -> tuple[GpuAddress, ...]:
     if gpus is None:
         return ()
     complete = len(gpus.gpus) >= (gpus.count or 0)
-    return tuple(GpuAddress(gpu.index if complete else None, pci, gpu.remap.pending if gpu.remap else None,
-                            gpu.remap.failure if gpu.remap else None)
-                 for gpu in gpus.gpus if gpu.bus_id and (pci := normalize_pci(gpu.bus_id)))
+    found = (_gpu_address(gpu.index if complete else None, gpu.bus_id, gpu.remap.pending if gpu.remap else None,
+                          gpu.remap.failure if gpu.remap else None)
+             for gpu in gpus.gpus if gpu.bus_id)
+    return tuple(address for address in found if address is not None)
+
+
+@memoized(maxsize=256)  # GPU N of every node of a type sits at the same PCI address
+def _gpu_address(index: int | None, bus_id: str, pending: bool | None, failure: bool | None) -> GpuAddress | None:
+    pci = normalize_pci(bus_id)
+    return GpuAddress(index, pci, pending, failure) if pci else None
 
 
 def parse_xid(outputs: Mapping[str, CommandResult]) -> XidObservation:

@@ -6,6 +6,8 @@ import pytest
 from healthcheck.probes.dcgm import PROBE, evaluate_dcgm, parse_dcgm, render_commands
 from healthcheck.probes.dcgm_diag import parse_dcgmi_diag, report_level, severity_name
 from healthcheck.probes.dcgm_health import parse_dcgmi_discovery, parse_dcgmi_health
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from healthcheck.model import CommandResult, Host, Status
 from healthcheck.profiles import load_profile
@@ -273,3 +275,37 @@ def test_health_json_of_the_wrong_shape_is_a_parse_error_not_a_crash():
            '{"Errors": {"children": {"PCIe": "x"}}}}}}}}')
     with pytest.raises(ParseError, match="GPU 0 PCIe is not an object"):
         parse_dcgmi_health(bad)
+
+
+_CELL_LINES = [line for path in corpus_files("dcgmi", "discovery*")  # corpus rows, when the corpus is there
+               for line in path.read_text(errors="replace").splitlines()[1:] if line.startswith("|")] + [
+    "| 0      | Name: NVIDIA H100 80GB HBM3                                          |",
+    "|        | PCI Bus ID: 00000000:18:00.0                                         |",
+    "| GPU ID | Device Information |"]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(_CELL_LINES), st.lists(st.tuples(st.integers(0, 200), st.sampled_from(
+    ["|", " ", "\t", "\u00a0", "\u2003", "\x1c", "0", "7", "\u0663", "\u00b2", ":", "Name", "PCI Bus ID",
+     "Device UUID", "x", "-", ""]), st.integers(0, 3)), max_size=4))
+def test_discovery_cell_reader_is_the_pattern(line, edits):
+    """``gpu_cell`` (``str`` methods) reads a table row exactly as ``_GPU_CELL`` does, on real rows and on
+    rows with bars, Unicode spaces and digits, keys and colons inserted or cut anywhere."""
+    from healthcheck.probes.dcgm_health import _CELL_KEYS, _GPU_CELL, gpu_cell
+
+    for at, insert, cut in edits:
+        at = min(at, len(line))
+        line = line[:at] + insert + line[at + cut:]
+    m = _GPU_CELL.match(line.rstrip())
+    assert gpu_cell(line) == (None if m is None else (m["id"], _CELL_KEYS[m["key"]], m["value"]))
+
+
+def test_host_engine_down_found_in_any_case_as_by_the_pattern_per_line():
+    from healthcheck.probes.dcgm import _ENGINE_DOWN, dcgm_unavailable
+
+    text = fixture_text("dcgmi/discovery-hostengine-down.txt")
+    for variant in (text, text.upper(), "\u00e9\n" + text, text.replace("establish", "e\u017ftablish"),
+                    "Unable To Connect To Host Engine", "unable to  connect to host engine", "unable to", ""):
+        said = [ln.strip().removeprefix("Error: ") for ln in variant.splitlines() if _ENGINE_DOWN.search(ln)]
+        got = dcgm_unavailable(CommandResult(host="h", command_id="dcgmi-discovery", stdout=variant.encode(), rc=1))
+        assert got == (f"the DCGM host engine (nv-hostengine) is not reachable: {' / '.join(said)}" if said else None)

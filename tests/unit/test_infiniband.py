@@ -6,6 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from healthcheck.probes import infiniband
 from healthcheck.probes.ib_parse import IbObservation, parse_ib_sysfs, parse_ibstat, parse_peermem_module, parse_rate
 from healthcheck.probes.infiniband import COMMANDS, evaluate_infiniband, parse_infiniband
 
@@ -294,3 +295,38 @@ def test_hcas_of_types_not_in_the_profile_are_named_in_the_count():
     assert "(9 HCAs seen, 0 of type MT4123/MT4124; not counted: mlx5_0 MT4126, mlx5_1 MT4126" in count.message
     assert "add their CA type to ib.hca.type" in count.remedy
     assert not [f for f in findings if f.status is Status.FAIL]
+
+
+@pytest.mark.parametrize("name", ["sysfs-h100-8x-ndr-healthy.txt", "sysfs-h100-degraded-2x-hdr-down-symbol-errors.txt"])
+def test_port_state_and_rate_graded_once_per_distinct_values_as_each_port_alone(name):
+    """``_PortFacets`` grades a set of port values once a host: every port's finding is still exactly what
+    ``_combined`` gives for that port alone (healthy ports alike, degraded ones apart, ibstat's unprinted
+    width and speed, and a value that cannot be a key)."""
+    from healthcheck.probes.infiniband import _combined, _PortFacets, fabric_ports
+
+    obs, _ = evaluate({"ib-sysfs": own(name)})
+    ports = list(fabric_ports(obs.devices, H100).fabric)
+    ports += [replace(ports[0], width=None, speed=None, rate_text=None), replace(ports[1], rate_gbps=400),
+              replace(ports[2], state=["ACTIVE"])]
+    facets, e = _PortFacets(H100), H100.expect
+    for port in ports + ports:
+        alone = [_combined("gpu001", "ib.port.state", port.name, "ib-sysfs", infiniband._REMEDY_LINK, [
+                     ("state", port.state, e("ib.port.state")), ("physical state", port.phys_state,
+                                                                   e("ib.port.phys_state"))]),
+                 _combined("gpu001", "ib.port.rate", port.name, "ib-sysfs", infiniband._REMEDY_RATE, [
+                     ("rate", port.rate_gbps, e("ib.port.rate_gbps")), ("width", port.width, e("ib.port.width")),
+                     ("speed", port.speed, e("ib.port.speed"))], shown=port.rate_text)]
+        assert facets.findings("gpu001", port, "ib-sysfs") == alone
+    assert len(facets.graded) < 2 * len(ports)  # alike ports shared one grading
+
+
+def test_counter_rules_pair_each_counter_with_its_growth_rule_by_name():
+    from healthcheck.probes.infiniband import _counter_rules
+
+    rules = _counter_rules(H100)
+    names = {k.split(".", 2)[2] for k in H100.expectations if k.startswith(("ib.counter.", "ib.counter_growth."))}
+    assert [rule.name for rule in rules] == sorted(names)
+    for rule in rules:
+        assert rule.exp is H100.expect(rule.check) and rule.check == f"ib.counter.{rule.name}"
+        assert rule.growth_exp is H100.expect(rule.growth_check)
+        assert rule.growth_check == f"ib.counter_growth.{rule.name}"

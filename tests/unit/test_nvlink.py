@@ -198,3 +198,69 @@ def test_empty_status_output_is_no_gpus():
     obs = observe("")
     (f,) = evaluate_nvlink(obs, ctx())
     assert f.status is Status.FAIL and "listed no GPU" in f.message
+
+
+def test_component_grades_give_what_finding_from_expectation_gives():
+    """A finding shared between components (GPUs, links) of equal value is exactly the one graded alone:
+    PASS, FAIL, WARN past a ``warn`` bound, ERROR for what cannot be graded, SKIP without an expectation,
+    and the values that are never shared (floats, unhashables, the component ``node``)."""
+    from healthcheck.probes.nvlink import ComponentGrades
+
+    from healthcheck.grading import finding_from_expectation
+    from healthcheck.profiles import Expectation
+
+    profile = load_profile("h100-sxm5-8x")
+    exps = [profile.expect("nvlink.links"), profile.expect("nvlink.errors.replay"), None,
+            Expectation("x.y", "src; more", op="le", value=100, warn=0, unit="errors"),
+            Expectation("x.y", "src", op="in", value=["Completed", "Success"]),
+            Expectation("x.y", "src", op="match", value="^1$")]
+    values = [18, 17, 0, 1, True, 1.0, -0.0, 0.0, 150, "18", "Completed", "x", None, float("nan"), [1], (1, 2)]
+    components = ["gpu0", "gpu1", "gpu7 link 3", "node", ""]
+    for exp in exps:
+        grades = ComponentGrades("gpu001", "nvlink.links", exp, source="s", remedy="r", profile=profile)
+        for _ in range(2):
+            for value in values:
+                for component in components:
+                    alone = finding_from_expectation("gpu001", "nvlink.links", exp, value, source="s",
+                                                     remedy="r", component=component, profile=profile)
+                    shared = grades.finding(component, value)
+                    assert repr(shared) == repr(alone), (exp, value, component)
+
+
+def test_all_pass_merges_only_values_of_one_plain_type():
+    """``_all_pass`` never says "all pass" when a value fails; for ints alone or floats alone it is exact
+    (mixed or other types send the caller to its loop over every value)."""
+    from healthcheck.probes.nvlink import _all_pass
+
+    from healthcheck.grading import passes
+    from healthcheck.profiles import Expectation
+
+    exps = (Expectation("x", "s", op="match", value="^0$"), Expectation("x", "s", op="le", value=0))
+    plain = ([0, 0, None], [0.0, None, 0.0], [], [None], [1, 0], [26.562] * 18, [26.562, 25.781])
+    mixed = ([0, 0.0], [0, False], ["0"], [0, "0"], [float("nan")])
+    for exp in exps:
+        for exact, cases in ((True, plain), (False, mixed)):
+            for values in cases:
+                every = all(passes(exp, v) for v in values if v is not None)
+                got = _all_pass(list(values), lambda v, e=exp: passes(e, v))
+                assert got == every if exact else (not got or every), (values, exp.op)
+
+
+def test_counters_fast_path_equals_the_loop_on_real_layouts():
+    """The counters of every GPU settled at once when all pass, else the per-link loop: both give the
+    findings of grading every link (clean, counters over threshold, N/A)."""
+    from healthcheck.probes import nvlink
+
+    status = body("nvlink/h100-8gpu-status-18links-healthy.txt")
+    for name in ("h100-8gpu-errors-all-zero.txt", "h100-8gpu-errors-gpu1-link4-replay12-recovery1-crc40.txt"):
+        errors = body(f"nvlink/{name}")
+        for variant in (errors, errors.replace(": 0\n", ": N/A\n", 7)):
+            obs = observe(status, variant)
+            fast = nvlink._grade_counters(obs, ctx())
+            original = nvlink._all_pass
+            try:
+                nvlink._all_pass = lambda values, ok: False  # every value through the loop
+                slow = nvlink._grade_counters(obs, ctx())
+            finally:
+                nvlink._all_pass = original
+            assert fast == slow

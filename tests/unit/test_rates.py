@@ -97,3 +97,18 @@ def test_unreadable_source_is_left_to_its_probe_not_an_error_here():
     snap = parse_rates({cid: CommandResult(host="gpu001", command_id=cid, stdout=t.encode(), rc=0)
                         for cid, t in outputs.items()})
     assert set(snap.counters) == {"aer"} and snap.counters["aer"]["0000:1b:00.0"]["correctable"] == 100
+
+
+def test_nvlink_counters_read_as_the_comprehension_over_every_field():
+    """The three ints of a link named directly, anything else through the comprehension: the same dicts as
+    ``{k: v for k in COUNTERS if isinstance(v, int)}`` per link (clean, N/A, counters over threshold)."""
+    from healthcheck.probes.nvlink import COUNTERS, parse_nvidia_smi_nvlink_e
+    from healthcheck.probes.rates import _nvlink
+
+    errors = fixture_text("nvlink/h100-8gpu-errors-gpu1-link4-replay12-recovery1-crc40.txt").split("\n", 1)[1]
+    for text in (errors, errors.replace(": 0\n", ": N/A\n", 9)):
+        expected = {f"gpu{c.gpu} link {c.link}": {k: getattr(c, k) for k in COUNTERS if isinstance(getattr(c, k), int)}
+                    for c in parse_nvidia_smi_nvlink_e(text)}
+        got = _nvlink(CommandResult(host="h", command_id="nvidia-smi-nvlink-e", stdout=text.encode(), rc=0))
+        assert got == expected and list(got) == list(expected)
+        assert [list(v) for v in got.values()] == [list(v) for v in expected.values()]

@@ -164,3 +164,31 @@ def test_failed_command_is_a_parse_error_naming_the_tool_message():
     result = CommandResult(host="gpu001", command_id="nvidia-smi-topo", rc=9, stdout=text)
     with pytest.raises(ParseError, match=r"rc 9.*couldn't communicate"):
         parse_topology({"nvidia-smi-topo": result})
+
+
+@pytest.mark.parametrize("name", ["h100-8gpu-gpu3-gpu5-nv12-gpu0-gpu7-nv17-gpu6-nic-node.txt",
+                                  "h100-8gpu-nv18-8nic-pxb-healthy.txt"])
+def test_pairs_and_nics_graded_once_per_class_as_each_alone(name):
+    """Each distinct link class graded once a host gives the findings of grading every pair and GPU on its
+    own (the nearest NIC is the first of the nearest, as a stable sort's first)."""
+    from healthcheck.probes import topology
+
+    obs = parse_nvidia_smi_topo_m(body(f"topo/{name}"))
+    graded = evaluate_topology(obs, ctx())
+    original = topology.passes
+    calls = []
+    try:
+        topology.passes = lambda exp, value: calls.append(value) or original(exp, value)
+        assert evaluate_topology(obs, ctx()) == graded
+    finally:
+        topology.passes = original
+    assert len(calls) == len(set(calls))  # once per distinct class
+    rows, columns = topology._link_table(obs)
+    for gpu in obs.gpus:
+        assert [rows[gpu][columns[n]] for n in obs.columns] == [obs.link(gpu, n) for n in obs.columns]
+    for f in by_check(graded, "topology.gpu_nic.pcie"):  # the first NIC of the nearest class is named
+        if f.status is not Status.PASS:
+            gpu = f.component.upper()
+            rank = {c: i for i, c in enumerate(topology.PCIE_ORDER)}
+            nearest = sorted(obs.nics, key=lambda n, g=gpu: rank.get(obs.link(g, n), len(rank)))[0]
+            assert f"[nearest NIC {obs.nic_name(nearest)}]" in f.message

@@ -379,3 +379,17 @@ def test_catalog_reads_as_safe_load_reads_it():
     import yaml
     from healthcheck.probes.xid import CATALOG_PATH
     assert load_catalog() == yaml.safe_load(CATALOG_PATH.read_text())
+
+
+def test_gpu_addresses_memoized_are_what_each_gpu_gives():
+    """The memoized address of each GPU is the one built from its own bus id and remap state: the same
+    report twice, then with a GPU's remap state and bus ids changed, never a stale entry."""
+    from healthcheck.probes.gpu import parse_gpu_sources
+    from healthcheck.probes.kernel_log import normalize_pci
+    from healthcheck.probes.xid import GpuAddress, gpu_addresses
+
+    for smi in (HEALTHY_XML, HEALTHY_XML, smi_xml({3: ("Yes", "No")}), smi_xml(bus={"18": "19", "2A": "2b"})):
+        gpus = parse_gpu_sources({"nvidia-smi-q-x": out("nvidia-smi-q-x", smi)})
+        expected = tuple(GpuAddress(g.index, normalize_pci(g.bus_id), g.remap.pending if g.remap else None,
+                                    g.remap.failure if g.remap else None) for g in gpus.gpus)
+        assert gpu_addresses(gpus) == expected
