@@ -15,7 +15,9 @@ must not change a verdict, a finding or an observation). The bundle's hosts shar
 the parse memos (``probes/parse_memo.py``) would find every host's outputs parsed already: ``--clear-memos
 outputs`` forgets whole outputs before each host (as real hosts, whose outputs always differ), ``all`` also
 what healthy nodes print alike (nvlink GPU blocks, sysfs paths, the topo matrix: the worst case).
-Nothing here is asserted in tests.
+Nothing here is asserted in tests. The script puts its own checkout first on the import path: for an
+A/B, run each checkout's own copy (``cd /tmp/base && python bench/grade_profile.py ...``), not one
+copy with another ``PYTHONPATH``.
 """
 
 from __future__ import annotations
