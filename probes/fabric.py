@@ -20,9 +20,8 @@ from healthcheck.probes.gpu import BUNDLE_SOURCES, GPU_ID, parse_gpu_sources
 from healthcheck.probes.gpu import COMMAND_TOOLS as GPU_TOOLS
 from healthcheck.probes.gpu import COMMANDS as GPU_COMMANDS
 from healthcheck.probes.gpu_model import GpuObservation, GpuObservations
-from healthcheck.probes.nvlink import ComponentGrades
 
-from healthcheck.grading import finding_from_expectation
+from healthcheck.grading import ComponentGrades, finding_from_expectation
 from healthcheck.model import CommandResult, Finding, Status
 from healthcheck.spec import EvalContext, ParseError, ProbeSpec
 

@@ -18,9 +18,9 @@ from typing import Any
 from healthcheck.probes import register
 from healthcheck.probes.parse_memo import memoized, shared_parser
 
-from healthcheck.grading import expected_text, finding_from_expectation, passes
+from healthcheck.grading import ComponentGrades, expected_text, finding_from_expectation, passes
 from healthcheck.model import CommandResult, Finding, Status
-from healthcheck.profiles import Expectation, Profile
+from healthcheck.profiles import Expectation
 from healthcheck.spec import EvalContext, ParseError, ProbeSpec
 
 STATUS_ID, ERRORS_ID = "nvidia-smi-nvlink-s", "nvidia-smi-nvlink-e"
@@ -247,48 +247,6 @@ def _passes_by_value(exp: Expectation) -> Callable[[Any], bool]:
             ok = seen[key] = passes(exp, value)
         return ok
     return check
-
-
-class ComponentGrades:
-    """``finding_from_expectation`` of one check on many components of a host (its GPUs, links): each distinct
-    value is graded once, and another component with that value gets the same finding under its own name.
-    ``describe`` starts a graded message with ``"<component>: "`` and nothing else in it names the
-    component (tests compare this with ``finding_from_expectation`` itself); a float, an unhashable value
-    or a component named ``node`` is graded anew each time."""
-
-    def __init__(self, host: str, check: str, exp: Expectation | None, *, source: str, remedy: str,
-                 profile: Profile) -> None:
-        self.host, self.check, self.exp, self.source, self.remedy, self.profile = \
-            host, check, exp, source, remedy, profile
-        self._graded: dict[tuple[type, Any], Finding] = {}
-
-    def finding(self, component: str, value: Any) -> Finding:
-        key = _shared_key(component, value)
-        first = self._graded.get(key) if key is not None else None
-        if first is None:
-            f = finding_from_expectation(self.host, self.check, self.exp, value, source=self.source,
-                                         remedy=self.remedy, component=component, profile=self.profile)
-            if key is not None:
-                self._graded[key] = f
-            return f
-        prefix = f"{first.component}: "
-        message = f"{component}: {first.message[len(prefix):]}" if first.message.startswith(prefix) \
-            else first.message
-        return Finding(host=first.host, check=first.check, status=first.status, message=message,
-                       component=component, value=first.value, expected=first.expected, unit=first.unit,
-                       remedy=first.remedy, source=first.source, observe=first.observe)
-
-
-def _shared_key(component: str, value: Any) -> tuple[type, Any] | None:
-    """The key under which ``ComponentGrades`` shares a finding, or None where it cannot."""
-    if not component or component == "node" or value.__class__ is float:  # 0.0 and -0.0 print apart
-        return None
-    key = (value.__class__, value)
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
 
 
 def _grade_gpu(gpu: GpuLinks, ctx: EvalContext, speed_passes: Callable[[Any], bool] | None,

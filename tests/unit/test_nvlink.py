@@ -204,9 +204,7 @@ def test_component_grades_give_what_finding_from_expectation_gives():
     """A finding shared between components (GPUs, links) of equal value is exactly the one graded alone:
     PASS, FAIL, WARN past a ``warn`` bound, ERROR for what cannot be graded, SKIP without an expectation,
     and the values that are never shared (floats, unhashables, the component ``node``)."""
-    from healthcheck.probes.nvlink import ComponentGrades
-
-    from healthcheck.grading import finding_from_expectation
+    from healthcheck.grading import ComponentGrades, finding_from_expectation
     from healthcheck.profiles import Expectation
 
     profile = load_profile("h100-sxm5-8x")
