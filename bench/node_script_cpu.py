@@ -8,8 +8,10 @@ profile's options) locally with ``sh``, on a fake GPU node: ``nvidia-smi``, ``dc
 ``journalctl``, ``systemctl`` and ``ofed_info`` are shims on PATH that print the sample capture's
 outputs (inventories/samples/h100-4node, h100-node01); the /proc and /sys readers run for real.
 CPU-s per run is user+sys of the whole process tree from ``os.wait4`` (every command and framing
-process is reaped into the script's shell). "bare" runs the same command lines in one shell with
-no framing, the floor the framing adds to. Every round runs each variant once (interleaved, so a
+process is reaped into the script's shell). "checkout" is the script as sent (the node's Python
+framer where /usr/bin/python3 is 3.8 or later, as here), "checkout-sh" the same script with
+``pythons=()``: the sh framer a node without that Python runs. "bare" runs the same command lines
+in one shell with no framing, the floor the framing adds to. Every round runs each variant once (interleaved, so a
 change of load hits all alike); medians and minimums over the rounds are printed, and execve
 counts per script from ``strace -f`` when strace is installed. Nothing here is asserted in tests.
 """
@@ -17,6 +19,7 @@ counts per script from ``strace -f`` when strace is installed. Nothing here is a
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shlex
 import shutil
@@ -120,7 +123,8 @@ def main() -> None:
     parser.add_argument("--cap", type=int, default=4 << 20)
     args = parser.parse_args()
     commands = node_commands(60.0)
-    builders = {"checkout": script_builder(None)}
+    builders = {"checkout": script_builder(None),
+                "checkout-sh": functools.partial(script_builder(None), pythons=())}
     if args.compare:
         builders[args.compare] = script_builder(args.compare)
     cpu: dict[str, list[float]] = {name: [] for name in [*builders, "bare"]}

@@ -27,20 +27,41 @@ re-opened ``/dev/stdout`` with ``>`` truncates its own earlier output, as on any
 
 from __future__ import annotations
 
+import functools
 import re
 import secrets
 import shlex
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from healthcheck.model import CommandResult
+from healthcheck.transport import nodeframer
 
 TIMEOUT_RCS = (124, 137)  # GNU timeout: 124 after SIGTERM, 137 (128+9) after the -k SIGKILL
 
-_PRELUDE = r"""d=$(mktemp -d 2>/dev/null) || { d=/tmp/healthcheck.$$; mkdir -m 700 "$d" 2>/dev/null; } || {
+_TRAPS = "trap 'exit 129' HUP; trap 'exit 130' INT; trap 'exit 141' PIPE; trap 'exit 143' TERM"
+_TEMPDIR = r"""d=$(mktemp -d 2>/dev/null) || { d=/tmp/healthcheck.$$; mkdir -m 700 "$d" 2>/dev/null; } || {
   echo "healthcheck: cannot create a temporary directory on the node" >&2; exit 1; }
-trap 'rm -rf "$d"' EXIT; trap 'exit 129' HUP; trap 'exit 130' INT; trap 'exit 141' PIPE; trap 'exit 143' TERM
-hc_to=$(command -v timeout 2>/dev/null) || hc_to=
+trap 'rm -rf "$d"' EXIT"""
+
+# The node's system interpreters tried, in order, for the Python framer (nodeframer.py). Absolute paths,
+# never a PATH search: a login's PATH may lead to a pyenv or conda shim that costs more than it saves.
+NODE_PYTHONS = ("/usr/bin/python3", "/usr/libexec/platform-python")
+_PY_BOOT = ('import sys;sys.version_info>=(3,8) or sys.exit(98);'
+            'exec(compile(sys.stdin.buffer.read(),"healthcheck-framer","exec"))')
+# Exit codes 1, 2, 126 and 127 (the interpreter could not start or run the boot line) and 98 (nodeframer
+# started nothing): the next interpreter, then the sh framer below, runs every command. Any other code is
+# the Python framer's own (0, 97, 129, 130, 141, 143) or its death by a signal: its sections stand.
+_PY_TRY = """for hc_py in {pythons}; do
+  [ -x "$hc_py" ] || continue
+  "$hc_py" -I -S -c {boot} <<'{eof}'
+{program}
+{eof}
+  hc_rc=$?; case $hc_rc in 1|2|98|126|127) ;; *) exit "$hc_rc";; esac
+done"""
+
+_PRELUDE = r"""hc_to=$(command -v timeout 2>/dev/null) || hc_to=
 hc_head=$(command -v head 2>/dev/null) || hc_head=head
 if [ -r "/proc/$$/fdinfo/0" ]; then hc_fdinfo=/proc/$$/fdinfo; else hc_fdinfo=; fi
 hc_hung='|'
@@ -122,20 +143,47 @@ def direct_argv(line: str) -> list[str] | None:
     return words
 
 
-def build_script(commands: Sequence[Command], marker: str, cap: int, kill_after_s: float = 5.0) -> str:
-    """The POSIX sh script that runs ``commands`` in order and frames their outputs."""
+def build_script(commands: Sequence[Command], marker: str, cap: int, kill_after_s: float = 5.0,
+                 pythons: Sequence[str] = NODE_PYTHONS) -> str:
+    """The POSIX sh script that runs ``commands`` in order and frames their outputs.
+
+    With ``pythons`` (absolute paths), the first of them that is on the node and 3.8 or later runs
+    the commands (nodeframer.py); the sh framer runs them where none can. ``pythons=()``: sh only."""
     blocks = (int(cap) + 1 + 511) // 512  # ulimit -f counts 512-byte blocks: room for cap + 1 bytes
-    lines = [f"M={shlex.quote(marker)}; CAP={int(cap)}; BLK={blocks}; KILL={kill_after_s:g}", _PRELUDE]
+    kill = f"{kill_after_s:g}"
+    planned: list[tuple[str, str, tuple[str, ...], list[str]]] = []
     for cmd in commands:
         if not _ID_OK.match(cmd.id):
             raise ValueError(f"command id {cmd.id!r} is not a stable kebab-case id")
         bad = [t for t in cmd.tools if not _TOOL_OK.match(t)]
         if bad:
             raise ValueError(f"command {cmd.id}: tool name {bad[0]!r} is not a plain lowercase name")
-        argv = direct_argv(cmd.line) or ["sh", "-c", cmd.line]
-        lines.append(f"hc_run {shlex.quote(cmd.id)} {cmd.timeout_s:g} {shlex.quote(' '.join(cmd.tools))} "
+        planned.append((cmd.id, f"{cmd.timeout_s:g}", cmd.tools, direct_argv(cmd.line) or ["sh", "-c", cmd.line]))
+    lines = [f"M={shlex.quote(marker)}; CAP={int(cap)}; BLK={blocks}; KILL={kill}", _TRAPS]
+    if pythons:
+        lines.append(_python_try(pythons, {"marker": marker, "cap": int(cap), "blk": blocks, "kill": kill,
+                                           "commands": planned}))
+    lines += [_TEMPDIR, _PRELUDE]
+    for cid, timeout, tools, argv in planned:
+        lines.append(f"hc_run {shlex.quote(cid)} {timeout} {shlex.quote(' '.join(tools))} "
                      + " ".join(shlex.quote(w) for w in argv))
     return "\n".join(lines) + "\n"
+
+
+@functools.cache
+def _framer_source() -> str:
+    return Path(nodeframer.__file__).read_text(encoding="ascii")
+
+
+def _python_try(pythons: Sequence[str], config: dict[str, object]) -> str:
+    """The sh lines that hand the commands to the node's Python framer (a quoted here-document:
+    ``ascii()`` of the plan, so no line of it can end the document or reach the shell)."""
+    bad = [p for p in pythons if not p.startswith("/") or not _PLAIN_WORD.match(p)]
+    if bad:
+        raise ValueError(f"node interpreter {bad[0]!r} is not an absolute path of plain characters")
+    eof = "HC_FRAMER_" + secrets.token_hex(8)
+    program = f"{_framer_source()}\nmain({config!a})"
+    return _PY_TRY.format(pythons=" ".join(pythons), boot=shlex.quote(_PY_BOOT), eof=eof, program=program)
 
 
 _HEADER = re.compile(
