@@ -249,32 +249,46 @@ def test_a_python_framer_that_started_is_not_followed_by_the_sh_framer(tmp_path)
         assert [(r.command_id, r.stdout) for r in FrameReader("h", marker).feed(proc.stdout, 1.0)] == [("a", b"A\n")]
 
 
-@needs_python
+def _pid_written(pidfile: Path) -> int:
+    """The pid a command wrote to ``pidfile`` (waits at most 10 s for it)."""
+    for _ in range(200):
+        if pidfile.is_file() and pidfile.read_text().strip():
+            break
+        time.sleep(0.05)
+    return int(pidfile.read_text())
+
+
+def _ends(pid: int) -> bool:
+    """Whether ``pid`` is gone (or a zombie) within 5 s."""
+    for _ in range(100):
+        stat = Path(f"/proc/{pid}/stat")
+        if not stat.exists() or ") Z " in stat.read_text():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _skip_without(framer_name: str) -> None:
+    if framer_name == "python" and not HAVE_PYTHON:
+        pytest.skip("no Python framer here")
+
+
 @pytest.mark.parametrize("framer_name", ["python", "sh"])
 def test_sigterm_ends_the_script_with_143(tmp_path, framer_name):
     """The Python framer also stops the command it was waiting for (SIGTERM to its group)."""
+    _skip_without(framer_name)
     pidfile = tmp_path / "cmd.pid"
     script = build_script([Command("long", f"echo $$ >{pidfile}; exec sleep 60", 120)], new_marker(), 100,
                           pythons=FRAMERS[framer_name])
     proc = subprocess.Popen(["sh", "-c", script], stdout=subprocess.DEVNULL, start_new_session=True)
     try:
-        for _ in range(200):
-            if pidfile.is_file() and pidfile.read_text().strip():
-                break
-            time.sleep(0.05)
-        command_pid = int(pidfile.read_text())
+        command_pid = _pid_written(pidfile)
         framer_pid = int(Path(f"/proc/{command_pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
         os.kill(framer_pid if framer_name == "python" else proc.pid, signal.SIGTERM)
         if framer_name == "sh":
             os.kill(command_pid, signal.SIGTERM)  # sh runs its trap once the foreground command is gone
         assert proc.wait(timeout=30) == 143
-        if framer_name == "python":
-            for _ in range(100):
-                if not Path(f"/proc/{command_pid}").exists() or "Z" in Path(f"/proc/{command_pid}/stat").read_text():
-                    break
-                time.sleep(0.05)
-            else:
-                pytest.fail("the running command outlived the framer's SIGTERM")
+        assert _ends(command_pid), "the running command outlived the framer's SIGTERM"
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -284,8 +298,7 @@ def test_sigterm_ends_the_script_with_143(tmp_path, framer_name):
 @pytest.mark.parametrize("framer_name", ["python", "sh"])
 def test_a_closed_session_ends_the_script_with_141(framer_name, tmp_path):
     """The sh framer notices when it next prints; the Python framer while the command runs, and stops it."""
-    if framer_name == "python" and not HAVE_PYTHON:
-        pytest.skip("no Python framer here")
+    _skip_without(framer_name)
     pidfile = tmp_path / "cmd.pid"
     long = "sleep 300" if framer_name == "python" else "sleep 0.5"  # the sh framer waits for it to end
     script = build_script([Command("a", f"echo $$ >{pidfile}; exec {long}", 600), Command("b", "echo b", 5)],
@@ -293,22 +306,14 @@ def test_a_closed_session_ends_the_script_with_141(framer_name, tmp_path):
     proc = subprocess.Popen(["sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:
-        for _ in range(200):
-            if pidfile.is_file() and pidfile.read_text().strip():
-                break
-            time.sleep(0.05)
-        command_pid = int(pidfile.read_text())
+        command_pid = _pid_written(pidfile)
         proc.stdout.close()  # the session went away before the first section was printed
         assert proc.wait(timeout=30) == 141
-        for _ in range(100):
-            if not Path(f"/proc/{command_pid}").exists() or ") Z " in Path(f"/proc/{command_pid}/stat").read_text():
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail("the command outlived the closed session")
+        assert _ends(command_pid), "the command outlived the closed session"
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
 
 
 @needs_python
