@@ -24,12 +24,12 @@ Kept from the sh framer, each tested on both (tests/unit/test_script.py):
   only when it next prints), it watches its output while a command runs: a sweep that gave up on
   the host, or a dropped connection, stops the node's command at once, not at its timeout.
 
-Exit codes tell the sh script what happened (``_PY_TRY`` in script.py): 98 when nothing was
-started (no ``posix_spawnp``/``memfd_create`` before Python 3.8, a module missing), and the sh
-framer then runs every command; 97 when this code failed after starting (its sections so far
-stand). Written for the node's Python: no ``from __future__``, no walrus; annotations are strings,
-never evaluated there; ``posix`` and ``_signal`` instead of ``os`` and ``signal``, whose imports
-cost the node more (1.4 and 5 ms) than any command's framing.
+Exit codes tell the sh script what happened (``_PY_TRY`` in script.py): 98 when nothing was started
+(no ``posix_spawnp``/``memfd_create`` before Python 3.8, a module missing, memfds refused by the
+kernel or a seccomp policy), and the sh framer then runs every command; 97 when this code failed
+after starting (its sections so far stand). Written for the node's Python: no ``from __future__``,
+no walrus; annotations are strings, never evaluated there; ``posix`` and ``_signal`` instead of
+``os`` and ``signal``, whose imports cost the node more (1.4 and 5 ms) than any command's framing.
 """
 
 import errno
@@ -63,6 +63,7 @@ def main(plan: "dict") -> None:
     if resource is None or not hasattr(posix, "posix_spawnp") or not hasattr(posix, "memfd_create"):
         sys.exit(NOT_STARTED)  # a fork of this interpreter per command would cost the node more than sh
     try:
+        posix.close(posix.memfd_create("hc-probe"))  # a kernel or seccomp policy that refuses it: sh instead
         wake_r, wake_w = posix.pipe()
         posix.set_blocking(wake_w, False)
         signal.set_wakeup_fd(wake_w)
