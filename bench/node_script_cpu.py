@@ -11,9 +11,9 @@ CPU-s per run is user+sys of the whole process tree from ``os.wait4`` (every com
 process is reaped into the script's shell). "checkout" is the script as sent (the node's Python
 framer where /usr/bin/python3 is 3.8 or later, as here), "checkout-sh" the same script with
 ``pythons=()``: the sh framer a node without that Python runs. "bare" runs the same command lines
-in one shell with no framing, the floor the framing adds to. Every round runs each variant once (interleaved, so a
-change of load hits all alike); medians and minimums over the rounds are printed, and execve
-counts per script from ``strace -f`` when strace is installed. Nothing here is asserted in tests.
+in one shell with no framing, the floor the framing adds to. Every round runs each variant once
+(interleaved, so a change of load hits all alike); medians and minimums over the rounds are printed,
+and execve counts per script from ``strace -f`` when strace is installed. Nothing here is asserted in tests.
 """
 
 from __future__ import annotations

@@ -44,6 +44,7 @@ try:
 except ImportError:  # pragma: no cover - every CPython 3 on Linux has both
     resource = None
 
+TIMEOUT_RCS = (124, 137)  # as GNU timeout: after SIGTERM, after the -k SIGKILL (script.py reads it from here)
 NOT_STARTED = 98  # nothing was run: the sh framer runs every command
 FAILED = 97  # this code failed after the first command started: what was printed stands
 KILL_WAIT_S = 1.0  # after SIGKILL, how long to wait for the command before going on (D state)
@@ -138,7 +139,7 @@ class Framer:
                 return self.fail(cid, exc)
             try:
                 rc = self.execute(argv, float(timeout_text), out_fd, err_fd)
-                if rc in (124, 137):
+                if rc in TIMEOUT_RCS:
                     for tool in tools:
                         self.hung.setdefault(tool, (timeout_text, cid))
                 out, out_size = self.read_back(out_fd)
@@ -176,10 +177,10 @@ class Framer:
         rc = None
         if status is None:
             _signal_group(pid, signal.SIGTERM)
-            rc = 124
+            rc = TIMEOUT_RCS[0]
             if self.wait(pid, time.monotonic() + self.kill_s) is None:
                 _signal_group(pid, signal.SIGKILL)
-                rc = 137
+                rc = TIMEOUT_RCS[1]
                 self.wait(pid, time.monotonic() + KILL_WAIT_S)  # a process in D state is left behind
         self.running = 0
         if rc is not None:

@@ -37,8 +37,7 @@ from pathlib import Path
 
 from healthcheck.model import CommandResult
 from healthcheck.transport import nodeframer
-
-TIMEOUT_RCS = (124, 137)  # GNU timeout: 124 after SIGTERM, 137 (128+9) after the -k SIGKILL
+from healthcheck.transport.nodeframer import TIMEOUT_RCS  # GNU timeout's 124 (SIGTERM) and 137 (-k SIGKILL)
 
 _TRAPS = "trap 'exit 129' HUP; trap 'exit 130' INT; trap 'exit 141' PIPE; trap 'exit 143' TERM"
 _TEMPDIR = r"""d=$(mktemp -d 2>/dev/null) || { d=/tmp/healthcheck.$$; mkdir -m 700 "$d" 2>/dev/null; } || {

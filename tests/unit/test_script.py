@@ -273,6 +273,18 @@ def _skip_without(framer_name: str) -> None:
         pytest.skip("no Python framer here")
 
 
+@contextlib.contextmanager
+def _started(script: str, **popen):
+    """The script running under ``sh -c`` in its own session; its whole group killed afterwards."""
+    proc = subprocess.Popen(["sh", "-c", script], start_new_session=True, **popen)
+    try:
+        yield proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
 @pytest.mark.parametrize("framer_name", ["python", "sh"])
 def test_sigterm_ends_the_script_with_143(tmp_path, framer_name):
     """The Python framer also stops the command it was waiting for (SIGTERM to its group)."""
@@ -280,8 +292,7 @@ def test_sigterm_ends_the_script_with_143(tmp_path, framer_name):
     pidfile = tmp_path / "cmd.pid"
     script = build_script([Command("long", f"echo $$ >{pidfile}; exec sleep 60", 120)], new_marker(), 100,
                           pythons=FRAMERS[framer_name])
-    proc = subprocess.Popen(["sh", "-c", script], stdout=subprocess.DEVNULL, start_new_session=True)
-    try:
+    with _started(script, stdout=subprocess.DEVNULL) as proc:
         command_pid = _pid_written(pidfile)
         framer_pid = int(Path(f"/proc/{command_pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
         os.kill(framer_pid if framer_name == "python" else proc.pid, signal.SIGTERM)
@@ -289,10 +300,6 @@ def test_sigterm_ends_the_script_with_143(tmp_path, framer_name):
             os.kill(command_pid, signal.SIGTERM)  # sh runs its trap once the foreground command is gone
         assert proc.wait(timeout=30) == 143
         assert _ends(command_pid), "the running command outlived the framer's SIGTERM"
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
 
 
 @pytest.mark.parametrize("framer_name", ["python", "sh"])
@@ -303,17 +310,11 @@ def test_a_closed_session_ends_the_script_with_141(framer_name, tmp_path):
     long = "sleep 300" if framer_name == "python" else "sleep 0.5"  # the sh framer waits for it to end
     script = build_script([Command("a", f"echo $$ >{pidfile}; exec {long}", 600), Command("b", "echo b", 5)],
                           new_marker(), 100, pythons=FRAMERS[framer_name])
-    proc = subprocess.Popen(["sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    try:
+    with _started(script, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as proc:
         command_pid = _pid_written(pidfile)
         proc.stdout.close()  # the session went away before the first section was printed
         assert proc.wait(timeout=30) == 141
         assert _ends(command_pid), "the command outlived the closed session"
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
 
 
 @needs_python
