@@ -39,8 +39,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from sweep_replay import build_bundle  # noqa: E402
 
-from healthcheck import gradepool, pipeline, spec  # noqa: E402
-from healthcheck.results import load_results  # noqa: E402
+from healthcheck.core import spec  # noqa: E402
+from healthcheck.run import gradepool, pipeline  # noqa: E402
+from healthcheck.store.results import load_results  # noqa: E402
 
 SPENT: collections.Counter[str] = collections.Counter()
 

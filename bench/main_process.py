@@ -2,7 +2,7 @@
 
     python bench/main_process.py --bundle /tmp/b200 --hosts 200 --workers 2
 
-Grading runs in forked workers (``healthcheck/gradepool.py``); the run's process receives every graded
+Grading runs in forked workers (``healthcheck/run/gradepool.py``); the run's process receives every graded
 host (findings, key observations, the encoded store member and findings.jsonl lines), appends them to
 disk and keeps the results for the reports. That work is serial: at 10,000 hosts every millisecond a
 host is 10 s. This times ``gradepool.grade_hosts`` in the run's process only (``time.process_time``
@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from sweep_replay import build_bundle  # noqa: E402
 
-from healthcheck import gradepool, pipeline  # noqa: E402
+from healthcheck.run import gradepool, pipeline  # noqa: E402
 
 
 def rss_bytes() -> int:

@@ -36,8 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from healthcheck import probes  # noqa: E402
-from healthcheck.profiles import load_profile  # noqa: E402
-from healthcheck.runner import plan_commands  # noqa: E402
+from healthcheck.core.profiles import load_profile  # noqa: E402
+from healthcheck.run.fanout import plan_commands  # noqa: E402
 from healthcheck.transport import script as current_script  # noqa: E402
 from healthcheck.transport.script import Command, FrameReader, new_marker  # noqa: E402
 

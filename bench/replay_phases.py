@@ -22,7 +22,8 @@ from typing import Any
 T0 = time.monotonic()
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from healthcheck import pipeline, reports  # noqa: E402
+from healthcheck import reports  # noqa: E402
+from healthcheck.run import pipeline  # noqa: E402
 
 
 def cpu() -> tuple[float, float]:
@@ -52,7 +53,7 @@ def instrument() -> None:
 
 
 def main() -> None:
-    from healthcheck.cli import main as cli
+    from healthcheck.cli.main import main as cli
 
     instrument()
     print(f"{'imports':28s} at {0:7.2f}s  wall {time.monotonic() - T0:7.2f}s", file=sys.stderr)

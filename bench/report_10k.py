@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from healthcheck import reports  # noqa: E402
-from healthcheck.observation_store import STORE, ObservationStore, encode_observations, key_observations  # noqa: E402
-from healthcheck.results import SCHEMAS, RunResults, write_results  # noqa: E402
+from healthcheck.store.observation_store import STORE, ObservationStore, encode_observations, key_observations  # noqa: E402
+from healthcheck.store.results import SCHEMAS, RunResults, write_results  # noqa: E402
 
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-extensions", "--disable-background-networking")

@@ -44,7 +44,7 @@ def _commands(payload: Path, idle_s: float = 0) -> list:
 
 def worker(case: str, state: dict) -> None:
     """One timed case (runs in its own process)."""
-    from healthcheck.model import Host
+    from healthcheck.core.model import Host
     from healthcheck.transport import open_transport
     commands = _commands(Path(state["payload"]), state["idle_s"])
     if state.get("poll_s"):

@@ -128,7 +128,7 @@ def main() -> None:
     argv = [sys.executable, "-m", "healthcheck", "run", "--replay", str(bundle), "--run-dir", str(run_dir)]
     if args.workers:  # the same pipeline call the CLI makes, with RunOptions.grade_workers set
         argv = [sys.executable, "-c", "import sys; from pathlib import Path; "
-                "from healthcheck.pipeline import RunOptions, execute_run; "
+                "from healthcheck.run.pipeline import RunOptions, execute_run; "
                 "execute_run(RunOptions(replay=Path(sys.argv[1]), run_dir=Path(sys.argv[2]), "
                 "grade_workers=int(sys.argv[3])))", str(bundle), str(run_dir), str(args.workers)]
     load = os.getloadavg()[0]

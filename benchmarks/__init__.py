@@ -19,9 +19,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from healthcheck.model import Finding, Host
-from healthcheck.profiles import Profile
-from healthcheck.spec import ParseError
+from healthcheck.core.model import Finding, Host
+from healthcheck.core.profiles import Profile
+from healthcheck.core.spec import ParseError
 
 
 class RegistryError(KeyError):

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from healthcheck.model import Finding, Status
+from healthcheck.core.model import Finding, Status
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@
                  remedy="...", profile=profile, what="busbw")
     # WARN  "all_reduce node busbw 290.0 GB/s = 60% of 480 GB/s (acceptable >= 60%, warn >= 50%)"
 
-Bands missing from the profile come from ``healthcheck.defaults`` (excellent 0.8, acceptable 0.6,
+Bands missing from the profile come from ``healthcheck.core.defaults`` (excellent 0.8, acceptable 0.6,
 warn 0.5): >= acceptable is PASS (``excellent`` only labels the message), >= warn is WARN, below
 is FAIL. An expectation without bands (e.g. a latency ``op: le``) is graded by ``grading.grade``.
 """
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from healthcheck.defaults import DEFAULTS
-from healthcheck.grading import GradingError, finding_from_expectation, grade_bands
-from healthcheck.model import Finding, Status
-from healthcheck.profiles import Expectation, Profile
+from healthcheck.core.defaults import DEFAULTS
+from healthcheck.core.grading import GradingError, finding_from_expectation, grade_bands
+from healthcheck.core.model import Finding, Status
+from healthcheck.core.profiles import Expectation, Profile
 
 DEFAULT_BANDS = {"excellent": DEFAULTS.busbw_excellent, "acceptable": DEFAULTS.busbw_acceptable,
                  "warn": DEFAULTS.busbw_warn}

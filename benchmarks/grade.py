@@ -31,10 +31,10 @@ from healthcheck.benchmarks.launch import TIMEOUT_EXIT_CODES, merge_launcher_set
 from healthcheck.benchmarks.plan import Job
 
 from healthcheck import benchmarks
-from healthcheck.jsoncodec import to_jsonable
-from healthcheck.model import Finding, Host, Status, worst
-from healthcheck.profiles import EMPTY_PROFILE, Profile
-from healthcheck.spec import ParseError
+from healthcheck.core.model import Finding, Host, Status, worst
+from healthcheck.core.profiles import EMPTY_PROFILE, Profile
+from healthcheck.core.spec import ParseError
+from healthcheck.store.jsoncodec import to_jsonable
 
 
 @dataclass(frozen=True)

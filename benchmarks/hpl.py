@@ -29,10 +29,10 @@ from healthcheck.benchmarks.launch import LauncherError, parse_launcher_errors
 from healthcheck.benchmarks.nccl import host_of
 from healthcheck.benchmarks.plan import Job
 
-from healthcheck.defaults import DEFAULTS
-from healthcheck.model import Finding, Status
-from healthcheck.profiles import Profile
-from healthcheck.spec import ParseError
+from healthcheck.core.defaults import DEFAULTS
+from healthcheck.core.model import Finding, Status
+from healthcheck.core.profiles import Profile
+from healthcheck.core.spec import ParseError
 
 
 @dataclass(frozen=True)

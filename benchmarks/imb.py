@@ -25,9 +25,9 @@ from healthcheck.benchmarks.bands import band_finding
 from healthcheck.benchmarks.launch import LauncherError, parse_launcher_errors
 from healthcheck.benchmarks.plan import Job
 
-from healthcheck.model import Finding, Status
-from healthcheck.profiles import Profile
-from healthcheck.spec import ParseError
+from healthcheck.core.model import Finding, Status
+from healthcheck.core.profiles import Profile
+from healthcheck.core.spec import ParseError
 
 
 @dataclass(frozen=True)

@@ -31,10 +31,10 @@ from healthcheck.benchmarks.launch import LauncherError, parse_launcher_errors
 from healthcheck.benchmarks.nccl_transport import NcclTransport, evaluate_nccl_transport, parse_nccl_transport
 from healthcheck.benchmarks.plan import Job
 
-from healthcheck.grading import fleet_outliers
-from healthcheck.model import Finding, Status
-from healthcheck.profiles import Profile
-from healthcheck.spec import ParseError
+from healthcheck.core.grading import fleet_outliers
+from healthcheck.core.model import Finding, Status
+from healthcheck.core.profiles import Profile
+from healthcheck.core.spec import ParseError
 
 # busbw = algbw x factor(n ranks): NVIDIA/nccl-tests doc/PERFORMANCE.md and src/*.cu.
 BUSBW_FACTORS = {

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from healthcheck.benchmarks import BenchContext
 from healthcheck.benchmarks.plan import Job
 
-from healthcheck.grading import finding_from_expectation
-from healthcheck.model import Finding, Status
+from healthcheck.core.grading import finding_from_expectation
+from healthcheck.core.model import Finding, Status
 
 _WHO = r"(?P<host>[A-Za-z0-9_.{}-]+):\d+:\d+\s+\[\d+\]\s+NCCL INFO\s+"
 _USING = re.compile(_WHO + r"NET/(?P<net>IB|Socket)\s*:\s*Using\s+(?P<devs>.*?)\s*(?:;\s*OOB\s+\S+)?\s*$")

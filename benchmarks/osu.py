@@ -22,9 +22,9 @@ from healthcheck.benchmarks.imb import REMEDY
 from healthcheck.benchmarks.launch import LauncherError, parse_launcher_errors
 from healthcheck.benchmarks.plan import Job
 
-from healthcheck.model import Finding, Status
-from healthcheck.profiles import Profile
-from healthcheck.spec import ParseError
+from healthcheck.core.model import Finding, Status
+from healthcheck.core.profiles import Profile
+from healthcheck.core.spec import ParseError
 
 _BANNER = re.compile(r"^#\s*OSU MPI(?:-CUDA)?\s+(?P<title>.+?)\s+v(?P<version>[\d.]+)\s*$")
 _KINDS = (("Bi-Directional Bandwidth", "bibw"), ("Multiple Bandwidth", "mbw_mr"), ("Bandwidth", "bw"),

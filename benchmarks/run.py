@@ -44,9 +44,9 @@ from healthcheck.benchmarks.stored import read_stored_jobs
 from healthcheck.benchmarks.telemetry import merge_telemetry, sample_during
 
 from healthcheck import benchmarks
-from healthcheck.defaults import DEFAULTS
-from healthcheck.model import CommandResult, Finding, Host, Status
-from healthcheck.profiles import Profile
+from healthcheck.core.defaults import DEFAULTS
+from healthcheck.core.model import CommandResult, Finding, Host, Status
+from healthcheck.core.profiles import Profile
 
 JOBS_DIR = Path("raw") / "_jobs"
 LOCAL = "local"

@@ -34,9 +34,9 @@ from typing import Any
 
 from healthcheck.benchmarks import BenchContext, BenchmarkSpec, Program, bench_setting, register
 
-from healthcheck.model import Finding, Status
-from healthcheck.profiles import Profile
-from healthcheck.spec import ParseError
+from healthcheck.core.model import Finding, Status
+from healthcheck.core.profiles import Profile
+from healthcheck.core.spec import ParseError
 
 FORMAT = "healthcheck-sdc/1"
 END = "# healthcheck-sdc end"

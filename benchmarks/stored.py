@@ -8,7 +8,7 @@ job is rebuilt from its id, which names the benchmark, test, shape and hosts
 (``nccl-all_reduce_perf-pair-node01-node02``); an id that cannot be resolved is a problem, never a
 silently ignored output. ``<job_id>.rc`` is the job's exit code, read like a probe's ``.rc`` (a
 missing one reads as 0; a malformed one is a transport error naming the file). Links are never
-followed (``healthcheck.bundle.read_regular``).
+followed (``healthcheck.store.bundle.read_regular``).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from healthcheck.benchmarks.grade import JobOutcome
 from healthcheck.benchmarks.plan import Job
 
 from healthcheck import benchmarks
-from healthcheck.bundle import BundleFileError, read_regular
-from healthcheck.inventory import host_name_problem
+from healthcheck.inventory.hosts import host_name_problem
+from healthcheck.store.bundle import BundleFileError, read_regular
 
 JOBS_DIR = Path("raw") / "_jobs"
 _ID = re.compile(r"^(?P<bench>[a-z]+)-(?P<test>.+?)-(?P<shape>node|pair|rail|cluster|retest)-(?P<rest>.+)$")

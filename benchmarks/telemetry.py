@@ -42,10 +42,10 @@ from healthcheck.probes.dcgm_fields_eval import (
 )
 from healthcheck.probes.dmon_parse import FieldSample, FieldTable, parse_field_samples
 
-from healthcheck.jsoncodec import to_jsonable
-from healthcheck.model import CommandResult, Finding, Host, Status
-from healthcheck.profiles import Profile
-from healthcheck.spec import ParseError
+from healthcheck.core.model import CommandResult, Finding, Host, Status
+from healthcheck.core.profiles import Profile
+from healthcheck.core.spec import ParseError
+from healthcheck.store.jsoncodec import to_jsonable
 
 TELEMETRY_DIR = Path("raw") / "_telemetry"
 MAX_SAMPLES = 3600          # a 2 h job is sampled every 2 s rather than every 1 s

@@ -1,6 +1,6 @@
 """``python -m healthcheck`` entry point."""
 
-from healthcheck.cli import entry
+from healthcheck.cli.main import entry
 
 if __name__ == "__main__":
     entry()

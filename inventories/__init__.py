@@ -1,6 +1,6 @@
 """Data shipped with healthcheck: hardware profiles (``profiles/*.yaml``), the example inventory and the
 built-in sample capture bundle (``samples/h100-4node``). Read them through ``importlib.resources``
-(``healthcheck.profiles.BUILTIN_PROFILES``, ``healthcheck.inventories.SAMPLE_BUNDLE``), never through paths
+(``healthcheck.core.profiles.BUILTIN_PROFILES``, ``healthcheck.inventories.SAMPLE_BUNDLE``), never through paths
 relative to a checkout."""
 
 from __future__ import annotations

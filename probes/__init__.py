@@ -14,7 +14,7 @@ import importlib
 import sys
 from collections.abc import Iterable
 
-from healthcheck.spec import FleetCheck, Probe
+from healthcheck.core.spec import FleetCheck, Probe
 
 
 class RegistryError(KeyError):

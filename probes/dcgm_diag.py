@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from healthcheck.spec import ParseError
+from healthcheck.core.spec import ParseError
 
 # dcgm_errors.h dcgmErrorSeverity_t: renumbered after 3.1.x (NONE added at 0, TRIAGE/CONFIG/RESET appended).
 SEVERITY_NAMES_NEW = {0: "NONE", 1: "MONITOR", 2: "ISOLATE", 3: "UNKNOWN", 4: "TRIAGE", 5: "CONFIG",

@@ -32,8 +32,8 @@ from healthcheck.probes.dmon_parse import (
     parse_nvidia_smi_dmon,
 )
 
-from healthcheck.model import CommandResult, Finding, Status
-from healthcheck.spec import EvalContext, ParseError, ProbeSpec
+from healthcheck.core.model import CommandResult, Finding, Status
+from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 
 COMMAND_ID = "dcgmi-dmon"
 SAMPLES, INTERVAL_MS = 5, 1000

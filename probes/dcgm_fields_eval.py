@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 from healthcheck.probes.dmon_parse import FieldSample, FieldTable
 
-from healthcheck.grading import finding_from_expectation
-from healthcheck.model import Finding, Status
-from healthcheck.profiles import Expectation, Profile
+from healthcheck.core.grading import finding_from_expectation
+from healthcheck.core.model import Finding, Status
+from healthcheck.core.profiles import Expectation, Profile
 
 # NVML clocks event reason bits (nvmlClocksEventReason*, nvml.h in github.com/NVIDIA/DCGM sdk/nvidia/nvml).
 REASON_BITS = {"sw_power_cap": 0x4, "hw_slowdown": 0x8, "sw_thermal": 0x20, "hw_thermal": 0x40,

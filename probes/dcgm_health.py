@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from healthcheck.spec import ParseError
+from healthcheck.core.spec import ParseError
 
 WATCHES_DISABLED = "Health watches not enabled"
 

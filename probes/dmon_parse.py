@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from healthcheck.spec import ParseError
+from healthcheck.core.spec import ParseError
 
 
 @dataclass(frozen=True)

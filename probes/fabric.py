@@ -21,9 +21,9 @@ from healthcheck.probes.gpu import COMMAND_TOOLS as GPU_TOOLS
 from healthcheck.probes.gpu import COMMANDS as GPU_COMMANDS
 from healthcheck.probes.gpu_model import GpuObservation, GpuObservations
 
-from healthcheck.grading import ComponentGrades, finding_from_expectation
-from healthcheck.model import CommandResult, Finding, Status
-from healthcheck.spec import EvalContext, ParseError, ProbeSpec
+from healthcheck.core.grading import ComponentGrades, finding_from_expectation
+from healthcheck.core.model import CommandResult, Finding, Status
+from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 
 FM_ID = "fabricmanager-status"
 _UNIT_STATES = {"active", "inactive", "failed", "activating", "deactivating", "reloading", "unknown",

@@ -36,12 +36,12 @@ from healthcheck.probes.nvidia_smi_text import parse_nvidia_smi_q
 from healthcheck.probes.nvidia_smi_xml import parse_nvidia_smi_xml, parse_nvidia_smi_xml_layout
 from healthcheck.probes.parse_memo import shared_parser
 
-from healthcheck.model import CommandResult, Status
-from healthcheck.spec import ParseError, ProbeSpec
+from healthcheck.core.model import CommandResult, Status
+from healthcheck.core.spec import ParseError, ProbeSpec
 
 GPU_ID = "nvidia-smi-q-x"
 COMMANDS = {GPU_ID: "nvidia-smi -q -x"}
-COMMAND_TOOLS = {GPU_ID: ("nvidia-smi",)}  # healthcheck/nodetools.py
+COMMAND_TOOLS = {GPU_ID: ("nvidia-smi",)}  # healthcheck/run/nodetools.py
 BUNDLE_SOURCES = ("nvidia-smi-q", "nvidia-smi", "nvidia-smi-l")   # read from capture bundles only
 PARSERS: dict[str, Callable[[str], SmiLog]] = {
     "nvidia-smi-q-x": parse_nvidia_smi_xml,

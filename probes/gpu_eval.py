@@ -22,9 +22,9 @@ from healthcheck.probes.gpu_findings import FoldableGpu, GpuResult, GpuScope, bu
 from healthcheck.probes.gpu_model import GpuObservation, GpuObservations
 from healthcheck.probes.nvidia_smi_log import SmiError
 
-from healthcheck.grading import expected_text, finding_from_expectation
-from healthcheck.model import Finding, Status
-from healthcheck.spec import EvalContext
+from healthcheck.core.grading import expected_text, finding_from_expectation
+from healthcheck.core.model import Finding, Status
+from healthcheck.core.spec import EvalContext
 
 _ERROR_CHECKS = {"gpu_lost": "gpu.lost", "inforom_corrupted": "gpu.inforom"}
 _ERROR_REMEDY = {

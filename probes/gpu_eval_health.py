@@ -27,9 +27,9 @@ from __future__ import annotations
 from healthcheck.probes.gpu_findings import GpuResult, GpuScope, gpu_finding, graded
 from healthcheck.probes.gpu_model import GpuObservation, GpuObservations
 
-from healthcheck.defaults import DEFAULTS
-from healthcheck.model import Status
-from healthcheck.verdicts import flag_vs_measurement
+from healthcheck.core.defaults import DEFAULTS
+from healthcheck.core.model import Status
+from healthcheck.core.verdicts import flag_vs_measurement
 
 CLOCK_EVENT_STATUS = {"hw_slowdown": Status.FAIL, "hw_thermal_slowdown": Status.FAIL,
                       "hw_power_brake_slowdown": Status.FAIL, "sw_thermal_slowdown": Status.WARN}

@@ -20,10 +20,10 @@ from typing import Any
 
 from healthcheck.probes.gpu_model import GpuObservation, GpuObservations
 
-from healthcheck.grading import describe, expected_text, finding_from_expectation, grade, passes
-from healthcheck.model import Finding, JSONScalar, Status
-from healthcheck.profiles import Expectation
-from healthcheck.spec import EvalContext
+from healthcheck.core.grading import describe, expected_text, finding_from_expectation, grade, passes
+from healthcheck.core.model import Finding, JSONScalar, Status
+from healthcheck.core.profiles import Expectation
+from healthcheck.core.spec import EvalContext
 
 PASS, SKIP = Status.PASS, Status.SKIP
 

@@ -14,7 +14,7 @@ from types import MappingProxyType
 
 from healthcheck.probes.parse_memo import memoized, shared_parser
 
-from healthcheck.spec import ParseError
+from healthcheck.core.spec import ParseError
 
 # Width in bits of the IBA PortCounters error counters that sysfs exposes (IBA spec vol. 1,
 # PortCounters attribute): they saturate at 2**bits - 1, so growth cannot be seen past that.

@@ -28,10 +28,10 @@ from healthcheck.probes.ib_parse import (
     parse_peermem_module,
 )
 
-from healthcheck.grading import expected_text, finding_from_expectation, grade, passes
-from healthcheck.model import CommandResult, Finding, Status
-from healthcheck.profiles import Expectation, Profile
-from healthcheck.spec import EvalContext, ParseError, ProbeSpec
+from healthcheck.core.grading import expected_text, finding_from_expectation, grade, passes
+from healthcheck.core.model import CommandResult, Finding, Status
+from healthcheck.core.profiles import Expectation, Profile
+from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 
 _SYSFS_FILES = ("fw_ver", "hca_type", "board_id", "ports/*/state", "ports/*/phys_state", "ports/*/rate",
                 "ports/*/link_layer", "ports/*/counters/*", "ports/*/hw_counters/*")
@@ -45,7 +45,7 @@ COMMANDS = {
     "peermem-module": "for m in nvidia_peermem nv_peer_mem; do if [ -d /sys/module/$m ]; then echo $m; fi; "
                       "done; echo '# peermem end'",
 }
-COMMAND_TOOLS = {"ib-sysfs": ("infiniband",), "ibstat": ("infiniband",)}  # healthcheck/nodetools.py
+COMMAND_TOOLS = {"ib-sysfs": ("infiniband",), "ibstat": ("infiniband",)}  # healthcheck/run/nodetools.py
 PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
 _REMEDY_LINK = ("Check the cable and transceiver of this port (reseat, then swap), the switch port, and "
                 "`mlxlink -d <dev> -m`; a Down/Polling port has no peer or a bad cable")

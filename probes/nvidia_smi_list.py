@@ -21,7 +21,7 @@ from typing import Any
 
 from healthcheck.probes.nvidia_smi_log import SmiLog, find_nvidia_smi_errors, normalize_bus_id
 
-from healthcheck.spec import ParseError
+from healthcheck.core.spec import ParseError
 
 _L_LINE = re.compile(r"^GPU (?P<index>\d+): (?P<name>.+?) \(UUID: (?P<uuid>[^)]*)\)")
 _VERSIONS = re.compile(r"Driver Version:\s*(?P<driver>\S+)(?:\s+CUDA Version:\s*(?P<cuda>\S+))?")

@@ -24,7 +24,7 @@ from typing import Any
 
 from healthcheck.probes.nvidia_smi_log import SmiLog, find_nvidia_smi_errors, normalize_bus_id, tree_set
 
-from healthcheck.spec import ParseError
+from healthcheck.core.spec import ParseError
 
 # ``Label : value``: the first colon followed by whitespace or the end of the line. Found with one linear
 # search: the former ``^(\S.*?)\s*:(?:\s+(.*))?$`` backtracked quadratically on long colon-less lines.

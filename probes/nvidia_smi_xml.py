@@ -55,7 +55,7 @@ from healthcheck.probes.nvidia_smi_log import (
 )
 from healthcheck.probes.parse_memo import memoized
 
-from healthcheck.spec import ParseError
+from healthcheck.core.spec import ParseError
 
 _START = re.compile(r"<\?xml[^>]*\?>|<nvidia_smi_log\b")
 _END = "</nvidia_smi_log>"

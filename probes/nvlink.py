@@ -18,10 +18,10 @@ from typing import Any
 from healthcheck.probes import register
 from healthcheck.probes.parse_memo import memoized, shared_parser
 
-from healthcheck.grading import ComponentGrades, expected_text, finding_from_expectation, passes
-from healthcheck.model import CommandResult, Finding, Status
-from healthcheck.profiles import Expectation
-from healthcheck.spec import EvalContext, ParseError, ProbeSpec
+from healthcheck.core.grading import ComponentGrades, expected_text, finding_from_expectation, passes
+from healthcheck.core.model import CommandResult, Finding, Status
+from healthcheck.core.profiles import Expectation
+from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 
 STATUS_ID, ERRORS_ID = "nvidia-smi-nvlink-s", "nvidia-smi-nvlink-e"
 _GPU = re.compile(r"^GPU (?P<index>\d+): (?P<name>.+?)(?: \(UUID: [^)]*\))?\s*$")

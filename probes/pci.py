@@ -28,9 +28,9 @@ from healthcheck.probes.gpu import BUNDLE_SOURCES, GPU_ID, GpuObservations, pars
 from healthcheck.probes.gpu import COMMANDS as GPU_COMMANDS
 from healthcheck.probes.pci_parse import PciFunction, PciInventory, parse_lspci, parse_pci_sysfs, pci_address
 
-from healthcheck.grading import finding_from_expectation
-from healthcheck.model import CommandResult, Finding, Status
-from healthcheck.spec import EvalContext, ParseError, ProbeSpec
+from healthcheck.core.grading import finding_from_expectation
+from healthcheck.core.model import CommandResult, Finding, Status
+from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 
 PCI_SYSFS = (
     "for d in /sys/bus/pci/devices/*; do v=; read v < \"$d/vendor\" 2>/dev/null; case \"$v\" in 0x10de|0x15b3) "

@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from healthcheck.spec import ParseError
+from healthcheck.core.spec import ParseError
 
 NVIDIA, MELLANOX = "10de", "15b3"
 GPU_CLASSES = ("0300", "0302")          # VGA compatible controller, 3D controller (PCI code and ID assignment spec)

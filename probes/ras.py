@@ -17,9 +17,9 @@ from typing import Any
 from healthcheck.probes import register
 from healthcheck.probes.ras_parse import AerCounts, EdacCounts, parse_aer_sysfs, parse_edac_sysfs
 
-from healthcheck.grading import finding_from_expectation
-from healthcheck.model import CommandResult, Finding, Status
-from healthcheck.spec import EvalContext, ParseError, ProbeSpec
+from healthcheck.core.grading import finding_from_expectation
+from healthcheck.core.model import CommandResult, Finding, Status
+from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 
 _AER_FILES = ("aer_dev_correctable", "aer_dev_fatal", "aer_dev_nonfatal", "aer/err_cor", "aer/err_fatal",
               "aer/err_nonfatal")

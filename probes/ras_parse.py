@@ -16,7 +16,7 @@ from types import MappingProxyType
 
 from healthcheck.probes.parse_memo import shared_parser
 
-from healthcheck.spec import ParseError
+from healthcheck.core.spec import ParseError
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,9 @@ from healthcheck.probes.nvlink import ERRORS_ID, parse_nvidia_smi_nvlink_e
 from healthcheck.probes.ras import COMMANDS as RAS_COMMANDS
 from healthcheck.probes.ras_parse import parse_aer_sysfs
 
-from healthcheck.grading import finding_from_expectation, with_note
-from healthcheck.model import CommandResult, Finding, Status
-from healthcheck.spec import EvalContext, ParseError, ProbeSpec
+from healthcheck.core.grading import finding_from_expectation, with_note
+from healthcheck.core.model import CommandResult, Finding, Status
+from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 
 CLOCK_ID = "counter-clock"
 COMMANDS = {CLOCK_ID: "date -u +%s; cat /proc/sys/kernel/random/boot_id", "ib-sysfs": IB_COMMANDS["ib-sysfs"],

@@ -26,9 +26,9 @@ from healthcheck.probes.system_parse import (
     parse_systemctl_units,
 )
 
-from healthcheck.grading import finding_from_expectation
-from healthcheck.model import CommandResult, Finding, Status
-from healthcheck.spec import EvalContext, ProbeSpec
+from healthcheck.core.grading import finding_from_expectation
+from healthcheck.core.model import CommandResult, Finding, Status
+from healthcheck.core.spec import EvalContext, ProbeSpec
 
 NO_SYSTEMCTL = "healthcheck: systemctl not installed"
 _LIST_UNITS = "systemctl list-units --type=service --all --no-legend --no-pager --plain"

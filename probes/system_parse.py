@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from healthcheck.spec import ParseError
+from healthcheck.core.spec import ParseError
 
 
 @dataclass(frozen=True)

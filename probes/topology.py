@@ -21,9 +21,9 @@ from types import MappingProxyType
 from healthcheck.probes import register
 from healthcheck.probes.parse_memo import memoized
 
-from healthcheck.grading import expected_text, finding_from_expectation, passes
-from healthcheck.model import CommandResult, Finding, Status
-from healthcheck.spec import EvalContext, ParseError, ProbeSpec
+from healthcheck.core.grading import expected_text, finding_from_expectation, passes
+from healthcheck.core.model import CommandResult, Finding, Status
+from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 
 SOURCE = "nvidia-smi-topo"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")

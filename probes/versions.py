@@ -28,10 +28,10 @@ from healthcheck.probes.ib_parse import parse_ib_sysfs
 from healthcheck.probes.infiniband import COMMAND_TOOLS as IB_TOOLS
 from healthcheck.probes.infiniband import COMMANDS as IB_COMMANDS
 
-from healthcheck.grading import expected_text, finding_from_expectation
-from healthcheck.model import CommandResult, Finding, Status
-from healthcheck.profiles import Expectation, Profile
-from healthcheck.spec import EvalContext, ParseError, ProbeSpec
+from healthcheck.core.grading import expected_text, finding_from_expectation
+from healthcheck.core.model import CommandResult, Finding, Status
+from healthcheck.core.profiles import Expectation, Profile
+from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 
 IB_ID = "ib-sysfs"
 _NO_OFED = "healthcheck: ofed_info not installed"

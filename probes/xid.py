@@ -36,9 +36,9 @@ from healthcheck.probes.kernel_log import (
 )
 from healthcheck.probes.parse_memo import memoized
 
-from healthcheck.defaults import DEFAULTS
-from healthcheck.model import CommandResult, Finding, Status
-from healthcheck.spec import EvalContext, ParseError, ProbeSpec
+from healthcheck.core.defaults import DEFAULTS
+from healthcheck.core.model import CommandResult, Finding, Status
+from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 
 LOG_ID = "kernel-log"
 CATALOG_PATH = Path(str(files("healthcheck.probes") / "xid_catalog.yaml"))

@@ -19,7 +19,7 @@ from typing import Any
 
 from healthcheck.reports.digest import RunDigest, digest_of, load_digest
 
-from healthcheck.results import RunResults
+from healthcheck.store.results import RunResults
 
 
 class ReporterError(KeyError):
@@ -30,7 +30,7 @@ class ReporterError(KeyError):
 class ReporterSpec:
     """One output format: ``render`` turns the run's digest into the file's bytes.
 
-    Implements ``healthcheck.spec.Reporter``: ``write(run_dir)`` loads the run and writes one file.
+    Implements ``healthcheck.core.spec.Reporter``: ``write(run_dir)`` loads the run and writes one file.
     """
 
     name: str

@@ -110,7 +110,7 @@ def parsed_result(digest: RunDigest, job: Job) -> Any:
         return None
     try:
         from healthcheck import benchmarks
-        from healthcheck.jsoncodec import to_jsonable
+        from healthcheck.store.jsoncodec import to_jsonable
 
         spec = benchmarks.get(job.benchmark)
         return to_jsonable(spec.parse(path.read_bytes().decode("utf-8", errors="replace")))

@@ -26,7 +26,7 @@ from healthcheck.reports.digest import split_source
 from healthcheck.reports.panels import Panel
 from markupsafe import Markup
 
-from healthcheck.model import Finding
+from healthcheck.core.model import Finding
 
 CITE_SHOWN = 48  # characters of a message's "(source: ...)" clause shown inline
 PANEL_KINDS = {"panels/table.html.j2": "table", "panels/matrix.html.j2": "matrix", "panels/note.html.j2": "note"}

@@ -2,8 +2,8 @@
 
     field_context(digest)   # {"offenders": [...], "evidence": [...], "observed": [...]} for report.html.j2
 
-``offenders`` and ``evidence`` are top-level keys of results.json (``healthcheck.sweep``,
-``healthcheck.evidence``); ``observed`` are the non-PASS findings of observe-only checks
+``offenders`` and ``evidence`` are top-level keys of results.json (``healthcheck.ops.nightly``,
+``healthcheck.run.evidence``); ``observed`` are the non-PASS findings of observe-only checks
 (``Finding.observe``), which never change a verdict, a drain or the exit code.
 """
 

@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from operator import attrgetter
 
-from healthcheck.model import Finding, Status
-from healthcheck.results import STATUS_VALUES, HostResult
+from healthcheck.core.model import Finding, Status
+from healthcheck.store.results import STATUS_VALUES, HostResult
 
 BAD = (Status.FAIL, Status.ERROR, Status.WARN)  # statuses listed in the "what is wrong" views
 # ``Status.rank`` and ``Status.value`` are properties: a dict lookup is cheaper, per finding

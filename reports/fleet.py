@@ -18,8 +18,8 @@ from typing import Any
 
 from healthcheck.reports.digest import fold
 
-from healthcheck.grading import majority
-from healthcheck.results import HostResult
+from healthcheck.core.grading import majority
+from healthcheck.store.results import HostResult
 
 _VERSION_KEY = re.compile(r"(^|_)(version|kernel|firmware|fw_ver|fw_version|vbios|os_pretty_name)$")
 MAX_VALUES = 6

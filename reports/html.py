@@ -35,10 +35,10 @@ from healthcheck.reports.panels import host_panels
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup, escape
 
-from healthcheck.jsoncodec import dumps
-from healthcheck.model import Status
-from healthcheck.results import HostResult
-from healthcheck.textsafe import has_unsafe, printable
+from healthcheck.core.model import Status
+from healthcheck.core.textsafe import has_unsafe, printable
+from healthcheck.store.jsoncodec import dumps
+from healthcheck.store.results import HostResult
 
 DETAIL_ALL_UP_TO = 64      # runs this small get a detail section for every host
 DETAIL_MAX = 300           # at most this many hosts get a detail section (worst first)
@@ -292,7 +292,7 @@ def bench_context(digest: RunDigest) -> dict[str, Any]:
 
 
 def _distribution(peaks: Mapping[str, float], low: float | None) -> dict[str, Any]:
-    from healthcheck.grading import fleet_outliers
+    from healthcheck.core.grading import fleet_outliers
 
     outliers = set(fleet_outliers(peaks)) | {h for h, v in peaks.items() if low is not None and v < low}
     return {"chart": strip_chart(peaks, outliers=outliers, unit="peak busbw (GB/s)", reference=low),

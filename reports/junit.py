@@ -21,8 +21,8 @@ from xml.sax.saxutils import escape, quoteattr
 from healthcheck.reports import ReporterSpec, register
 from healthcheck.reports.digest import RunDigest
 
-from healthcheck.model import Finding, Status
-from healthcheck.results import HostResult
+from healthcheck.core.model import Finding, Status
+from healthcheck.store.results import HostResult
 
 # XML 1.0 forbids most control characters; node output can contain any byte.
 _XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")

@@ -18,7 +18,7 @@ from healthcheck.reports import ReporterSpec, register
 from healthcheck.reports.digest import RunDigest, expected_band, fold, short_cited
 from healthcheck.reports.field_views import field_context
 
-from healthcheck.model import Status
+from healthcheck.core.model import Status
 
 MAX_GROUPS = 25
 MAX_TEXT = 300

@@ -31,7 +31,7 @@ from healthcheck.reports.metrics import METRICS, Sample, number, observation_sam
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
-from healthcheck.model import Status
+from healthcheck.core.model import Status
 
 
 def run_samples(digest: RunDigest, detail: bool = False) -> Iterable[Sample]:

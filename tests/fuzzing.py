@@ -27,11 +27,11 @@ from healthcheck.benchmarks import BenchContext
 from healthcheck.benchmarks.plan import Job
 
 from healthcheck import benchmarks, probes
-from healthcheck.jsoncodec import to_jsonable
-from healthcheck.model import CommandResult, Finding, Host, Status, json_safe
-from healthcheck.profiles import load_profile
-from healthcheck.spec import EvalContext, ParseError
-from healthcheck.stages import probe_command_ids
+from healthcheck.core.model import CommandResult, Finding, Host, Status, json_safe
+from healthcheck.core.profiles import load_profile
+from healthcheck.core.spec import EvalContext, ParseError
+from healthcheck.run.stages import probe_command_ids
+from healthcheck.store.jsoncodec import to_jsonable
 from tests.conftest import CORPUS, FIXTURES, ROOT  # CORPUS honours HEALTHCHECK_CORPUS
 
 SAMPLE = ROOT / "inventories" / "samples" / "h100-4node" / "raw"

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from healthcheck.defaults import DEFAULTS
-from healthcheck.model import CommandResult, Host, HostCollection
-from healthcheck.spec import Transport
+from healthcheck.core.defaults import DEFAULTS
+from healthcheck.core.model import CommandResult, Host, HostCollection
+from healthcheck.core.spec import Transport
 from healthcheck.transport.local import LocalTransport
 from healthcheck.transport.openssh import OpensshTransport
 from healthcheck.transport.replay import ReplayTransport

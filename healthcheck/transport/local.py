@@ -8,8 +8,8 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Sequence
 
-from healthcheck.defaults import DEFAULTS
-from healthcheck.model import CommandResult, Host, HostCollection
+from healthcheck.core.defaults import DEFAULTS
+from healthcheck.core.model import CommandResult, Host, HostCollection
 from healthcheck.transport.process import pipe_reader, stop_group
 from healthcheck.transport.script import Command, build_script, new_marker
 from healthcheck.transport.stream import host_failure, read_framed

@@ -27,8 +27,8 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from healthcheck.defaults import DEFAULTS
-from healthcheck.model import CommandResult, Host, HostCollection
+from healthcheck.core.defaults import DEFAULTS
+from healthcheck.core.model import CommandResult, Host, HostCollection
 from healthcheck.transport.process import pipe_reader, stop_group
 from healthcheck.transport.script import Command, build_script, new_marker
 from healthcheck.transport.sshconfig import SshConfig, SshConfigError, load_ssh_config, lookup

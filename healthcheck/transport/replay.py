@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from healthcheck.bundle import read_bundle_host
-from healthcheck.model import CommandResult, Host, HostCollection
-from healthcheck.rundir import host_names, raw_dir
+from healthcheck.core.model import CommandResult, Host, HostCollection
+from healthcheck.store.bundle import read_bundle_host
+from healthcheck.store.rundir import host_names, raw_dir
 
 
 class ReplayTransport:

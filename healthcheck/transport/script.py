@@ -35,7 +35,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from healthcheck.model import CommandResult
+from healthcheck.core.model import CommandResult
 from healthcheck.transport import nodeframer
 from healthcheck.transport.nodeframer import TIMEOUT_RCS  # GNU timeout's 124 (SIGTERM) and 137 (-k SIGKILL)
 

@@ -22,8 +22,8 @@ import tempfile
 import time
 from collections.abc import Sequence
 
-from healthcheck.defaults import DEFAULTS
-from healthcheck.model import CommandResult, Host, HostCollection
+from healthcheck.core.defaults import DEFAULTS
+from healthcheck.core.model import CommandResult, Host, HostCollection
 from healthcheck.transport.process import pipe_reader, stop_group
 from healthcheck.transport.script import Command, build_script, new_marker
 from healthcheck.transport.stream import host_failure, read_framed, stuck

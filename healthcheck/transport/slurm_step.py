@@ -31,10 +31,10 @@ from typing import IO
 
 from ClusterShell.NodeSet import NodeSet
 
-from healthcheck.defaults import DEFAULTS
-from healthcheck.model import CommandResult, Host, HostCollection
-from healthcheck.schedulers.slurm import SlurmNode, parse_sinfo_state_reason
-from healthcheck.spec import ParseError
+from healthcheck.core.defaults import DEFAULTS
+from healthcheck.core.model import CommandResult, Host, HostCollection
+from healthcheck.core.spec import ParseError
+from healthcheck.ops.schedulers.slurm import SlurmNode, parse_sinfo_state_reason
 from healthcheck.transport.process import stop_group
 from healthcheck.transport.script import Command, build_script, new_marker
 from healthcheck.transport.slurm import BUSY_STATES, SlurmTransport, describe_srun_failure, slurm_node

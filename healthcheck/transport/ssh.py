@@ -30,8 +30,8 @@ from typing import Any
 import paramiko
 from paramiko.common import cMSG_GLOBAL_REQUEST
 
-from healthcheck.defaults import DEFAULTS
-from healthcheck.model import CommandResult, Host, HostCollection
+from healthcheck.core.defaults import DEFAULTS
+from healthcheck.core.model import CommandResult, Host, HostCollection
 from healthcheck.transport.knownhosts import KnownHostsIndex, fingerprint_sha256, known_hosts_name
 from healthcheck.transport.script import Command, build_script, new_marker
 from healthcheck.transport.sshchannel import OrderedChannel, close_through_instance

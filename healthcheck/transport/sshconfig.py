@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from healthcheck.defaults import DEFAULTS
-from healthcheck.model import Host
+from healthcheck.core.defaults import DEFAULTS
+from healthcheck.core.model import Host
 from healthcheck.transport.sshjump import JumpHop, parse_jumps
 
 DEFAULT_USER_CONFIG = Path("~/.ssh/config")

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
 
-from healthcheck.defaults import DEFAULTS
-from healthcheck.model import CommandResult, HostCollection
+from healthcheck.core.defaults import DEFAULTS
+from healthcheck.core.model import CommandResult, HostCollection
 from healthcheck.transport.script import Command, FrameError, FrameReader
 
 EOF_GRACE_S = 2.0  # after the last section, how long the script may take to clean up and exit

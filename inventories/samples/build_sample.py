@@ -56,8 +56,8 @@ from healthcheck.benchmarks.run import _retest_jobs, plan_benchmark, store_outco
 from healthcheck.benchmarks.telemetry import sampling_plan, store_series
 
 from healthcheck import benchmarks
-from healthcheck.model import CommandResult, Host
-from healthcheck.profiles import Profile, load_profile
+from healthcheck.core.model import CommandResult, Host
+from healthcheck.core.profiles import Profile, load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures"

@@ -12,8 +12,8 @@ import subprocess
 
 import pytest
 
-from healthcheck.inventory import InventoryError, load_inventory
-from healthcheck.pipeline import RunOptions, execute_run
+from healthcheck.inventory.hosts import InventoryError, load_inventory
+from healthcheck.run.pipeline import RunOptions, execute_run
 
 pytestmark = pytest.mark.skipif(shutil.which("ansible-inventory") is None, reason="ansible-inventory absent")
 

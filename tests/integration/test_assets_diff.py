@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from healthcheck.cli import main
-from healthcheck.pipeline import RunOptions, execute_run
+from healthcheck.cli.main import main
+from healthcheck.run.pipeline import RunOptions, execute_run
 from tests.conftest import corpus_text, fixture_text
 
 SAMPLE = Path(__file__).resolve().parents[2] / "inventories" / "samples" / "h100-4node"

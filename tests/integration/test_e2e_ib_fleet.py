@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from healthcheck.results import expanded_document
+from healthcheck.store.results import expanded_document
 from tests.conftest import fixture_text
 from tests.sshhosts import BASE_PATH
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from healthcheck.results import expanded_document
+from healthcheck.store.results import expanded_document
 from tests.conftest import fixture_text
 
 pytestmark = pytest.mark.sshd

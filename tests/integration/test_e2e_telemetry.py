@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from healthcheck.probes.dmon_parse import DEFAULT_FIELD_IDS
 
-from healthcheck.results import expanded_document
+from healthcheck.store.results import expanded_document
 from tests.conftest import fixture_text
 
 pytestmark = pytest.mark.sshd

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from healthcheck.model import Status
-from healthcheck.results import load_results
+from healthcheck.core.model import Status
+from healthcheck.store.results import load_results
 from tests.conftest import fixture_text
 
 pytestmark = pytest.mark.sshd

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from healthcheck.rundir import FindingsLog
+from healthcheck.store.rundir import FindingsLog
 
 pytestmark = pytest.mark.sshd
 ROOT = Path(__file__).resolve().parents[2]
@@ -216,7 +216,7 @@ def _sweep_run_dir(history: Path, limit_s: float = 60) -> Path:
 
 
 def _recorded_runs(history: Path) -> list[str]:
-    from healthcheck.history import HistoryIndex
+    from healthcheck.ops.history import HistoryIndex
 
     if not (history / "history.sqlite").is_file():
         return []

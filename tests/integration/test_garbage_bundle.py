@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from healthcheck import probes
-from healthcheck.model import CommandResult, Host, Status
-from healthcheck.pipeline import RunOptions, execute_run
-from healthcheck.profiles import load_profile
-from healthcheck.spec import EvalContext
-from healthcheck.stages import probe_command_ids, run_probe
+from healthcheck.core.model import CommandResult, Host, Status
+from healthcheck.core.profiles import load_profile
+from healthcheck.core.spec import EvalContext
+from healthcheck.run.pipeline import RunOptions, execute_run
+from healthcheck.run.stages import probe_command_ids, run_probe
 
 GARBAGE = {
     "empty": b"",

@@ -10,11 +10,11 @@ import json
 
 import pytest
 
-from healthcheck.hostvars import host_profile, plan_key
-from healthcheck.inventory import InventoryError, parse_inventory
-from healthcheck.model import Host
-from healthcheck.pipeline import RunOptions, execute_run
-from healthcheck.profiles import load_profile
+from healthcheck.core.hostvars import host_profile, plan_key
+from healthcheck.core.model import Host
+from healthcheck.core.profiles import load_profile
+from healthcheck.inventory.hosts import InventoryError, parse_inventory
+from healthcheck.run.pipeline import RunOptions, execute_run
 
 
 @pytest.mark.sshd

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from healthcheck.cli import main
-from healthcheck.model import Finding, Status
-from healthcheck.results import HostResult, RunResults, write_results
+from healthcheck.cli.main import main
+from healthcheck.core.model import Finding, Status
+from healthcheck.store.results import HostResult, RunResults, write_results
 from tests.slurmctld import free_port
 
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl absent")

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from healthcheck.benchmarks.run import execute_benchmarks, load_outcomes, replay_benchmarks
 
-from healthcheck.model import Host, Status
-from healthcheck.profiles import Expectation, Profile
+from healthcheck.core.model import Host, Status
+from healthcheck.core.profiles import Expectation, Profile
 
 pytestmark = [pytest.mark.sshd, pytest.mark.mpi]
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from healthcheck.pipeline import RunOptions, execute_run
-from healthcheck.rundir import RunDirError
+from healthcheck.run.pipeline import RunOptions, execute_run
+from healthcheck.store.rundir import RunDirError
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "inventories" / "samples" / "h100-4node"

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from healthcheck.pipeline import RunOptions, execute_run
-from healthcheck.results import expanded_document, load_results
+from healthcheck.run.pipeline import RunOptions, execute_run
+from healthcheck.store.results import expanded_document, load_results
 from tests.conftest import fixture_text
 
 pytestmark = pytest.mark.sshd

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from healthcheck.model import Finding, Status, host_verdict
-from healthcheck.results import HostResult, RunResults
-from healthcheck.verdicts import nothing_checked, run_exit_status
+from healthcheck.core.model import Finding, Status, host_verdict
+from healthcheck.core.verdicts import nothing_checked, run_exit_status
+from healthcheck.store.results import HostResult, RunResults
 
 ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
 
@@ -178,8 +178,8 @@ def test_limit_takes_a_nodeset_and_an_unmatched_name_is_a_usage_error(tmp_path: 
 
 
 def test_limit_selects_by_nodeset_or_group_and_names_every_unmatched_name() -> None:
-    from healthcheck.model import Host
-    from healthcheck.selection import SelectionError, limit_hosts
+    from healthcheck.core.model import Host
+    from healthcheck.run.selection import SelectionError, limit_hosts
 
     hosts = [Host(name=f"gpu{i:03d}", group="rack-a" if i <= 2 else "rack-b") for i in range(1, 5)]
     assert [h.name for h in limit_hosts(hosts, ["gpu[001,004]"])] == ["gpu001", "gpu004"]

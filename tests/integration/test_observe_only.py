@@ -6,11 +6,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from healthcheck.cli import ExitCode, exit_code
-from healthcheck.drain import plan_drain
-from healthcheck.model import Status
-from healthcheck.pipeline import RunOptions, execute_run
-from healthcheck.results import load_results
+from healthcheck.cli.main import ExitCode, exit_code
+from healthcheck.core.model import Status
+from healthcheck.ops.drain import plan_drain
+from healthcheck.run.pipeline import RunOptions, execute_run
+from healthcheck.store.results import load_results
 from tests.conftest import fixture_text
 
 SITE_PROFILE = """name: site-h100
@@ -35,7 +35,7 @@ def bundle(root: Path) -> Path:
 
 def run(tmp_path: Path, profile: str):
     # fabric (graded, not observed) checks the same XML: with only observe-only checks nothing would be
-    # checked, and nothing checked is never PASS (healthcheck.verdicts)
+    # checked, and nothing checked is never PASS (healthcheck.core.verdicts)
     profiles = tmp_path / "profiles"
     profiles.mkdir(exist_ok=True)
     (profiles / "site-h100.yaml").write_text(SITE_PROFILE)

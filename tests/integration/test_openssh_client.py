@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from healthcheck.model import Host
-from healthcheck.results import expanded_document
+from healthcheck.core.model import Host
+from healthcheck.store.results import expanded_document
 from healthcheck.transport.openssh import OpensshTransport, describe_openssh_failure
 
 pytestmark = [pytest.mark.sshd, pytest.mark.skipif(shutil.which("ssh") is None, reason="no OpenSSH client")]

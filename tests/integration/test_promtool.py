@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
-from healthcheck.cli import main
+from healthcheck.cli.main import main
 
 PROMTOOL = shutil.which("promtool")
 SAMPLE = Path(__file__).resolve().parents[2] / "inventories" / "samples" / "h100-4node"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from healthcheck.model import Status
-from healthcheck.pipeline import RunOptions, execute_run
+from healthcheck.core.model import Status
+from healthcheck.run.pipeline import RunOptions, execute_run
 from tests.conftest import fixture_text
 
 BOOT = "5c3e1c0e-0d3b-4a53-9a57-4e0fb3a5d2c1"

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from healthcheck.rerun import probe_commands, probes_for
-from healthcheck.results import load_results
+from healthcheck.run.rerun import probe_commands, probes_for
+from healthcheck.store.results import load_results
 
 SAMPLE = Path(__file__).resolve().parents[2] / "inventories" / "samples" / "h100-4node"
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,7 +95,7 @@ def test_rerun_checks_in_replay_runs_only_the_probes_behind_the_failures(tmp_pat
 
 def test_findings_trace_to_the_probe_that_read_their_command():
     from healthcheck import probes
-    from healthcheck.model import Finding, Status
+    from healthcheck.core.model import Finding, Status
 
     commands = probe_commands(probes.all_probes())
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from healthcheck.results import load_results
+from healthcheck.store.results import load_results
 
 pytestmark = pytest.mark.sshd
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from healthcheck.model import Finding, Status
-from healthcheck.selfdrain import SelfDrainPolicy, self_drain, self_reason
+from healthcheck.core.model import Finding, Status
+from healthcheck.ops.selfdrain import SelfDrainPolicy, self_drain, self_reason
 from tests.slurmctld import SlurmCluster, missing_tools
 
 pytestmark = [pytest.mark.slurm, pytest.mark.skipif(bool(missing_tools()),

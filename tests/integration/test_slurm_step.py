@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from healthcheck.results import expanded_document
+from healthcheck.store.results import expanded_document
 from tests.conftest import FIXTURES
 from tests.slurmd import SlurmdCluster, missing_tools
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from healthcheck.results import expanded_document
+from healthcheck.store.results import expanded_document
 from tests.slurmd import SlurmdCluster, missing_tools
 
 pytestmark = [pytest.mark.slurm, pytest.mark.skipif(bool(missing_tools()),

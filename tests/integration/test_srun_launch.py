@@ -20,8 +20,8 @@ import pytest
 import yaml
 from healthcheck.benchmarks.run import load_outcomes, replay_benchmarks
 
-from healthcheck.model import Host
-from healthcheck.profiles import load_profile
+from healthcheck.core.model import Host
+from healthcheck.core.profiles import load_profile
 from tests.conftest import fixture_text
 from tests.slurmd import SlurmdCluster, missing_tools
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from healthcheck.defaults import DEFAULTS
-from healthcheck.model import Host
+from healthcheck.core.defaults import DEFAULTS
+from healthcheck.core.model import Host
 from healthcheck.transport.script import Command
 from healthcheck.transport.ssh import SshTransport
 from healthcheck.transport.sshconfig import load_ssh_config

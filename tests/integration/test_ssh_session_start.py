@@ -15,8 +15,8 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from healthcheck.model import Host, Status
-from healthcheck.stages import reachability_finding
+from healthcheck.core.model import Host, Status
+from healthcheck.run.stages import reachability_finding
 from healthcheck.transport.script import Command
 from healthcheck.transport.ssh import SshTransport
 from healthcheck.transport.sshconfig import load_ssh_config

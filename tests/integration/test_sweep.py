@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from healthcheck.cli import main
-from healthcheck.history import sweep_lock
+from healthcheck.cli.main import main
+from healthcheck.ops.history import sweep_lock
 from tests.conftest import corpus_text
 
 HOSTS = ("node01", "node02", "node03", "node04")

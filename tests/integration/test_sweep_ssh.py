@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from healthcheck.pipeline import RunOptions, execute_run
-from healthcheck.results import expanded_document, load_results
-from healthcheck.rundir import FindingsLog
+from healthcheck.run.pipeline import RunOptions, execute_run
+from healthcheck.store.results import expanded_document, load_results
+from healthcheck.store.rundir import FindingsLog
 
 pytestmark = pytest.mark.sshd
 

@@ -12,9 +12,9 @@ from healthcheck.probes.assets import (
     parse_hca_ids,
 )
 
-from healthcheck.model import CommandResult, Host
-from healthcheck.profiles import EMPTY_PROFILE
-from healthcheck.spec import EvalContext, ParseError
+from healthcheck.core.model import CommandResult, Host
+from healthcheck.core.profiles import EMPTY_PROFILE
+from healthcheck.core.spec import EvalContext, ParseError
 from tests.conftest import corpus_text, fixture_text
 
 

@@ -12,7 +12,7 @@ from healthcheck.benchmarks.attribution import (
     retest_candidates,
 )
 
-from healthcheck.model import Finding, Status
+from healthcheck.core.model import Finding, Status
 
 
 def _pairs(spec: str, retest: bool = False) -> list[PairResult]:

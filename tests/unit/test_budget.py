@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from healthcheck import probes
-from healthcheck.budget import CostTableError, ProbeCost, load_costs, parse_costs, select_within_budget
+from healthcheck.ops.budget import CostTableError, ProbeCost, load_costs, parse_costs, select_within_budget
 
 
 def test_every_builtin_probe_declares_cost_and_job_safety() -> None:

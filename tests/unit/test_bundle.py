@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from healthcheck.bundle import read_bundle, read_manifest_hosts
-from healthcheck.pipeline import RunOptions, execute_run
-from healthcheck.rundir import RunDirError
+from healthcheck.run.pipeline import RunOptions, execute_run
+from healthcheck.store.bundle import read_bundle, read_manifest_hosts
+from healthcheck.store.rundir import RunDirError
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "inventories" / "samples" / "h100-4node"
@@ -173,7 +173,7 @@ def test_replayed_run_keeps_jobs_copied_as_regular_files(tmp_path):
 
 
 def test_read_regular_reads_whole_files_and_cuts_at_the_limit(tmp_path):
-    from healthcheck.bundle import BundleFileError, read_bundle_host, read_regular
+    from healthcheck.store.bundle import BundleFileError, read_bundle_host, read_regular
 
     big = bytes(range(256)) * 1000  # 256,000 bytes: more than one sized read
     (tmp_path / "big.out").write_bytes(big)
@@ -225,9 +225,9 @@ def test_forged_source_reference_is_refused_naming_the_file(bundle, tmp_path, ca
     from click.testing import CliRunner
     from healthcheck.reports.digest import load_digest
 
-    from healthcheck.cli import main
-    from healthcheck.merge import merge_bundles
-    from healthcheck.rundir import raw_dir
+    from healthcheck.cli.main import main
+    from healthcheck.ops.merge import merge_bundles
+    from healthcheck.store.rundir import raw_dir
 
     target, why = _forged_targets(bundle, tmp_path)[case]
     run = _handed_over(bundle, tmp_path, target)
@@ -252,7 +252,7 @@ def test_forged_source_reference_is_refused_naming_the_file(bundle, tmp_path, ca
 def test_forged_reference_to_a_folder_named_raw_reads_only_a_bundle(bundle, tmp_path):
     """A folder named raw whose host folders hold outputs is a bundle; any other is refused, and the
     reference file itself is read as untrusted (a link is refused, never followed)."""
-    from healthcheck.rundir import raw_dir
+    from healthcheck.store.rundir import raw_dir
 
     (tmp_path / "outside" / "raw").mkdir()
     (tmp_path / "outside" / "raw" / "notes").mkdir()

@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 import healthcheck
-from healthcheck.cli import main
-from healthcheck.results import load_results
-from healthcheck.rundir import raw_dir
+from healthcheck.cli.main import main
+from healthcheck.store.results import load_results
+from healthcheck.store.rundir import raw_dir
 
 
 @pytest.fixture
@@ -97,7 +97,7 @@ def test_host_without_profile_is_graded_on_profile_free_checks(cli, tmp_path):
 
 def test_commands_are_planned_per_profile(tmp_path):
     """A profile's required mounts reach that profile's hosts' mount probe (quoted), and only theirs."""
-    from healthcheck.pipeline import RunOptions, execute_run
+    from healthcheck.run.pipeline import RunOptions, execute_run
 
     (tmp_path / "site.yaml").write_text(
         "name: site\nexpect:\n  system.mounts: {op: eq, value: ['/lustre scratch'], source: site runbook}\n")
@@ -127,7 +127,7 @@ def test_replay_against_another_inventory(cli, tmp_path):
 
 def test_a_crashing_fleet_check_is_an_error_and_results_are_still_written(tmp_path, monkeypatch):
     from healthcheck import probes
-    from healthcheck.pipeline import RunOptions, execute_run
+    from healthcheck.run.pipeline import RunOptions, execute_run
 
     class Broken:
         name = "broken"
@@ -144,7 +144,7 @@ def test_a_crashing_fleet_check_is_an_error_and_results_are_still_written(tmp_pa
 
 
 def test_hosts_accepts_sinfo_style_multiline_nodesets(tmp_path):
-    from healthcheck.pipeline import RunOptions, _hosts
+    from healthcheck.run.pipeline import RunOptions, _hosts
 
     hosts, _ = _hosts(RunOptions(hostlist="gpu[001-002]\ngpu[010-011] login01\n"), [])
     assert [h.name for h in hosts] == ["gpu001", "gpu002", "gpu010", "gpu011", "login01"]

@@ -9,10 +9,10 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from healthcheck.cli import main
-from healthcheck.cli_options import TARGET_PARAMS
-from healthcheck.model import Finding, Status
-from healthcheck.results import HostResult, RunResults, write_results
+from healthcheck.cli.main import main
+from healthcheck.cli.options import TARGET_PARAMS
+from healthcheck.core.model import Finding, Status
+from healthcheck.store.results import HostResult, RunResults, write_results
 
 SAMPLE = Path(__file__).resolve().parents[2] / "inventories" / "samples" / "h100-4node"
 COMMON = {"-i", "--hosts", "--transport", "--srun-arg", "--limit", "--probes", "--skip-probes", "--xid-window",
@@ -139,7 +139,7 @@ def test_sweep_takes_limit_skip_probes_and_hosts_source_checks(tmp_path):
 
 def test_bench_takes_hosts_and_transport(tmp_path, monkeypatch):
     """bench with --hosts and --transport reaches RunOptions (no probes unless --probes names some)."""
-    import healthcheck.cli_bench as cli_bench
+    import healthcheck.cli.bench as cli_bench
 
     seen = []
 

@@ -6,11 +6,11 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from healthcheck.cli import main
-from healthcheck.console import group_lines, summary_lines
-from healthcheck.model import Finding, Host, HostCollection, Status
-from healthcheck.results import HostResult, RunResults, write_results
-from healthcheck.stages import reachability_finding
+from healthcheck.cli.console import group_lines, summary_lines
+from healthcheck.cli.main import main
+from healthcheck.core.model import Finding, Host, HostCollection, Status
+from healthcheck.run.stages import reachability_finding
+from healthcheck.store.results import HostResult, RunResults, write_results
 
 
 def unreachable(name: str, error: str) -> HostResult:

@@ -9,10 +9,10 @@ from healthcheck.probes.dcgm_health import parse_dcgmi_discovery, parse_dcgmi_he
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from healthcheck.model import CommandResult, Host, Status
-from healthcheck.profiles import load_profile
-from healthcheck.runner import plan_commands
-from healthcheck.spec import EvalContext, ParseError
+from healthcheck.core.model import CommandResult, Host, Status
+from healthcheck.core.profiles import load_profile
+from healthcheck.core.spec import EvalContext, ParseError
+from healthcheck.run.fanout import plan_commands
 from tests.conftest import corpus_files, corpus_text, fixture_text
 
 H100 = load_profile("h100-sxm5-8x")
@@ -237,7 +237,7 @@ def test_acceptance_plan_reaches_the_diag_level_without_probe_options(tmp_path):
     planned diag must still be level 3 with the long timeout (it was level 1 before)."""
     import json
 
-    from healthcheck.pipeline import RunOptions, execute_run
+    from healthcheck.run.pipeline import RunOptions, execute_run
 
     raw = tmp_path / "bundle" / "raw" / "gpu001"
     raw.mkdir(parents=True)

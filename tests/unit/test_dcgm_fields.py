@@ -16,10 +16,10 @@ from healthcheck.probes.dmon_parse import (
 )
 
 from healthcheck import probes
-from healthcheck.model import CommandResult, Host, Status
-from healthcheck.profiles import EMPTY_PROFILE, Profile, load_profile
-from healthcheck.runner import plan_commands
-from healthcheck.spec import EvalContext, ParseError
+from healthcheck.core.model import CommandResult, Host, Status
+from healthcheck.core.profiles import EMPTY_PROFILE, Profile, load_profile
+from healthcheck.core.spec import EvalContext, ParseError
+from healthcheck.run.fanout import plan_commands
 from tests.conftest import FIXTURES, corpus_files, corpus_text, fixture_text
 
 H100 = load_profile("h100-sxm5-8x")

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from healthcheck.cli_node import deploy_files
+from healthcheck.cli.node import deploy_files
 from tests.conftest import ROOT
 
 FILES = deploy_files()

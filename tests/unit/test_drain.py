@@ -7,7 +7,9 @@ import shlex
 
 import pytest
 
-from healthcheck.drain import (
+from healthcheck.core.model import Finding, Status
+from healthcheck.core.spec import ParseError
+from healthcheck.ops.drain import (
     REASON_PREFIX,
     DrainPolicy,
     build_reason,
@@ -15,13 +17,11 @@ from healthcheck.drain import (
     plan_drain,
     triggers,
 )
-from healthcheck.model import Finding, Status
-from healthcheck.results import HostResult, RunResults
-from healthcheck.schedulers import NodeRef, get_scheduler
-from healthcheck.schedulers.controller import Controller, read_states
-from healthcheck.schedulers.kubernetes import KUBERNETES, parse_kubectl_nodes_json
-from healthcheck.schedulers.slurm import SLURM, parse_scontrol_show_node, parse_sinfo_state_reason
-from healthcheck.spec import ParseError
+from healthcheck.ops.schedulers import NodeRef, get_scheduler
+from healthcheck.ops.schedulers.controller import Controller, read_states
+from healthcheck.ops.schedulers.kubernetes import KUBERNETES, parse_kubectl_nodes_json
+from healthcheck.ops.schedulers.slurm import SLURM, parse_scontrol_show_node, parse_sinfo_state_reason
+from healthcheck.store.results import HostResult, RunResults
 from tests.conftest import fixture_text
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
-from healthcheck.evidence import bug_report_command, evidence_wanted, store_evidence
-from healthcheck.model import CommandResult, Finding, Status
-from healthcheck.results import HostResult
+from healthcheck.core.model import CommandResult, Finding, Status
+from healthcheck.run.evidence import bug_report_command, evidence_wanted, store_evidence
+from healthcheck.store.results import HostResult
 
 
 def host(name: str, *findings: tuple[str, Status, bool]) -> HostResult:

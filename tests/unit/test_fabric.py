@@ -7,9 +7,9 @@ from healthcheck.probes.fabric import evaluate_fabric, parse_fabric, parse_syste
 from healthcheck.probes.gpu import parse_gpu
 from healthcheck.probes.gpu_eval import evaluate_gpu
 
-from healthcheck.model import CommandResult, Host, Status
-from healthcheck.profiles import EMPTY_PROFILE, load_profile
-from healthcheck.spec import EvalContext, ParseError
+from healthcheck.core.model import CommandResult, Host, Status
+from healthcheck.core.profiles import EMPTY_PROFILE, load_profile
+from healthcheck.core.spec import EvalContext, ParseError
 from tests.conftest import corpus_text, fixture_text
 
 HEALTHY = fixture_text("nvidia-smi-xml/h100-8x-healthy.xml")   # 8x H100, every GPU Completed/Success

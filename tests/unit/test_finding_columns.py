@@ -8,7 +8,7 @@ from operator import attrgetter
 
 import pytest
 
-from healthcheck.model import Finding, Status, findings_from_columns
+from healthcheck.core.model import Finding, Status, findings_from_columns
 
 FIELDS = tuple(f.name for f in dataclasses.fields(Finding))
 FINDINGS = [

@@ -7,8 +7,8 @@ from dataclasses import replace
 from healthcheck.probes import fleet_checks
 from healthcheck.probes.fleet import VersionConsistency, host_facts
 
-from healthcheck.model import Host, Status
-from healthcheck.profiles import Expectation, load_profile
+from healthcheck.core.model import Host, Status
+from healthcheck.core.profiles import Expectation, load_profile
 
 H100 = load_profile("h100-sxm5-8x")
 A100 = load_profile("a100-sxm4-80gb-8x")

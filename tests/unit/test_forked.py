@@ -1,4 +1,4 @@
-"""healthcheck.forked: a job in a forked child, its error text back, always reaped; the run's reports
+"""healthcheck.run.forked: a job in a forked child, its error text back, always reaped; the run's reports
 written that way give the same files and the same ``report_error`` as written one by one."""
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ import pytest
 from healthcheck.inventories import SAMPLE_BUNDLE
 from healthcheck.reports import html
 
-from healthcheck import forked, pipeline, reports
-from healthcheck.forked import Forked, can_fork
-from healthcheck.pipeline import RunOptions, execute_run
-from healthcheck.results import load_results
-from healthcheck.rundir import RunDirError
+from healthcheck import reports
+from healthcheck.run import forked, pipeline
+from healthcheck.run.forked import Forked, can_fork
+from healthcheck.run.pipeline import RunOptions, execute_run
+from healthcheck.store.results import load_results
+from healthcheck.store.rundir import RunDirError
 
 pytestmark = pytest.mark.skipif(not can_fork(), reason="needs os.fork and no other thread")
 

@@ -17,9 +17,9 @@ from healthcheck.benchmarks.plan import Job
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from healthcheck.model import Finding, Host, Status
-from healthcheck.profiles import load_profile
-from healthcheck.results import HostResult, RunResults, load_results, write_results
+from healthcheck.core.model import Finding, Host, Status
+from healthcheck.core.profiles import load_profile
+from healthcheck.store.results import HostResult, RunResults, load_results, write_results
 from tests.conftest import fixture_text
 from tests.fuzzing import check_benchmark, mutate, parsers
 

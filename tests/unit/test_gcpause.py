@@ -1,4 +1,4 @@
-"""healthcheck.gcpause: the collector is paused inside the block and resumed only if it was running."""
+"""healthcheck.store.gcpause: the collector is paused inside the block and resumed only if it was running."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from healthcheck.gcpause import gc_paused
+from healthcheck.store.gcpause import gc_paused
 
 
 def test_paused_inside_resumed_after_even_on_error() -> None:

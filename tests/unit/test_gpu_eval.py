@@ -10,10 +10,10 @@ from healthcheck.probes.gpu import parse_nvidia_smi_output
 from healthcheck.probes.gpu_eval import evaluate_gpu
 from healthcheck.probes.gpu_model import GpuObservation, GpuObservations
 
-from healthcheck.jsoncodec import to_jsonable
-from healthcheck.model import Host, Status
-from healthcheck.profiles import EMPTY_PROFILE, Expectation, Profile, load_profile
-from healthcheck.spec import EvalContext
+from healthcheck.core.model import Host, Status
+from healthcheck.core.profiles import EMPTY_PROFILE, Expectation, Profile, load_profile
+from healthcheck.core.spec import EvalContext
+from healthcheck.store.jsoncodec import to_jsonable
 from tests.conftest import corpus_files, corpus_text, fixture_text
 
 H100 = load_profile("h100-sxm5-8x")
@@ -179,7 +179,7 @@ def test_pinned_driver_cuda_vbios_give_one_fail_each_across_gpu_and_versions_pro
 
     from healthcheck.probes.versions import evaluate_versions, parse_versions
 
-    from healthcheck.model import CommandResult
+    from healthcheck.core.model import CommandResult
 
     text = fixture_text("nvidia-smi-xml/h100-8x-healthy.xml")   # 535.183.01, CUDA 12.2, 96.00.99.00.01
     pins = {"gpu.driver_version": ("ge", "550.90.07"), "version.cuda": ("ge", "12.4"),
@@ -225,7 +225,7 @@ def test_pcie_replays_graded_by_growth_not_the_since_reset_counter():
 
 def test_nightly_history_leaves_pcie_replay_growth_to_the_gpu_probe():
     """One grown replay counter gives one finding (gpu.pcie.replays), not a second history WARN."""
-    from healthcheck.regression import Measurement, growth_findings
+    from healthcheck.run.regression import Measurement, growth_findings
 
     ms = [Measurement("gpu001", "errors", "counter", "gpu.pcie.replays", "gpu0", 200.0),
           Measurement("gpu001", "errors", "counter", "gpu.row_remap.correctable", "gpu0", 3.0)]

@@ -9,9 +9,9 @@ from healthcheck.probes.gpu import parse_nvidia_smi_output
 from healthcheck.probes.gpu_eval import evaluate_gpu
 from healthcheck.probes.gpu_findings import FoldableGpu, GpuScope, _shown, collapse, gpu_finding, graded
 
-from healthcheck.model import Finding, Host, Status
-from healthcheck.profiles import load_profile
-from healthcheck.spec import EvalContext
+from healthcheck.core.model import Finding, Host, Status
+from healthcheck.core.profiles import load_profile
+from healthcheck.core.spec import EvalContext
 from tests.conftest import fixture_text
 
 H100 = load_profile("h100-sxm5-8x")

@@ -10,10 +10,10 @@ import pytest
 from healthcheck.probes.gpu import parse_gpu
 
 from healthcheck import probes as registry
-from healthcheck.model import CommandResult, Host, Status
-from healthcheck.profiles import load_profile
-from healthcheck.results import load_results
-from healthcheck.spec import EvalContext, ParseError
+from healthcheck.core.model import CommandResult, Host, Status
+from healthcheck.core.profiles import load_profile
+from healthcheck.core.spec import EvalContext, ParseError
+from healthcheck.store.results import load_results
 from tests.conftest import fixture_text
 
 

@@ -8,10 +8,10 @@ import os
 import pickle
 from pathlib import Path
 
-from healthcheck import gradepool
-from healthcheck.gcpause import gc_paused
-from healthcheck.gradepool import Graded
-from healthcheck.model import Finding, Host, Status
+from healthcheck.core.model import Finding, Host, Status
+from healthcheck.run import gradepool
+from healthcheck.run.gradepool import Graded
+from healthcheck.store.gcpause import gc_paused
 
 
 class Part(str, enum.Enum):

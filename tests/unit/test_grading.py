@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from datetime import date
 
-from healthcheck.grading import (
+from healthcheck.core.grading import (
     GradingError,
     apply_known_issues,
     compare,
@@ -14,8 +14,8 @@ from healthcheck.grading import (
     majority,
     passes,
 )
-from healthcheck.model import Finding, Status
-from healthcheck.profiles import Expectation, KnownIssue, Profile
+from healthcheck.core.model import Finding, Status
+from healthcheck.core.profiles import Expectation, KnownIssue, Profile
 
 
 def exp(**kw) -> Expectation:

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from healthcheck.history import HistoryIndex, SweepLockedError, sweep_lock
-from healthcheck.model import Finding, Status
-from healthcheck.regression import (
+from healthcheck.core.model import Finding, Status
+from healthcheck.ops.history import HistoryIndex, SweepLockedError, sweep_lock
+from healthcheck.ops.nightly import annotate_and_record
+from healthcheck.run.regression import (
     HostState,
     diff_verdicts,
     extract_measurements,
@@ -20,8 +21,7 @@ from healthcheck.regression import (
     regression_findings,
     worse_by,
 )
-from healthcheck.results import HostResult, RunResults, load_results, write_results
-from healthcheck.sweep import annotate_and_record
+from healthcheck.store.results import HostResult, RunResults, load_results, write_results
 
 NOW = datetime(2026, 11, 22, 3, 15, tzinfo=timezone.utc)
 HOSTS = ("gpu001", "gpu002", "gpu003", "gpu004")
@@ -222,7 +222,7 @@ def test_retention_forgets_old_runs_and_deletes_only_dirs_under_runs(tmp_path):
 HOLDER = """
 import sys
 from pathlib import Path
-from healthcheck.history import sweep_lock
+from healthcheck.ops.history import sweep_lock
 with sweep_lock(Path(sys.argv[1])):
     print("locked", flush=True)
     sys.stdin.read()

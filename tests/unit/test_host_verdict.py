@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from healthcheck.model import Finding, Status, host_verdict, is_evidence, worst
+from healthcheck.core.model import Finding, Status, host_verdict, is_evidence, worst
 
 
 def plain_verdict(findings: list[Finding]) -> Status:

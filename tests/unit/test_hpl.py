@@ -19,9 +19,9 @@ from healthcheck.benchmarks.hpl import (
 )
 from healthcheck.benchmarks.plan import Job
 
-from healthcheck.model import Host, Status
-from healthcheck.profiles import Expectation, Profile
-from healthcheck.spec import ParseError
+from healthcheck.core.model import Host, Status
+from healthcheck.core.profiles import Expectation, Profile
+from healthcheck.core.spec import ParseError
 from tests.conftest import CORPUS, corpus_files, corpus_text, fixture_text
 
 LOOPBACK = CORPUS.parent / "research" / "hpcc-4host-loopback-output.txt"
@@ -178,7 +178,7 @@ WC0 = "hpl/hpl-nvidia-24.3.0-a100-80gb-1gpu-wc0-result-block-passed-snippet.txt"
 
 def test_each_flavour_is_graded_against_its_own_expectation() -> None:
     """HPL-MxP on 8x A100 (878.8 TFLOPS mixed precision) was graded against the FP64 Rpeak (563 %, "excellent")."""
-    from healthcheck.profiles import load_profile
+    from healthcheck.core.profiles import load_profile
 
     a100 = load_profile("a100-sxm4-80gb-8x")
     mxp = evaluate_hpl(_job(("a100n1",)), parse_hpl(corpus_text(MXP)), _ctx(a100, "a100n1"))

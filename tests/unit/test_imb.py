@@ -8,9 +8,9 @@ from healthcheck.benchmarks.imb import evaluate_imb, imb_program, parse_imb
 from healthcheck.benchmarks.osu import evaluate_osu, parse_osu
 from healthcheck.benchmarks.plan import Job
 
-from healthcheck.model import Host, Status
-from healthcheck.profiles import Expectation, Profile
-from healthcheck.spec import ParseError
+from healthcheck.core.model import Host, Status
+from healthcheck.core.profiles import Expectation, Profile
+from healthcheck.core.spec import ParseError
 from tests.conftest import corpus_files, corpus_text, fixture_text
 
 PAIR = ("node01", "node02")

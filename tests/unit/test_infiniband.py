@@ -10,10 +10,10 @@ from healthcheck.probes import infiniband
 from healthcheck.probes.ib_parse import IbObservation, parse_ib_sysfs, parse_ibstat, parse_peermem_module, parse_rate
 from healthcheck.probes.infiniband import COMMANDS, evaluate_infiniband, parse_infiniband
 
-from healthcheck.jsoncodec import to_jsonable
-from healthcheck.model import CommandResult, Host, Status
-from healthcheck.profiles import Expectation, load_profile
-from healthcheck.spec import EvalContext, ParseError
+from healthcheck.core.model import CommandResult, Host, Status
+from healthcheck.core.profiles import Expectation, load_profile
+from healthcheck.core.spec import EvalContext, ParseError
+from healthcheck.store.jsoncodec import to_jsonable
 from tests.conftest import corpus_files, corpus_text, fixture_text
 
 H100 = load_profile("h100-sxm5-8x")
@@ -240,8 +240,8 @@ def test_link_downed_growth_through_cli_previous_run(tmp_path):
     0 -> 7 on mlx5_6) grades the growth as flapping; without --previous there is no growth finding."""
     from click.testing import CliRunner
 
-    from healthcheck.cli import main
-    from healthcheck.results import load_results
+    from healthcheck.cli.main import main
+    from healthcheck.store.results import load_results
 
     def bundle(name: str, fixture: str) -> Path:
         raw = tmp_path / name / "raw" / "gpu001"

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from healthcheck.inventory import InventoryError, hostlist_size, load_inventory, parse_inventory
+from healthcheck.inventory.hosts import InventoryError, hostlist_size, load_inventory, parse_inventory
 
 
 def test_groups_defaults_and_per_host_override():
@@ -62,7 +62,7 @@ def test_missing_and_invalid_yaml(tmp_path: Path):
 
 def test_example_inventories_load():
     root = Path(__file__).resolve().parents[2] / "inventories"
-    from healthcheck.profiles import available_profiles
+    from healthcheck.core.profiles import available_profiles
 
     for path in sorted(root.glob("*.yaml")):
         inv = load_inventory(path, known_profiles=available_profiles())

@@ -12,8 +12,8 @@ from datetime import date, datetime, timezone
 from hypothesis import given
 from hypothesis import strategies as st
 
-from healthcheck.jsoncodec import dumps, json_lines, plain, to_jsonable
-from healthcheck.model import Finding, Status
+from healthcheck.core.model import Finding, Status
+from healthcheck.store.jsoncodec import dumps, json_lines, plain, to_jsonable
 
 
 class Mode(str, enum.Enum):

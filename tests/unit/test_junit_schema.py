@@ -17,7 +17,7 @@ import pytest
 from healthcheck.reports.digest import load_digest
 from healthcheck.reports.junit import render_junit
 
-from healthcheck.pipeline import RunOptions, execute_run
+from healthcheck.run.pipeline import RunOptions, execute_run
 from tests.unit.test_report_digest import make_run
 
 xmlschema = pytest.importorskip("xmlschema")

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from healthcheck.merge import merge_bundles
+from healthcheck.ops.merge import merge_bundles
 from tests.conftest import ROOT
 
 SAMPLE = ROOT / "inventories" / "samples" / "h100-4node"

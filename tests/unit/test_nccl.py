@@ -18,9 +18,9 @@ from healthcheck.benchmarks.nccl import (
 )
 from healthcheck.benchmarks.plan import Job
 
-from healthcheck.model import Host, Status
-from healthcheck.profiles import Expectation, Profile
-from healthcheck.spec import ParseError
+from healthcheck.core.model import Host, Status
+from healthcheck.core.profiles import Expectation, Profile
+from healthcheck.core.spec import ParseError
 from tests.conftest import corpus_files, corpus_text, fixture_text
 
 NOT_NCCL_TESTS = {"pytorch-all_reduce_bench-4node-busbw-algbw-table.txt",

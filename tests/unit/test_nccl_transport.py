@@ -7,8 +7,8 @@ from healthcheck.benchmarks.nccl import evaluate_nccl, nccl_program, parse_nccl_
 from healthcheck.benchmarks.nccl_transport import parse_nccl_transport
 from healthcheck.benchmarks.plan import Job
 
-from healthcheck.model import Host, Status
-from healthcheck.profiles import Expectation, Profile
+from healthcheck.core.model import Host, Status
+from healthcheck.core.profiles import Expectation, Profile
 from tests.conftest import corpus_text, fixture_text
 
 BOOTSTRAP = "nccl-tests/all_reduce-h100-2node-16rank-NCCL-WARN-bootstrap-family-33621-internal-error-mpirun-abort.txt"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from healthcheck.node import NodeOptions, node_name, run_node
+from healthcheck.ops.node import NodeOptions, node_name, run_node
 from tests.conftest import FIXTURES, ROOT
 
 

@@ -7,7 +7,7 @@ from healthcheck.probes.gpu import parse_nvidia_smi_output
 from healthcheck.probes.nvidia_smi_list import parse_nvidia_smi_l, parse_nvidia_smi_table
 from healthcheck.probes.nvidia_smi_log import exit_code_error, find_nvidia_smi_errors, normalize_bus_id
 
-from healthcheck.spec import ParseError
+from healthcheck.core.spec import ParseError
 from tests.conftest import corpus_files, corpus_text, fixture_text
 
 # Corpus files in nvidia-smi/ that are other nvidia-smi commands (CSV queries, a reset attempt), not the

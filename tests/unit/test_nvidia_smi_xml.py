@@ -29,7 +29,7 @@ from healthcheck.probes.nvidia_smi_xml import (
 from hypothesis import given
 from hypothesis import strategies as st
 
-from healthcheck.spec import ParseError
+from healthcheck.core.spec import ParseError
 from tests.conftest import CORPUS, FIXTURES, ROOT, corpus_files, corpus_text, fixture_text
 
 SAMPLES = ROOT / "inventories" / "samples"

@@ -12,10 +12,10 @@ from healthcheck.probes.nvlink import (
     parse_nvlink,
 )
 
-from healthcheck.jsoncodec import to_jsonable
-from healthcheck.model import CommandResult, Host, Status
-from healthcheck.profiles import load_profile
-from healthcheck.spec import EvalContext, ParseError
+from healthcheck.core.model import CommandResult, Host, Status
+from healthcheck.core.profiles import load_profile
+from healthcheck.core.spec import EvalContext, ParseError
+from healthcheck.store.jsoncodec import to_jsonable
 from tests.conftest import corpus_files, corpus_text, fixture_text
 
 
@@ -204,8 +204,8 @@ def test_component_grades_give_what_finding_from_expectation_gives():
     """A finding shared between components (GPUs, links) of equal value is exactly the one graded alone:
     PASS, FAIL, WARN past a ``warn`` bound, ERROR for what cannot be graded, SKIP without an expectation,
     and the values that are never shared (floats, unhashables, the component ``node``)."""
-    from healthcheck.grading import ComponentGrades, finding_from_expectation
-    from healthcheck.profiles import Expectation
+    from healthcheck.core.grading import ComponentGrades, finding_from_expectation
+    from healthcheck.core.profiles import Expectation
 
     profile = load_profile("h100-sxm5-8x")
     exps = [profile.expect("nvlink.links"), profile.expect("nvlink.errors.replay"), None,
@@ -230,8 +230,8 @@ def test_all_pass_merges_only_values_of_one_plain_type():
     (mixed or other types send the caller to its loop over every value)."""
     from healthcheck.probes.nvlink import _all_pass
 
-    from healthcheck.grading import passes
-    from healthcheck.profiles import Expectation
+    from healthcheck.core.grading import passes
+    from healthcheck.core.profiles import Expectation
 
     exps = (Expectation("x", "s", op="match", value="^0$"), Expectation("x", "s", op="le", value=0))
     plain = ([0, 0, None], [0.0, None, 0.0], [], [None], [1, 0], [26.562] * 18, [26.562, 25.781])

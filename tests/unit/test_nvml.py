@@ -12,10 +12,10 @@ from healthcheck.probes.gpu_eval import evaluate_gpu
 from healthcheck.probes.gpu_model import GpuObservations
 from healthcheck.probes.nvml import collect_nvidia_smi, collect_nvml
 
-from healthcheck.model import Host, Status
-from healthcheck.profiles import load_profile
-from healthcheck.results import load_results
-from healthcheck.spec import EvalContext
+from healthcheck.core.model import Host, Status
+from healthcheck.core.profiles import load_profile
+from healthcheck.core.spec import EvalContext
+from healthcheck.store.results import load_results
 from tests.conftest import fixture_text
 
 
@@ -203,7 +203,7 @@ def test_nvidia_smi_fallback_runs_and_parses():
 
 def test_local_run_grades_nvml_observations(monkeypatch, tmp_path):
     """``healthcheck run --local`` takes GPU observations from NVML when libnvidia-ml loads."""
-    from healthcheck.pipeline import RunOptions, execute_run
+    from healthcheck.run.pipeline import RunOptions, execute_run
 
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml([h100(i) for i in range(7)]))
     outcome = execute_run(RunOptions(local=True, profile="h100-sxm5-8x", probes=["gpu"],

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from healthcheck.drain import DrainPolicy, triggers
-from healthcheck.grading import apply_observe, observed
-from healthcheck.model import Finding, Status, host_verdict
-from healthcheck.profiles import ProfileError, load_profile
+from healthcheck.core.grading import apply_observe, observed
+from healthcheck.core.model import Finding, Status, host_verdict
+from healthcheck.core.profiles import ProfileError, load_profile
+from healthcheck.ops.drain import DrainPolicy, triggers
 
 
 def profile(tmp_path: Path, body: str):
@@ -47,7 +47,7 @@ def test_marked_finding_keeps_its_status_but_decides_nothing(tmp_path: Path):
 
 
 def test_findings_table_keeps_the_mark(tmp_path: Path):
-    from healthcheck.findings_table import read_table, write_table
+    from healthcheck.store.findings_table import read_table, write_table
 
     marked = Finding(host="gpu001", check="xid.45", status=Status.FAIL, message="x", observe=True)
     plain = Finding(host="gpu001", check="gpu.count", status=Status.PASS, message="8 GPUs")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from healthcheck.model import Finding, Status
-from healthcheck.offenders import PastRun, failure_keys, offender_findings, repeat_offenders
-from healthcheck.results import HostResult, RunResults
+from healthcheck.core.model import Finding, Status
+from healthcheck.ops.offenders import PastRun, failure_keys, offender_findings, repeat_offenders
+from healthcheck.store.results import HostResult, RunResults
 
 KEY = ("gpu007", "gpu.row_remap.failure", "gpu3")
 

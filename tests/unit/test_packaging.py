@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 from healthcheck.inventories import SAMPLE_BUNDLE
 
-from healthcheck import profiles
-from healthcheck.cli import main
+from healthcheck.cli.main import main
+from healthcheck.core import profiles
 
 SITE_PROFILE = """\
 name: site-h100

@@ -14,11 +14,11 @@ from healthcheck.probes.ras_parse import parse_aer_sysfs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from healthcheck.bundle import read_host
-from healthcheck.model import CommandResult, Host
-from healthcheck.profiles import load_profile
-from healthcheck.spec import EvalContext, ParseError
-from healthcheck.stages import run_probe
+from healthcheck.core.model import CommandResult, Host
+from healthcheck.core.profiles import load_profile
+from healthcheck.core.spec import EvalContext, ParseError
+from healthcheck.run.stages import run_probe
+from healthcheck.store.bundle import read_host
 from tests.conftest import fixture_text
 
 SAMPLE = Path(__file__).resolve().parents[2] / "inventories" / "samples" / "h100-4node" / "raw"

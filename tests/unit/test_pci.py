@@ -8,9 +8,9 @@ import pytest
 from healthcheck.probes.pci import COMMANDS, evaluate_pci, parse_pci
 from healthcheck.probes.pci_parse import parse_lspci, parse_pci_sysfs, pci_address
 
-from healthcheck.model import CommandResult, Host, Status
-from healthcheck.profiles import load_profile
-from healthcheck.spec import EvalContext, ParseError
+from healthcheck.core.model import CommandResult, Host, Status
+from healthcheck.core.profiles import load_profile
+from healthcheck.core.spec import EvalContext, ParseError
 from tests.conftest import fixture_text
 
 H100 = load_profile("h100-sxm5-8x")

@@ -22,8 +22,8 @@ from healthcheck.benchmarks.launch import (
 from healthcheck.benchmarks.plan import Job, job_id, pair_rounds, plan_jobs, retest_pairs
 from healthcheck.benchmarks.run import execute_benchmarks, load_outcomes, replay_benchmarks
 
-from healthcheck.model import CommandResult, Host, Status
-from healthcheck.profiles import Expectation, Profile
+from healthcheck.core.model import CommandResult, Host, Status
+from healthcheck.core.profiles import Expectation, Profile
 from tests.conftest import corpus_text
 
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from healthcheck.profiles import ProfileError, available_profiles, load_profile
+from healthcheck.core.profiles import ProfileError, available_profiles, load_profile
 
 
 def _write(folder: Path, name: str, text: str) -> None:

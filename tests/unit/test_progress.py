@@ -8,9 +8,9 @@ from healthcheck.benchmarks.grade import JobOutcome
 from healthcheck.benchmarks.plan import Job
 from rich.console import Console
 
-from healthcheck.model import Finding, Host, Status
-from healthcheck.progress import JobProgress, ProgressDisplay
-from healthcheck.results import HostResult
+from healthcheck.core.model import Finding, Host, Status
+from healthcheck.run.progress import JobProgress, ProgressDisplay
+from healthcheck.store.results import HostResult
 
 
 class Clock:

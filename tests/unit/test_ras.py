@@ -12,10 +12,10 @@ from healthcheck.probes.ras_parse import (
     parse_ras_mc_ctl_error_count,
 )
 
-from healthcheck.jsoncodec import to_jsonable
-from healthcheck.model import CommandResult, Host, Status
-from healthcheck.profiles import load_profile
-from healthcheck.spec import EvalContext, ParseError
+from healthcheck.core.model import CommandResult, Host, Status
+from healthcheck.core.profiles import load_profile
+from healthcheck.core.spec import EvalContext, ParseError
+from healthcheck.store.jsoncodec import to_jsonable
 from tests.conftest import corpus_text, fixture_text
 
 H100 = load_profile("h100-sxm5-8x")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from healthcheck.probes.rates import counter_rates, evaluate_rates, parse_counter_clock, parse_rates
 
-from healthcheck.jsoncodec import to_jsonable
-from healthcheck.model import CommandResult, Host, Status
-from healthcheck.profiles import load_profile
-from healthcheck.spec import EvalContext
+from healthcheck.core.model import CommandResult, Host, Status
+from healthcheck.core.profiles import load_profile
+from healthcheck.core.spec import EvalContext
+from healthcheck.store.jsoncodec import to_jsonable
 from tests.conftest import fixture_text
 
 H100 = load_profile("h100-sxm5-8x")

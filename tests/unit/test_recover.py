@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from healthcheck import rundir
-from healthcheck.pipeline import RunOptions, execute_run
-from healthcheck.recover import load_or_rebuild
-from healthcheck.rundir import RunDirError
+from healthcheck.run.pipeline import RunOptions, execute_run
+from healthcheck.store import rundir
+from healthcheck.store.recover import load_or_rebuild
+from healthcheck.store.rundir import RunDirError
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "inventories" / "samples" / "h100-4node"

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from healthcheck.reports.digest import expected_band, expected_bounds, fold, group_findings, load_digest, margin
 
-from healthcheck.model import Finding, Status
-from healthcheck.results import SCHEMA
+from healthcheck.core.model import Finding, Status
+from healthcheck.store.results import SCHEMA
 from tests.conftest import fixture_text
 
 XSS = "<script>document.title='pwned';document.body.setAttribute('data-pwned','1')</script>"

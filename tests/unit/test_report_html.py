@@ -163,8 +163,8 @@ def test_small_run_details_all_hosts_big_run_caps(tmp_path: Path, monkeypatch: p
 def test_big_run_counts_passing_findings_per_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import healthcheck.reports.html as report_html
 
-    from healthcheck.model import Finding, Status
-    from healthcheck.results import HostResult, RunResults, write_results
+    from healthcheck.core.model import Finding, Status
+    from healthcheck.store.results import HostResult, RunResults, write_results
 
     found = [Finding("n1", "nvlink.links", Status.PASS, f"gpu{i} nvlink links 18 within == 18",
                      component=f"gpu{i}") for i in range(8)]
@@ -179,8 +179,8 @@ def test_big_run_counts_passing_findings_per_check(tmp_path: Path, monkeypatch: 
 
 
 def test_malformed_observations_and_empty_run_still_render(tmp_path: Path) -> None:
-    from healthcheck.model import Finding, Status
-    from healthcheck.results import HostResult, RunResults, write_results
+    from healthcheck.core.model import Finding, Status
+    from healthcheck.store.results import HostResult, RunResults, write_results
 
     odd = {"gpu": "N/A", "topology": {"columns": ["GPU0"], "rows": "x"}, "nvlink": [1, 2],
            "benchmarks": {"nccl": "x", "hpl": [{"job_id": "j1", "hosts": ["n1"], "shape": "node", "metric": "?"}]},
@@ -260,8 +260,8 @@ HOSTILE = "</script><script>document.title='pwned'</script><!-- \u2028\u2029 &am
 
 def hostile_run(tmp_path: Path) -> Path:
     """One failing host whose every field (name, profile, findings, observations, raw output) is hostile."""
-    from healthcheck.model import Finding, Status
-    from healthcheck.results import HostResult, RunResults, write_results
+    from healthcheck.core.model import Finding, Status
+    from healthcheck.store.results import HostResult, RunResults, write_results
 
     name = "n1<!--\u2028"
     long_source = "profile says " + HOSTILE + " " + "x" * 60
@@ -284,7 +284,7 @@ def hostile_run(tmp_path: Path) -> Path:
 def test_host_details_as_data_keep_node_text_inert(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import healthcheck.reports.html as report_html
 
-    from healthcheck.textsafe import printable
+    from healthcheck.core.textsafe import printable
 
     monkeypatch.setattr(report_html, "DETAIL_ALL_UP_TO", 0)
     monkeypatch.setattr(report_html, "DETAIL_LIVE", 0)

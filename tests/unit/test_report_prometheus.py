@@ -46,8 +46,8 @@ def test_default_is_bounded_per_host(bounded: str) -> None:
 
 
 def test_detail_reads_the_observation_store_of_a_version_2_run(tmp_path: Path) -> None:
-    from healthcheck.model import Finding, Status
-    from healthcheck.results import HostResult, RunResults, write_results
+    from healthcheck.core.model import Finding, Status
+    from healthcheck.store.results import HostResult, RunResults, write_results
 
     gpus = [{"index": i, "temp_c": 40.0 + i} for i in range(8)]
     host = HostResult("n1", [Finding("n1", "gpu.count", Status.PASS, "ok")],
@@ -78,8 +78,8 @@ def test_host_verdicts_and_check_status(text: str) -> None:
 
 
 def test_check_status_counts_components_in_the_worst_status(tmp_path: Path) -> None:
-    from healthcheck.model import Finding, Status
-    from healthcheck.results import HostResult, RunResults, write_results
+    from healthcheck.core.model import Finding, Status
+    from healthcheck.store.results import HostResult, RunResults, write_results
 
     fs = [Finding("n1", "gpu.row_remap.pending", Status.FAIL if i in (2, 5) else Status.PASS, "m",
                   component=f"gpu{i}") for i in range(8)]

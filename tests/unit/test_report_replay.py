@@ -16,8 +16,8 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
-from healthcheck.cli import main
-from healthcheck.results import load_results
+from healthcheck.cli.main import main
+from healthcheck.store.results import load_results
 from tests.conftest import fixture_text
 
 HOSTS = ("node01", "node02", "node03")

@@ -13,12 +13,12 @@ import pytest
 from click.testing import CliRunner
 from jsonschema import Draft202012Validator
 
-from healthcheck.cli import main
-from healthcheck.findings_table import TABLE, TableError, findings_frame, read_table, write_table
-from healthcheck.model import Finding, Host, Status
-from healthcheck.observation_store import STORE, read_observations
-from healthcheck.pipeline import RunOptions, execute_run
-from healthcheck.results import RunResults, load_results, results_schema
+from healthcheck.cli.main import main
+from healthcheck.core.model import Finding, Host, Status
+from healthcheck.run.pipeline import RunOptions, execute_run
+from healthcheck.store.findings_table import TABLE, TableError, findings_frame, read_table, write_table
+from healthcheck.store.observation_store import STORE, read_observations
+from healthcheck.store.results import RunResults, load_results, results_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "inventories" / "samples" / "h100-4node"
@@ -120,7 +120,8 @@ def test_report_command_reads_the_run_once_and_writes_what_a_fresh_load_writes(f
                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """``healthcheck report`` hands the results it loaded to the reports (results.json and the table were read
     twice: ~40% of its time); the files equal those rendered from the directory by ``reports.write_all``."""
-    from healthcheck import findings_table, reports
+    from healthcheck import reports
+    from healthcheck.store import findings_table
 
     assert "results schema healthcheck.results/2 ·" in (fresh / "report.html").read_text()  # the run's own page
     reference, again = tmp_path / "reference", tmp_path / "again"
@@ -129,7 +130,7 @@ def test_report_command_reads_the_run_once_and_writes_what_a_fresh_load_writes(f
     reports.write_all(reference)
     tables_read = []
     real_read_table = findings_table.read_table
-    monkeypatch.setattr("healthcheck.results.read_table",
+    monkeypatch.setattr("healthcheck.store.results.read_table",
                         lambda run_dir: tables_read.append(run_dir) or real_read_table(run_dir))
     rendered = CliRunner().invoke(main, ["report", str(again)])
     assert rendered.exit_code == 0, rendered.output
@@ -155,7 +156,7 @@ def test_damaged_table_leaves_the_stated_verdicts_and_problems(fresh: Path, tmp_
 def test_the_table_has_a_column_for_every_finding_field(tmp_path: Path) -> None:
     import dataclasses
 
-    from healthcheck.model import FINDING_FIELDS
+    from healthcheck.core.model import FINDING_FIELDS
 
     assert tuple(f.name for f in dataclasses.fields(Finding)) == (*FINDING_FIELDS, "observe")
     observed = Finding("n1", "gpu.temp", Status.FAIL, "hot", observe=True)
@@ -191,7 +192,7 @@ def test_grading_in_worker_processes_gives_the_same_findings(tmp_path: Path) -> 
 
 
 def test_a_crash_in_a_grading_worker_is_that_hosts_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import healthcheck.gradepool as gradepool
+    import healthcheck.run.gradepool as gradepool
 
     real = gradepool.grade_host
 
@@ -213,7 +214,7 @@ def test_a_killed_grading_worker_leaves_errors_not_a_crashed_run(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    import healthcheck.gradepool as gradepool
+    import healthcheck.run.gradepool as gradepool
 
     real = gradepool.grade_host
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from healthcheck.bundle import read_bundle
-from healthcheck.model import CommandResult, Finding, HostCollection, Status
-from healthcheck.rundir import FindingsLog, RunDirError, encode_findings, new_run_dir, write_collection
+from healthcheck.core.model import CommandResult, Finding, HostCollection, Status
+from healthcheck.store.bundle import read_bundle
+from healthcheck.store.rundir import FindingsLog, RunDirError, encode_findings, new_run_dir, write_collection
 
 
 def test_collection_round_trips_exact_bytes_and_flags(tmp_path):
@@ -130,7 +130,7 @@ def test_disk_full_mid_host_leaves_no_partial_folder(tmp_path):
         subprocess.run(["umount", str(mnt)], check=True)
 
 def test_latest_symlink_is_relative_replaced_atomically_and_never_clobbers_a_folder(tmp_path):
-    from healthcheck.rundir import update_latest
+    from healthcheck.store.rundir import update_latest
 
     first, second = new_run_dir(tmp_path, tmp_path / "20261122T031500Z"), new_run_dir(tmp_path, tmp_path / "b")
     assert update_latest(first) == tmp_path / "latest"

@@ -14,9 +14,9 @@ from healthcheck.benchmarks import BenchContext, get
 from healthcheck.benchmarks.plan import Job
 from healthcheck.benchmarks.sdc import SdcDevice, checksum_verdicts, fleet_sdc, parse_sdc
 
-from healthcheck.model import Status
-from healthcheck.profiles import load_profile
-from healthcheck.spec import ParseError
+from healthcheck.core.model import Status
+from healthcheck.core.profiles import load_profile
+from healthcheck.core.spec import ParseError
 from tests.conftest import fixture_text
 
 H100 = load_profile("h100-sxm5-8x")

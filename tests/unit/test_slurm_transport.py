@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from healthcheck.model import Host
+from healthcheck.core.model import Host
 from healthcheck.transport import open_transport
 from healthcheck.transport.script import Command
 from healthcheck.transport.slurm import SlurmTransport, describe_srun_failure, slurm_node

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from healthcheck.defaults import DEFAULTS
-from healthcheck.model import Host
+from healthcheck.core.defaults import DEFAULTS
+from healthcheck.core.model import Host
 from healthcheck.transport.sshconfig import SshConfigError, load_ssh_config, lookup, resolve
 from healthcheck.transport.sshjump import JumpHop, parse_jumps
 

@@ -10,7 +10,7 @@ from contextlib import ExitStack
 
 import pytest
 
-from healthcheck.model import Host
+from healthcheck.core.model import Host
 from healthcheck.transport import ssh
 from healthcheck.transport.ssh import JumpError, SshTransport
 from healthcheck.transport.sshconfig import load_ssh_config

@@ -20,7 +20,7 @@ HEAVY = ("pandas", "numpy", "paramiko", "invoke", "fabric")
 
 RUN = """
 import json, sys
-from healthcheck.cli import main
+from healthcheck.cli.main import main
 try:
     main(sys.argv[1:], standalone_mode=False)
 except SystemExit:
@@ -65,7 +65,7 @@ def _command(*args: str) -> subprocess.CompletedProcess[str]:
 def test_the_command_ends_with_its_exit_status_and_everything_written(tmp_path):
     from click.testing import CliRunner
 
-    from healthcheck.cli import main
+    from healthcheck.cli.main import main
 
     run_dir = tmp_path / "run"
     done = _command("run", "--replay", str(SAMPLE), "--run-dir", str(run_dir))
@@ -82,7 +82,7 @@ def test_the_command_ends_with_its_exit_status_and_everything_written(tmp_path):
 
 
 def test_exit_status_is_what_sys_exit_gives(capsys):
-    from healthcheck.cli import _exit_status
+    from healthcheck.cli.main import _exit_status
 
     assert [_exit_status(c) for c in (None, 0, 1, 2, 130, 256 + 3)] == [0, 0, 1, 2, 130, 3]
     assert _exit_status("stopped: disk full") == 1

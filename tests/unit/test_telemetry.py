@@ -26,8 +26,8 @@ from healthcheck.benchmarks.telemetry import (
 from healthcheck.probes.dmon_parse import parse_field_samples
 from healthcheck.reports.panels import host_panels
 
-from healthcheck.model import CommandResult, Host, Status
-from healthcheck.profiles import Profile, load_profile
+from healthcheck.core.model import CommandResult, Host, Status
+from healthcheck.core.profiles import Profile, load_profile
 from tests.conftest import fixture_text
 
 H100 = load_profile("h100-sxm5-8x")
@@ -235,7 +235,7 @@ def test_a_sampler_that_ended_before_the_job_leaves_nothing_behind(tmp_path: Pat
 def test_at_rest_panel_flags_the_xid_and_pending_remap() -> None:
     from healthcheck.probes.dcgm_fields import observe
 
-    from healthcheck.jsoncodec import to_jsonable
+    from healthcheck.store.jsoncodec import to_jsonable
 
     table = parse_field_samples(body("dcgmi-dmon/h100-8gpu-rest-gpu2-dbe-xid48-remap-pending.txt"))
     panel = host_panels({"dcgm_fields": to_jsonable(observe(table))})[0]

@@ -7,11 +7,11 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from healthcheck.cli import main
-from healthcheck.model import Finding, Status
-from healthcheck.pipeline import render_reports
-from healthcheck.results import HostResult, RunResults, write_results
-from healthcheck.textsafe import printable
+from healthcheck.cli.main import main
+from healthcheck.core.model import Finding, Status
+from healthcheck.core.textsafe import printable
+from healthcheck.run.pipeline import render_reports
+from healthcheck.store.results import HostResult, RunResults, write_results
 
 OSC = "\x1b]0;PWNED-TITLE\x07"
 RLO = "\u202e"

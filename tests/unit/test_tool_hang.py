@@ -9,13 +9,13 @@ import types
 import pytest
 
 from healthcheck import probes
-from healthcheck.bundle import read_host
-from healthcheck.model import CommandResult, Host, HostCollection, Status, host_verdict
-from healthcheck.nodetools import TOOLS, bounded, command_tools, unknown_tools
-from healthcheck.pipeline import RunOptions, execute_run
-from healthcheck.profiles import load_profile
-from healthcheck.rundir import write_collection
-from healthcheck.stages import grade_host
+from healthcheck.core.model import CommandResult, Host, HostCollection, Status, host_verdict
+from healthcheck.core.profiles import load_profile
+from healthcheck.run.nodetools import TOOLS, bounded, command_tools, unknown_tools
+from healthcheck.run.pipeline import RunOptions, execute_run
+from healthcheck.run.stages import grade_host
+from healthcheck.store.bundle import read_host
+from healthcheck.store.rundir import write_collection
 from tests.conftest import fixture_text
 
 H100 = load_profile("h100-sxm5-8x")

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from healthcheck.probes.topology import evaluate_topology, nvlink_count, parse_nvidia_smi_topo_m, parse_topology
 
-from healthcheck.model import CommandResult, Host, Status
-from healthcheck.profiles import load_profile
-from healthcheck.spec import EvalContext, ParseError
+from healthcheck.core.model import CommandResult, Host, Status
+from healthcheck.core.profiles import load_profile
+from healthcheck.core.spec import EvalContext, ParseError
 from tests.conftest import FIXTURES, corpus_files, corpus_text, fixture_text
 
 

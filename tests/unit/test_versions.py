@@ -13,9 +13,9 @@ from healthcheck.probes.versions import (
     version_facts,
 )
 
-from healthcheck.model import CommandResult, Host, Status
-from healthcheck.profiles import Expectation, load_profile
-from healthcheck.spec import EvalContext
+from healthcheck.core.model import CommandResult, Host, Status
+from healthcheck.core.profiles import Expectation, load_profile
+from healthcheck.core.spec import EvalContext
 from tests.conftest import corpus_text, fixture_text
 
 H100 = load_profile("h100-sxm5-8x")

@@ -13,10 +13,10 @@ from healthcheck.probes.kernel_log import parse_kernel_log, resolve_time
 from healthcheck.probes.xid import evaluate_xid, kernel_log_command, load_catalog, parse_xid
 
 from healthcheck import probes as registry
-from healthcheck.model import CommandResult, Host, Status
-from healthcheck.profiles import load_profile
-from healthcheck.runner import plan_commands
-from healthcheck.spec import EvalContext, ParseError
+from healthcheck.core.model import CommandResult, Host, Status
+from healthcheck.core.profiles import load_profile
+from healthcheck.core.spec import EvalContext, ParseError
+from healthcheck.run.fanout import plan_commands
 from tests.conftest import corpus_files, corpus_text, fixture_text
 
 # our 8x H100 report: gpu0..7 at 19, 3B, 4C, 5D, 9B, BB, CB, DB, every remap pending/failure No
@@ -339,8 +339,8 @@ def test_ignore_list_from_a_site_profile_yaml_and_bad_entries(tmp_path):
 def test_contained_xid94_needing_no_reset_is_warn_restart_the_application():
     """Real DGX H100 log (driver 550): Xid 48 DBE, Xid 63 remap, then Xid 94 'Contained: SM (0x1). RST: No, D-RST: No'.
     The driver says no reset and no drain are needed: WARN, restart the app, and the node is not drained."""
-    from healthcheck.drain import DrainPolicy, plan_drain
-    from healthcheck.results import HostResult, RunResults
+    from healthcheck.ops.drain import DrainPolicy, plan_drain
+    from healthcheck.store.results import HostResult, RunResults
 
     obs = observe(corpus_text("xid/xid48-63-94-contained-sm-h100-dgx-drv550-dmesg-grep.txt"), smi=None)
     (g94,) = [g for g in obs.log.groups if g.code == 94]

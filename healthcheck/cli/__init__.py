@@ -1,0 +1,2 @@
+"""The command line: click commands that parse options and call the layers below.
+"""

@@ -1,0 +1,169 @@
+"""Node-local mode: check this node only, write its bundle into a spool directory, NHC-style verdict.
+
+    outcome = run_node(NodeOptions(spool=Path("/var/spool/healthcheck"), budget_s=10, profile="h100-sxm5-8x"))
+    outcome.bundle            # /var/spool/healthcheck/<host>/ (a run directory: manifest, raw/<host>/, results)
+    outcome.exit_code         # 0 healthy, 1 a FAIL or ERROR (first one in outcome.first_failure)
+
+The bundle is built beside its final place (``.<host>.tmp-<pid>``) and swapped in with renames, so a
+reader (``healthcheck merge``, a textfile collector) sees the previous complete bundle or the new one,
+never a half-written one. ``--budget`` keeps only job-safe probes whose declared cost fits
+(``healthcheck.ops.budget``). Self-drain under Slurm is ``healthcheck.ops.selfdrain``.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from healthcheck import probes as probe_registry
+from healthcheck.core.defaults import DEFAULTS
+from healthcheck.core.model import Finding, Status
+from healthcheck.ops.budget import load_costs, select_within_budget
+from healthcheck.run.pipeline import RunOptions, execute_run
+from healthcheck.run.selection import SelectionError
+from healthcheck.store.results import RunResults
+from healthcheck.store.rundir import RunDirError, _safe_component
+
+NOT_HEALTHY = (Status.FAIL, Status.ERROR)
+STALE_AFTER_S = 900.0
+
+
+@dataclass
+class NodeOptions:
+    spool: Path                               # the bundle goes to spool/<host>/
+    host: str | None = None                   # [default: $SLURMD_NODENAME, else the short host name]
+    inventory: Path | None = None             # this host's entry gives its profile and vars
+    profile: str | None = None
+    probes: Sequence[str] | None = None
+    skip_probes: Sequence[str] = ()
+    budget_s: float | None = None             # only job-safe probes whose declared cost fits
+    timeout_s: float = DEFAULTS.command_timeout_s
+    probe_options: Mapping[str, Any] = field(default_factory=dict)
+    prom_file: Path | None = None             # node_exporter textfile-collector file, written atomically
+
+
+@dataclass
+class NodeOutcome:
+    host: str
+    bundle: Path
+    results: RunResults
+    left_out: dict[str, str]                  # probes not run because of --budget, and why
+
+    @property
+    def findings(self) -> list[Finding]:
+        result = self.results.hosts.get(self.host)
+        return list(result.findings) if result else []
+
+    @property
+    def first_failure(self) -> Finding | None:
+        """The first FAIL in report order, else the first ERROR: the one line NHC would print."""
+        for status in (Status.FAIL, Status.ERROR):
+            for f in self.findings:
+                if f.status is status:
+                    return f
+        return None
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.first_failure is not None or not self.findings else 0
+
+
+def node_name(explicit: str | None = None, environ: Mapping[str, str] = os.environ) -> str:
+    """This node's name: ``explicit``, else ``$SLURMD_NODENAME`` (set by slurmd for its scripts and
+    steps), else the short host name."""
+    return explicit or environ.get("SLURMD_NODENAME") or (platform.node() or "localhost").split(".")[0]
+
+
+def plan_probes(opts: NodeOptions) -> tuple[list[str], dict[str, str]]:
+    """Probe names to run and those left out by the budget (with why)."""
+    selected = probe_registry.select(opts.probes, opts.skip_probes)
+    if opts.budget_s is None:
+        return [p.name for p in selected], {}
+    chosen, left_out = select_within_budget(selected, load_costs(), opts.budget_s)
+    return [p.name for p in chosen], left_out
+
+
+def run_node(opts: NodeOptions) -> NodeOutcome:
+    """Check this node, write ``spool/<host>/`` and, when asked, the textfile-collector file."""
+    host = _safe_component(node_name(opts.host))
+    names, left_out = plan_probes(opts)
+    if not names:
+        raise ValueError("no probe left to run: " + "; ".join(f"{n}: {why}" for n, why in left_out.items()))
+    spool = Path(opts.spool)
+    spool.mkdir(parents=True, exist_ok=True)
+    remove_stale(spool, host)
+    holder = spool / f".{host}.tmp-{os.getpid()}"  # staging/<host>: the run id is the host name
+    shutil.rmtree(holder, ignore_errors=True)
+    staging = holder / host
+    timeout_s = opts.timeout_s if opts.budget_s is None else min(opts.timeout_s, max(1.0, opts.budget_s))
+    deadline_s = None if opts.budget_s is None else 2 * opts.budget_s + DEFAULTS.kill_after_s
+    run_opts = RunOptions(inventory=opts.inventory, hostlist=None if opts.inventory else host,
+                          limit=[host] if opts.inventory else None, local=True, run_dir=staging, forks=1,
+                          timeout_s=timeout_s, deadline_s=deadline_s,
+                          probes=names, profile=opts.profile, render=False,
+                          probe_options={"kernel_log_window_h": DEFAULTS.kernel_log_window_h, "plan": "quick",
+                                         **opts.probe_options})
+    try:
+        try:
+            outcome = execute_run(run_opts)
+        except SelectionError as exc:  # --limit of one host: say it the node-mode way
+            raise RunDirError(f"host {host} is not in inventory {opts.inventory} (give --host or add it)") from exc
+        if host not in outcome.results.hosts:
+            raise RunDirError(f"host {host} is not in inventory {opts.inventory} (give --host or add it)")
+        if opts.prom_file is not None:
+            write_textfile(staging, Path(opts.prom_file))
+        bundle = _swap_in(staging, spool / host)
+    finally:
+        shutil.rmtree(holder, ignore_errors=True)
+    return NodeOutcome(host=host, bundle=bundle, results=outcome.results, left_out=left_out)
+
+
+def remove_stale(spool: Path, host: str, max_age_s: float = STALE_AFTER_S) -> list[Path]:
+    """Remove this host's staging folders left by runs that were killed (slurmd kills a
+    HealthCheckProgram after 60 s); younger ones may belong to a run in flight (an Epilog beside it)."""
+    removed = []
+    now = time.time()
+    for entry in spool.glob(f".{host}.*"):
+        if entry.name.startswith((f".{host}.tmp-", f".{host}.old-")) and not entry.is_symlink() \
+                and now - entry.lstat().st_mtime > max_age_s:
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
+def _swap_in(staging: Path, final: Path) -> Path:
+    """Replace ``final`` by ``staging`` with two renames; the old bundle is removed afterwards."""
+    old = final.with_name(f".{final.name}.old-{os.getpid()}")
+    if final.exists() or final.is_symlink():
+        if final.is_symlink() or not final.is_dir():
+            raise RunDirError(f"{final} exists and is not a bundle directory: refusing to replace it")
+        final.rename(old)
+    staging.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def write_textfile(run_dir: Path, target: Path) -> Path:
+    """metrics.prom of the run, copied to ``target`` atomically (temp file in the same folder + rename),
+    as node_exporter's textfile collector requires (it must never read a partial file)."""
+    from healthcheck import reports
+
+    (source,) = reports.write_all(run_dir, ["prometheus"])
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    shutil.copyfile(source, tmp)
+    tmp.chmod(0o644)
+    tmp.replace(target)
+    return target
+
+
+def finding_line(f: Finding) -> str:
+    """One line per non-PASS finding: status, check, component, message (newlines from node output folded)."""
+    where = "" if f.component in ("", "node") else f" {f.component}"
+    return f"{f.status.value:<5} {f.check}{where}: {' '.join(f.message.split())}"

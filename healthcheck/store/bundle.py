@@ -1,0 +1,352 @@
+"""Reading a run directory or capture bundle back, as untrusted input.
+
+    hosts = read_bundle(Path("runs/20261122T031500Z"))      # {host: HostCollection}
+    listed = read_manifest_hosts(Path("runs/20261122T031500Z"))  # the hosts its manifest names, or None
+    problems = copy_bundle_rest(bundle, run_dir)             # the rest of raw/ (benchmark jobs), safely
+    problems = copy_raw_folder(raw_dir(bundle), run_dir)     # every output (``run --replay --copy-raw``)
+
+A bundle may come from anywhere (a ticket, an nvidia-bug-report). So: symbolic links are never
+followed, anything that is not a regular file or a real folder is refused, and every malformed
+piece becomes an error for the host it belongs to, naming the file: a ``*.out`` that cannot be read
+is a per-command transport error (``<probe>.collect`` ERROR), a malformed ``_host.json`` or a host
+folder without any output is a host transport error (``host.reachable`` ERROR). A directory that is
+not a bundle at all, or a malformed ``manifest.json``, raises ``RunDirError`` (a usage error).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from healthcheck.core.model import CommandResult, Host, HostCollection
+from healthcheck.inventory.hosts import host_name_problem
+from healthcheck.store.rundir import HOST_META, RAW_SOURCE, RunDirError
+
+MAX_FILE_BYTES = 64 * 1024 * 1024  # one raw file read from a bundle (16x the default output cap)
+_HOST_FIELDS = {"name", "address", "user", "port", "profile", "group", "transport", "vars"}
+
+
+class BundleFileError(OSError):
+    """A file in a bundle that is refused: a link, not a regular file, unreadable."""
+
+
+def read_regular(path: Path | str, limit: int = MAX_FILE_BYTES, dir_fd: int | None = None) -> tuple[bytes, bool]:
+    """The bytes of a regular file (never through a symbolic link) and whether they were cut at ``limit``.
+    With ``dir_fd``, ``path`` is a name in that open folder (``openat``: no path walk per file)."""
+    try:  # O_NONBLOCK: a FIFO must not hang us
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise BundleFileError("is a symbolic link (links in a bundle are never followed)") from None
+        raise BundleFileError(f"cannot be read: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise BundleFileError("is not a regular file")
+        data = _read_fd(fd, info.st_size, limit + 1)
+    except OSError as exc:
+        if isinstance(exc, BundleFileError):
+            raise
+        raise BundleFileError(f"cannot be read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    return data[:limit], len(data) > limit
+
+
+def _read_fd(fd: int, size: int, most: int) -> bytes:
+    """Up to ``most`` bytes to end of file. Sized reads from ``fstat`` (a file may still grow or shrink):
+    never a ``most``-sized buffer for a small file, as a buffered ``read(most)`` allocates. A read of a
+    regular file that returns less than asked has reached its end: no further read to see it empty
+    (one system call less per file, ~50 per host of a replay)."""
+    chunks: list[bytes] = []
+    got = 0
+    while got < most:
+        wanted = min(most - got, max(size - got + 1, 65536))
+        chunk = os.read(fd, wanted)
+        if chunk:
+            chunks.append(chunk)
+            got += len(chunk)
+        if len(chunk) < wanted:
+            break
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _entries(folder: Path) -> dict[str, os.DirEntry[str]]:
+    with os.scandir(folder) as it:
+        return {e.name: e for e in it}
+
+
+def _host_meta(folder: int, rel: str) -> tuple[dict[str, Any], str | None]:
+    """``_host.json`` of the open host folder as a checked dict, or ({}, why it is unusable)."""
+    try:
+        raw, _ = read_regular(HOST_META, dir_fd=folder)
+        meta = json.loads(raw.decode("utf-8"))
+    except (BundleFileError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        return {}, f"malformed {rel}/{HOST_META}: {exc}"
+    why = None
+    if not isinstance(meta, dict):
+        why = "not a JSON object"
+    elif not isinstance(meta.get("commands", {}), dict) \
+            or not all(isinstance(v, dict) for v in meta.get("commands", {}).values()):
+        why = "'commands' is not an object of objects"
+    elif not all(isinstance(meta.get(k), str | type(None)) for k in ("transport_error", "collected_at")):
+        why = "'transport_error'/'collected_at' are not strings"
+    elif not all(_number(v) for v in [meta.get("duration_s", 0)]
+                 + [c.get("duration_s", 0) for c in meta.get("commands", {}).values()]):
+        why = "a 'duration_s' is not a number"
+    elif not all(isinstance(c.get("transport_error"), str | type(None)) for c in meta.get("commands", {}).values()):
+        why = "a command's 'transport_error' is not a string"
+    return (meta, None) if why is None else ({}, f"malformed {rel}/{HOST_META}: {why}")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == value \
+        and abs(value) != float("inf")
+
+
+def _rc(text: str, flags: Mapping[str, Any]) -> tuple[int | None, str | None]:
+    """An exit code from a ``.rc`` file: (rc, None) or (None, why it is malformed)."""
+    text = text.strip()
+    if text == "" and (flags.get("timed_out") or flags.get("transport_error")):
+        return None, None  # our writer leaves it empty when the command never exited
+    if text.lstrip("-").isdecimal() and len(text) <= 11 and -(2 ** 31) <= int(text) < 2 ** 31:
+        return int(text), None
+    return None, f"{text[:40]!r} is not an exit code"
+
+
+def _command(folder: int, rel: str, host: str, cid: str, names: set[str], flags: Mapping[str, Any]) -> CommandResult:
+    def refused(name: str, why: str) -> CommandResult:
+        return CommandResult(host=host, command_id=cid, transport_error=f"refused {rel}/{name}: {why}")
+
+    files: dict[str, tuple[bytes, bool]] = {}
+    for name, default, limit in ((f"{cid}.out", None, MAX_FILE_BYTES), (f"{cid}.err", b"", MAX_FILE_BYTES),
+                                 (f"{cid}.rc", b"0", 64)):
+        try:
+            files[name] = read_regular(name, limit, folder) if name in names or default is None else (default, False)
+        except BundleFileError as exc:
+            return refused(name, str(exc))
+    (stdout, cut), (stderr, cut_err), (rc_bytes, _) = files.values()
+    rc, bad_rc = _rc(rc_bytes.decode("utf-8", errors="replace"), flags)
+    if bad_rc is not None:
+        return refused(f"{cid}.rc", f"malformed: {bad_rc}")
+    return CommandResult(
+        host=host, command_id=cid, stdout=stdout, stderr=stderr, rc=rc,
+        duration_s=float(flags.get("duration_s") or 0.0), timed_out=bool(flags.get("timed_out", False)),
+        transport_error=flags.get("transport_error"),
+        stdout_truncated=bool(flags.get("stdout_truncated", False)) or cut,
+        stderr_truncated=bool(flags.get("stderr_truncated", False)) or cut_err,
+        not_run=_text(flags.get("not_run")), timeout_s=_seconds(flags.get("timeout_s")))
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _seconds(value: Any) -> float | None:
+    """A finite number of seconds from _host.json, else None (a bundle is untrusted data)."""
+    return float(value) if _number(value) else None
+
+
+def _is_regular(path: Path) -> bool:
+    """A regular file, not through a link."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def read_host(folder: Path, expect_meta: bool = False) -> HostCollection:
+    """One host's outputs. ``expect_meta``: the folder belongs to a run directory we wrote, so a
+    missing ``_host.json`` means the run was killed while writing it (incomplete, an ERROR)."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return _read_host_fd(fd, Path(folder).name, expect_meta)
+    finally:
+        os.close(fd)
+
+
+def _read_host_fd(folder: int, host: str, expect_meta: bool) -> HostCollection:
+    """``read_host`` of an open host folder: every file is opened relative to it (``openat``), so the
+    folder cannot be swapped for a link while it is read, and no path is walked per file."""
+    rel = f"raw/{host}"
+    names = set(os.listdir(folder))
+    problem = None
+    meta: dict[str, Any] = {}
+    if HOST_META in names:
+        meta, problem = _host_meta(folder, rel)
+    elif expect_meta:
+        problem = f"{rel}/ has no {HOST_META}: the run was killed while writing this host (incomplete)"
+    flags = meta.get("commands", {})
+    results = {cid: _command(folder, rel, host, cid, names, flags.get(cid, {}))
+               for cid in sorted(n[:-4] for n in names if n.endswith(".out") and len(n) > 4)}
+    for cid, f in flags.items():  # commands that never produced output (host unreachable, deadline, not run)
+        if cid not in results and isinstance(f, Mapping) and (f.get("transport_error") or f.get("not_run")):
+            results[cid] = CommandResult(host=host, command_id=cid, timed_out=bool(f.get("timed_out")),
+                                         transport_error=_text(f.get("transport_error")),
+                                         not_run=_text(f.get("not_run")), timeout_s=_seconds(f.get("timeout_s")))
+    error = meta.get("transport_error") or problem
+    if not results and error is None:
+        error = f"no collected output in {rel}/ (no <command_id>.out files)"
+    return HostCollection(host=host, results=results, transport_error=error, busy=bool(meta.get("busy", False)),
+                          duration_s=float(meta.get("duration_s") or 0.0),
+                          collected_at=meta.get("collected_at") or "")
+
+
+def read_bundle_host(raw: Path, name: str, expect_meta: bool = False) -> HostCollection:
+    """One host folder of a bundle's raw/, read lazily (replay grading): a linked folder is refused,
+    never followed."""
+    try:
+        fd = os.open(Path(raw) / name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
+            raise
+        return _refused_host(name, f"refused raw/{name}: is a symbolic link or not a folder "
+                                   "(links in a bundle are never followed)")
+    try:
+        return _read_host_fd(fd, name, expect_meta)
+    finally:
+        os.close(fd)
+
+
+def written_by_a_run(path: Path) -> bool:
+    """The manifest of a run directory written by ``healthcheck run`` (not a hand-made bundle's)."""
+    return _written_by_a_run(Path(path))
+
+
+def _refused_host(name: str, why: str) -> HostCollection:
+    return HostCollection(host=name, results={}, transport_error=f"refused raw/{name}: {why}")
+
+
+def _raw_folder(path: Path) -> Path:
+    raw = path / "raw"
+    if os.path.lexists(raw):
+        if raw.is_symlink() or not raw.is_dir():
+            raise RunDirError(f"{raw} is a symbolic link or not a folder (links in a bundle are never followed)")
+        return raw
+    if not path.is_dir():
+        raise RunDirError(f"{path} is not a run directory or capture bundle (no raw/ folder)")
+    subdirs = [e for e in _entries(path).values() if e.is_dir(follow_symlinks=False)]
+    if any(name.endswith(".out") for d in subdirs for name in _entries(Path(d.path))):
+        return path  # a hand-made bundle of <host>/<command_id>.out folders
+    runs = sorted(d.name for d in subdirs if (Path(d.path) / "raw").is_dir())
+    if runs:
+        raise RunDirError(f"{path} holds run directories, not one run: replay one of them, e.g. {path / runs[-1]}")
+    raise RunDirError(f"{path} is not a run directory or capture bundle (no raw/<host>/<command_id>.out files)")
+
+
+def _written_by_a_run(path: Path) -> bool:
+    """The manifest of a run directory written by ``healthcheck run`` (not a hand-made bundle's)."""
+    try:
+        manifest = json.loads(read_regular(path / "manifest.json")[0].decode("utf-8"))
+    except (BundleFileError, UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    return isinstance(manifest, dict) and "healthcheck_version" in manifest
+
+
+def read_bundle(path: Path) -> dict[str, HostCollection]:
+    """Every host under ``path/raw`` (or ``path`` itself when its folders hold ``*.out`` files)."""
+    path = Path(path)
+    raw = _raw_folder(path)
+    ours = _written_by_a_run(path)
+    hosts: dict[str, HostCollection] = {}
+    for name, entry in sorted(_entries(raw).items()):
+        if name.startswith((".", "_")):
+            continue  # .partial-* (a host being written when the run was killed), _jobs, _telemetry
+        if entry.is_symlink():
+            hosts[name] = _refused_host(name, "is a symbolic link (links in a bundle are never followed)")
+        elif entry.is_dir(follow_symlinks=False):
+            problem = host_name_problem(name)
+            hosts[name] = _refused_host(name, problem) if problem else read_host(Path(entry.path), ours)
+    if not hosts:
+        raise RunDirError(f"{raw} holds no host folders")
+    return hosts
+
+
+def read_manifest_hosts(bundle: Path) -> list[Host] | None:
+    """The hosts listed by the bundle's ``manifest.json`` (None without one); a malformed manifest
+    raises ``RunDirError`` naming the file and the entry."""
+    path = Path(bundle) / "manifest.json"
+    if not os.path.lexists(path):
+        return None
+    try:
+        listed = json.loads(read_regular(path)[0].decode("utf-8")).get("hosts", [])
+    except (BundleFileError, UnicodeDecodeError, ValueError, RecursionError, AttributeError) as exc:
+        raise RunDirError(f"{path}: not a readable manifest: {exc or 'not a JSON object'}") from None
+    if not isinstance(listed, list):
+        raise RunDirError(f"{path}: 'hosts' is not a list")
+    hosts = []
+    for index, entry in enumerate(listed):
+        where = f"{path}: hosts[{index}]"
+        if not isinstance(entry, dict):
+            raise RunDirError(f"{where} is not an object")
+        problem = host_name_problem(entry.get("name")) or (
+            f"unknown keys {sorted(set(entry) - _HOST_FIELDS)}" if set(entry) - _HOST_FIELDS else None)
+        problem = problem or next((f"{k} {entry[k]!r} is not a string" for k in
+                                   ("address", "user", "profile", "group", "transport")
+                                   if not isinstance(entry.get(k), str | type(None))), None)
+        if problem is None and not (entry.get("port") is None or (isinstance(entry["port"], int)
+                                                                  and not isinstance(entry["port"], bool))):
+            problem = f"port {entry['port']!r} is not a number"
+        if problem is None and not isinstance(entry.get("vars") or {}, dict):
+            problem = "vars is not an object"
+        if problem is not None:
+            raise RunDirError(f"{where}: {problem}")
+        hosts.append(Host(**{**entry, "vars": entry.get("vars") or {},
+                             "transport": entry.get("transport") or "ssh"}))
+    return hosts
+
+
+def validate_bundle(path: Path) -> Path:
+    """The raw/ folder of a run directory or bundle, or ``RunDirError`` (a usage error) for what is not
+    one: a parent folder of runs, a linked raw/, a folder without ``<host>/<command_id>.out`` files."""
+    return _raw_folder(Path(path))
+
+
+def copy_bundle_rest(bundle: Path, run_dir: Path, only: Callable[[str], bool] | None = None) -> list[str]:
+    """Copy what a replay did not write itself (benchmark jobs, unlisted hosts; with ``only``, just the
+    raw/ entries it accepts) from the bundle's raw/ into the new run's raw/: real folders and regular
+    files only, links never followed. Returns what was refused, as ``raw/<path>: why``."""
+    source = Path(bundle) / "raw"
+    if not source.is_dir() or source.is_symlink():
+        return []
+    return copy_raw_folder(source, run_dir, only)
+
+
+def copy_raw_folder(source: Path, run_dir: Path, only: Callable[[str], bool] | None = None) -> list[str]:
+    """Copy the entries of a bundle's raw folder ``source`` (``rundir.raw_dir``, a reference already
+    checked) into ``run_dir/raw`` as ``copy_bundle_rest`` does; a ``_source.json`` is never copied."""
+    refused: list[str] = []
+    for name, entry in sorted(_entries(source).items()):
+        if name.startswith(".") or name == RAW_SOURCE or (only is not None and not only(name)):
+            continue  # tested before the target: a replay of 10,000 hosts copies a few _ entries, no host
+        target = Path(run_dir) / "raw" / name
+        if not os.path.lexists(target):
+            _copy_tree(Path(entry.path), target, f"raw/{name}", refused, depth=0)
+    return refused
+
+
+def _copy_tree(src: Path, dst: Path, rel: str, refused: list[str], depth: int) -> None:
+    if src.is_symlink():
+        refused.append(f"{rel}: a symbolic link, not followed")
+        return
+    if src.is_dir():
+        if depth > 8:
+            refused.append(f"{rel}: nested too deep")
+            return
+        dst.mkdir()
+        for name, entry in sorted(_entries(src).items()):
+            _copy_tree(Path(entry.path), dst / name, f"{rel}/{name}", refused, depth + 1)
+        return
+    try:
+        data, cut = read_regular(src)
+    except BundleFileError as exc:
+        refused.append(f"{rel}: {exc}")
+        return
+    dst.write_bytes(data)
+    if cut:
+        refused.append(f"{rel}: cut at {MAX_FILE_BYTES} bytes")
