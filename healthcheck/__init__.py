@@ -2,17 +2,10 @@
 
     healthcheck run -i inventories/example.yaml --out runs/
 
-One import namespace. An installed wheel holds ``healthcheck.probes``, ``healthcheck.benchmarks``,
-``healthcheck.reports`` and ``healthcheck.inventories`` inside this package (pyproject's
-``package-dir`` maps the repository's top-level ``probes/``, ``benchmarks/``, ``reports/`` and
-``inventories/`` folders there). In a source checkout those folders sit beside this one, so the
-checkout root is added to this package's search path: ``healthcheck.probes.gpu`` is ``probes/gpu.py``.
+One import namespace. The plug-in folders ``probes/``, ``benchmarks/``, ``reports/`` and the data folder
+``inventories/`` sit at the top of the repository and are this package's subpackages
+(``healthcheck.probes.gpu`` is ``probes/gpu.py``): in a checkout through the links ``healthcheck/probes``
+etc., in a wheel as real folders (pyproject's ``package-dir``). docs/architecture.md draws the layers.
 """
 
-from pathlib import Path as _Path
-
 __version__ = "0.1.0"
-
-_CHECKOUT = _Path(__file__).resolve().parent.parent
-if (_CHECKOUT / "pyproject.toml").is_file() and (_CHECKOUT / "probes" / "__init__.py").is_file():
-    __path__.append(str(_CHECKOUT))  # type: ignore[name-defined]
