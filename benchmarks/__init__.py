@@ -8,7 +8,7 @@
 
 A benchmark module calls ``register(BenchmarkSpec(...))`` at import; a duplicate name raises.
 Planning (``benchmarks.plan``), launching (``benchmarks.launch``), execution and replay
-(``benchmarks.run``) and pair attribution (``benchmarks.attribution``) are shared by all of them.
+(``healthcheck.run.benchmarks``) and pair attribution (``benchmarks.attribution``) are shared by all of them.
 """
 
 from __future__ import annotations
@@ -74,6 +74,9 @@ class BenchmarkSpec:
     parse: Callable[[str], Any]
     evaluate: Callable[[Any, Any, BenchContext], list[Finding]]
     metric: Callable[[Any], float | None] = lambda result: None
+    # what the reports draw of one job, from its result in JSON form ({"busbw": [[size, GB/s], ...]}), kept
+    # in the job's record so that no report parses raw output; empty when the tool has nothing to draw
+    series: Callable[[Any], Mapping[str, Any]] = lambda result: {}
     fleet: Callable[[Sequence[tuple[Any, Any]], BenchContext], list[Finding]] | None = None
     # "direct": the program runs as is on the job's (single) node, no mpirun/srun (sdc); None: the launcher
     launcher: str | None = None

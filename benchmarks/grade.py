@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from healthcheck import benchmarks
 from healthcheck.benchmarks import BenchContext, BenchmarkSpec
 from healthcheck.benchmarks.attribution import (
     NodeBlame,
@@ -29,8 +30,6 @@ from healthcheck.benchmarks.attribution import (
 )
 from healthcheck.benchmarks.launch import TIMEOUT_EXIT_CODES, merge_launcher_settings, parse_launcher_errors
 from healthcheck.benchmarks.plan import Job
-
-from healthcheck import benchmarks
 from healthcheck.core.model import Finding, Host, Status, worst
 from healthcheck.core.profiles import EMPTY_PROFILE, Profile
 from healthcheck.core.spec import ParseError
@@ -162,8 +161,10 @@ def grade_outcomes(outcomes: Sequence[JobOutcome], hosts: Sequence[Host], profil
                    "rail": job.rail, "retest_of": job.retest_of, "rc": outcome.rc,
                    "duration_s": round(outcome.duration_s, 3),
                    "metric": _metric(spec, parsed),
-                   "status": worst((f.status for f in findings), default=Status.ERROR).value,
-                   "result": to_jsonable(parsed) if parsed is not None and options.get("keep_parsed") else None}
+                   "status": worst((f.status for f in findings), default=Status.ERROR).value}
+        series = spec.series(to_jsonable(parsed)) if parsed is not None else {}
+        if series:
+            summary["series"] = dict(series)
         for h in job.hosts:
             observations.setdefault(h, {"benchmarks": {}})["benchmarks"].setdefault(job.benchmark, []).append(summary)
     findings: list[Finding] = []

@@ -24,7 +24,6 @@ from healthcheck.benchmarks import BenchContext, BenchmarkSpec, Program, bench_s
 from healthcheck.benchmarks.bands import band_finding
 from healthcheck.benchmarks.launch import LauncherError, parse_launcher_errors
 from healthcheck.benchmarks.plan import Job
-
 from healthcheck.core.model import Finding, Status
 from healthcheck.core.profiles import Profile
 from healthcheck.core.spec import ParseError
@@ -196,6 +195,23 @@ def imb_metric(result: ImbResult) -> float | None:
     return section.max_bandwidth_gbps if section else None
 
 
+def imb_series(result: Any) -> dict[str, Any]:
+    """What the report shows of one job (JSON form of the parsed IMB result): ``latency_us``, the
+    small-message PingPong latency (smallest #bytes with a time)."""
+    sections = result.get("sections") if isinstance(result, Mapping) else None
+    for section in sections if isinstance(sections, list) else ():
+        if isinstance(section, Mapping) and str(section.get("benchmark", "")).lower() == "pingpong":
+            timed = [r for r in section.get("rows") or [] if isinstance(r, Mapping) and _json_number(r.get("t_usec"))]
+            if timed:
+                latency = _json_number(min(timed, key=lambda r: r.get("bytes") or 0)["t_usec"])
+                return {"latency_us": latency} if latency is not None else {}
+    return {}
+
+
+def _json_number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
 SPEC = register(BenchmarkSpec(
     name="imb",
     description="IMB-MPI1 between node pairs: small-message latency and peak bandwidth against the profile",
@@ -206,4 +222,5 @@ SPEC = register(BenchmarkSpec(
     parse=parse_imb,
     evaluate=evaluate_imb,
     metric=imb_metric,
+    series=imb_series,
 ))

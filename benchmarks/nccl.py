@@ -30,7 +30,6 @@ from healthcheck.benchmarks.bands import band_finding
 from healthcheck.benchmarks.launch import LauncherError, parse_launcher_errors
 from healthcheck.benchmarks.nccl_transport import NcclTransport, evaluate_nccl_transport, parse_nccl_transport
 from healthcheck.benchmarks.plan import Job
-
 from healthcheck.core.grading import fleet_outliers
 from healthcheck.core.model import Finding, Status
 from healthcheck.core.profiles import Profile
@@ -480,6 +479,24 @@ def nccl_metric(result: NcclTestResult) -> float | None:
     return None if metric is None or not math.isfinite(metric[0]) else metric[0]
 
 
+def nccl_series(result: Any) -> dict[str, Any]:
+    """What the report draws of one job (JSON form of ``NcclTestResult``): ``busbw``, a list of
+    [size_bytes, busbw_gbps], the best of out-of-place and in-place per message size."""
+    rows = result.get("rows") if isinstance(result, Mapping) else None
+    points = []
+    for r in rows if isinstance(rows, list) else ():
+        size = _json_number(r.get("size_bytes")) if isinstance(r, Mapping) else None
+        values = [v for k in ("oop_busbw_gbps", "ip_busbw_gbps", "busbw_gbps")
+                  if isinstance(r, Mapping) and (v := _json_number(r.get(k))) is not None]
+        if size and values:
+            points.append((size, max(values)))
+    return {"busbw": [list(p) for p in sorted(points)]} if points else {}
+
+
+def _json_number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
 SPEC = register(BenchmarkSpec(
     name="nccl",
     description="nccl-tests (*_perf): #wrong/out-of-bounds, rank count, busbw per shape against bands",
@@ -490,5 +507,6 @@ SPEC = register(BenchmarkSpec(
     parse=parse_nccl_tests,
     evaluate=evaluate_nccl,
     metric=nccl_metric,
+    series=nccl_series,
     fleet=fleet_nccl,
 ))

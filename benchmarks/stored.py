@@ -19,12 +19,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from healthcheck import benchmarks
 from healthcheck.benchmarks.grade import JobOutcome
 from healthcheck.benchmarks.plan import Job
-
-from healthcheck import benchmarks
-from healthcheck.inventory.hosts import host_name_problem
-from healthcheck.store.bundle import BundleFileError, read_regular
+from healthcheck.core.hostnames import host_name_problem
+from healthcheck.store.safeio import BundleFileError, read_regular
 
 JOBS_DIR = Path("raw") / "_jobs"
 _ID = re.compile(r"^(?P<bench>[a-z]+)-(?P<test>.+?)-(?P<shape>node|pair|rail|cluster|retest)-(?P<rest>.+)$")

@@ -9,7 +9,7 @@ installed and nv-hostengine answers, else a loop of ``nvidia-smi --query-gpu=...
 the same quantities (no XID, PCIe replay or NVLink counters there), else a ``none`` marker that
 becomes SKIP with the reason. Options: ``dcgm_field_ids`` (list or comma string; default
 ``DEFAULT_FIELD_IDS``), ``dcgm_fields_samples`` (5) and ``dcgm_fields_interval_ms`` (1000). The
-same script, with a stop file, samples under benchmark load (``benchmarks/telemetry.py``).
+same script, with a stop file, samples under benchmark load (``healthcheck/run/telemetry.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from healthcheck.core.model import CommandResult, Finding, Status
+from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 from healthcheck.probes import register
 from healthcheck.probes.dcgm import dcgm_unavailable
 from healthcheck.probes.dcgm_fields_eval import GpuSummary, evaluate_summaries, summarize, window_s
@@ -31,9 +33,6 @@ from healthcheck.probes.dmon_parse import (
     parse_field_samples,
     parse_nvidia_smi_dmon,
 )
-
-from healthcheck.core.model import CommandResult, Finding, Status
-from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 
 COMMAND_ID = "dcgmi-dmon"
 SAMPLES, INTERVAL_MS = 5, 1000

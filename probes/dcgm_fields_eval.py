@@ -5,7 +5,7 @@
                        where="at rest", window_s=4.0)
 
 Shared by the at-rest probe (``probes/dcgm_fields.py``, checks ``dcgm_fields.*``) and the
-under-load telemetry (``benchmarks/telemetry.py``, checks ``telemetry.*``); both read the profile's
+under-load telemetry (``healthcheck/run/telemetry.py``, checks ``telemetry.*``); both read the profile's
 ``dcgm_fields.*`` expectations. A check whose quantity was not sampled gives one SKIP saying so;
 a check without an expectation gives SKIP; GPUs that pass are folded into one node-level PASS,
 every GPU that does not gets its own finding.
@@ -18,11 +18,10 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from healthcheck.probes.dmon_parse import FieldSample, FieldTable
-
 from healthcheck.core.grading import finding_from_expectation
 from healthcheck.core.model import Finding, Status
 from healthcheck.core.profiles import Expectation, Profile
+from healthcheck.probes.dmon_parse import FieldSample, FieldTable
 
 # NVML clocks event reason bits (nvmlClocksEventReason*, nvml.h in github.com/NVIDIA/DCGM sdk/nvidia/nvml).
 REASON_BITS = {"sw_power_cap": 0x4, "hw_slowdown": 0x8, "sw_thermal": 0x20, "hw_thermal": 0x40,

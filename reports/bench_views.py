@@ -39,7 +39,7 @@ class Job:
     metric: float | None
     status: str = ""
     rail: str | None = None
-    result: Any = None
+    series: Mapping[str, Any] = field(default_factory=dict)  # what the job record keeps for the charts
 
 
 @dataclass(frozen=True)
@@ -97,49 +97,16 @@ def jobs(digest: RunDigest) -> list[Job]:
                         job_id=str(s["job_id"]), benchmark=str(bench), test=str(s.get("test") or bench),
                         shape=str(s.get("shape") or ""), hosts=tuple(str(h) for h in s.get("hosts") or ()),
                         metric=_number(s.get("metric")), status=str(s.get("status") or ""),
-                        rail=s.get("rail"), result=s.get("result"))
+                        rail=s.get("rail"),
+                        series=s["series"] if isinstance(s.get("series"), Mapping) else {})
     return list(seen.values())
 
 
-def parsed_result(digest: RunDigest, job: Job) -> Any:
-    """The job's parsed result as JSON: kept in results.json, or parsed from its raw output."""
-    if job.result is not None:
-        return job.result
-    path = digest.run_dir / "raw" / "_jobs" / f"{job.job_id}.out"
-    if "/" in job.job_id or not path.is_file():
-        return None
-    try:
-        from healthcheck import benchmarks
-        from healthcheck.store.jsoncodec import to_jsonable
-
-        spec = benchmarks.get(job.benchmark)
-        return to_jsonable(spec.parse(path.read_bytes().decode("utf-8", errors="replace")))
-    except Exception:  # an unknown benchmark or output its parser rejects: the grading said so already
-        return None
-
-
-def busbw_points(result: Any) -> tuple[tuple[float, float], ...]:
-    """(size_bytes, busbw_gbps) of nccl-tests rows, the best of out-of-place and in-place."""
-    rows = result.get("rows") if isinstance(result, Mapping) else None
-    points = []
-    for r in rows if isinstance(rows, list) else ():
-        size = _number(r.get("size_bytes")) if isinstance(r, Mapping) else None
-        values = [v for k in ("oop_busbw_gbps", "ip_busbw_gbps", "busbw_gbps")
-                  if isinstance(r, Mapping) and (v := _number(r.get(k))) is not None]
-        if size and values:
-            points.append((size, max(values)))
-    return tuple(sorted(points))
-
-
-def imb_latency_us(result: Any) -> float | None:
-    """Small-message PingPong latency from a parsed IMB result (smallest #bytes with a time)."""
-    sections = result.get("sections") if isinstance(result, Mapping) else None
-    for section in sections if isinstance(sections, list) else ():
-        if isinstance(section, Mapping) and str(section.get("benchmark", "")).lower() == "pingpong":
-            timed = [r for r in section.get("rows") or [] if isinstance(r, Mapping) and _number(r.get("t_usec"))]
-            if timed:
-                return _number(min(timed, key=lambda r: r.get("bytes") or 0)["t_usec"])
-    return None
+def _points(raw: Any) -> tuple[tuple[float, float], ...]:
+    """(size_bytes, busbw_gbps) pairs of a job record's ``busbw`` series; anything malformed is left out."""
+    pairs = [(_number(p[0]), _number(p[1])) for p in raw if isinstance(p, list | tuple) and len(p) == 2] \
+        if isinstance(raw, list) else []
+    return tuple(sorted((x, y) for x, y in pairs if x is not None and y is not None))
 
 
 def busbw_check(test: str, shape: str = "node") -> str:
@@ -162,7 +129,7 @@ def _curves(digest: RunDigest, views: BenchViews, node_jobs: Iterable[Job]) -> N
     for test, items in by_test.items():
         drawn = sorted(items, key=lambda j: (j.metric is None, j.metric or 0.0))[:MAX_CURVES]
         for job in drawn:
-            points = busbw_points(parsed_result(digest, job))
+            points = _points(job.series.get("busbw"))
             if len(points) >= 2:
                 views.curves.setdefault(test, []).append(
                     Curve(job.hosts[0], test, points, job.metric or max(y for _, y in points)))
@@ -184,7 +151,7 @@ def _bench_views(digest: RunDigest) -> BenchViews:
             source = f"{job.benchmark} {job.test}" + (f" rail {job.rail}" if job.rail else "")
             if job.metric is not None:
                 views.pairs.append(PairValue(*job.hosts, _pair_metric(job), job.metric, source))
-            if job.benchmark == "imb" and (lat := imb_latency_us(parsed_result(digest, job))) is not None:
+            if (lat := _number(job.series.get("latency_us"))) is not None:
                 views.pairs.append(PairValue(*job.hosts, "latency_us", lat, source))
     for check, found in digest.index.by_check.items():
         if check.split(".", 1)[0] in ("nccl", "hpl", "imb", "osu"):  # the first finding with a band, per check

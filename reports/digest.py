@@ -22,9 +22,9 @@ from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
 from ClusterShell.RangeSet import RangeSet
-from healthcheck.reports.findings_index import BAD, FindingIndex, HostTally, index_findings
 
 from healthcheck.core.model import Finding, Status
+from healthcheck.reports.findings_index import BAD, FindingIndex, HostTally, index_findings
 from healthcheck.store.observation_store import read_observations
 from healthcheck.store.results import HostResult, RunResults, load_results, run_verdict
 from healthcheck.store.rundir import RunDirError, raw_dir
@@ -196,7 +196,7 @@ class RunDigest:
             raw = self.memo("raw_dir", lambda: raw_dir(self.run_dir))
         except RunDirError:
             return None
-        from healthcheck.store.bundle import BundleFileError, read_regular  # a referenced bundle is untrusted input
+        from healthcheck.store.safeio import BundleFileError, read_regular  # a referenced bundle is untrusted input
 
         for path in (raw / host / f"{command_id}.out", raw / "_jobs" / f"{command_id}.out"):
             if host.startswith(".") or "/" in host or path.parent.is_symlink():

@@ -23,6 +23,11 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping
 from typing import Any
 
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup, escape
+
+from healthcheck.core.model import Status
+from healthcheck.core.textsafe import has_unsafe, printable
 from healthcheck.reports import ReporterSpec, register
 from healthcheck.reports.bench_views import bench_views, busbw_check
 from healthcheck.reports.charts import Series, bar_chart, heatmap, line_chart, sparkline, strip_chart
@@ -31,12 +36,7 @@ from healthcheck.reports.digest import BAD, RunDigest, fold, margin, split_sourc
 from healthcheck.reports.field_views import field_context
 from healthcheck.reports.findings_index import STATUS_RANK
 from healthcheck.reports.fleet import version_rows
-from healthcheck.reports.panels import host_panels
-from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
-from markupsafe import Markup, escape
-
-from healthcheck.core.model import Status
-from healthcheck.core.textsafe import has_unsafe, printable
+from healthcheck.reports.host_panels import host_panels
 from healthcheck.store.jsoncodec import dumps
 from healthcheck.store.results import HostResult
 

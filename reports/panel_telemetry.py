@@ -3,7 +3,7 @@
     panels.host_panels({"telemetry": {"jobs": [...]}, "dcgm_fields": {...}})
     # -> [Panel("telemetry under load (1 job)", ...), Panel("DCGM fields at rest (8 GPUs)", ...)]
 
-``telemetry`` observations come from ``benchmarks.telemetry.job_view`` (thinned series
+``telemetry`` observations come from ``run.telemetry.job_view`` (thinned series
 ``[t_s, gpu_temp_c, power_w, sm_clock_mhz]`` per GPU, ``limits``, ``gpus`` summaries);
 ``dcgm_fields`` from ``probes.dcgm_fields.FieldsObservation``. Each chart is a small inline SVG, one
 line per GPU, the limit drawn as a dashed red line, GPUs that throttled in red; every label is escaped.
@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from markupsafe import Markup, escape
+
 from healthcheck.reports.metrics import number as _num
 from healthcheck.reports.panels import Panel, Table, _records, panel
-from markupsafe import Markup, escape
 
 TABLE = "panels/table.html.j2"
 W, H, PAD_L, PAD_B, PAD_T = 260, 96, 34, 14, 6

@@ -49,15 +49,15 @@ class Panel:
 
 
 Renderer = Callable[[Any], "Panel | None"]
-_PANELS: dict[str, Renderer] = {}
+PANELS: dict[str, Renderer] = {}
 
 
 def panel(probe: str) -> Callable[[Renderer], Renderer]:
     """Register the renderer of ``probe``'s observations (a duplicate name raises)."""
     def deco(fn: Renderer) -> Renderer:
-        if probe in _PANELS:
+        if probe in PANELS:
             raise KeyError(f"panel for {probe!r} registered twice")
-        _PANELS[probe] = fn
+        PANELS[probe] = fn
         return fn
     return deco
 
@@ -135,24 +135,3 @@ def generic_panel(probe: str, obs: Any) -> Panel | None:
     records = _records(obs, *(obs.keys() if isinstance(obs, Mapping) else ()))
     table = record_table(records) if records else (scalars_table(obs) if isinstance(obs, Mapping) else None)
     return Panel(title=probe, template="panels/table.html.j2", view=table) if table else None
-
-
-def host_panels(observations: Mapping[str, Any]) -> list[Panel]:
-    """The panels of one host, in probe-name order; a renderer that raises is shown as a note."""
-    import healthcheck.reports.builtin_panels  # noqa: F401  (registers the built-in renderers)
-    from healthcheck.reports import panel_telemetry  # noqa: F401  (registers the telemetry and dcgm_fields charts)
-
-    out: list[Panel] = []
-    for probe in sorted(observations, key=lambda p: (ORDER.index(p) if p in ORDER else len(ORDER), p)):
-        obs = observations[probe]
-        if obs in (None, {}, []):
-            continue
-        fn = _PANELS.get(probe)
-        try:
-            built = fn(obs) if fn else generic_panel(probe, obs)
-        except Exception as exc:  # a malformed observation must not break the whole report
-            built = Panel(title=probe, template="panels/note.html.j2", view=None,
-                          note=f"cannot render {probe} observations: {type(exc).__name__}: {exc}")
-        if built is not None:
-            out.append(built)
-    return out

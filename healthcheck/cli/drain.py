@@ -23,7 +23,8 @@ import click
 from healthcheck.cli.options import command_line_flag
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.model import Host, Status
-from healthcheck.inventory.hosts import Inventory, InventoryError, load_inventory
+from healthcheck.inventory.hosts import Inventory, InventoryError
+from healthcheck.inventory.load import load_inventory
 from healthcheck.ops.drain import ADVISORY_CHECKS, DrainPlan, DrainPolicy, plan_drain, with_fleet_state
 from healthcheck.ops.schedulers import Action, NodeRef, get_scheduler
 from healthcheck.ops.schedulers.controller import Controller, apply_actions, read_states

@@ -36,7 +36,8 @@ from healthcheck.cli.options import (
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.profiles import ProfileError
 from healthcheck.core.verdicts import run_exit_status
-from healthcheck.inventory.hosts import InventoryError, load_inventory
+from healthcheck.inventory.hosts import InventoryError
+from healthcheck.inventory.load import load_inventory
 from healthcheck.run.interrupt import exit_status
 from healthcheck.run.pipeline import NothingToRerunError, execute_run, render_reports
 from healthcheck.store.recover import load_or_rebuild

@@ -18,11 +18,28 @@ says Down while it carries traffic), the finding states both and is graded by th
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Protocol
 
 from healthcheck.core.model import Finding, Status, host_verdict, is_evidence
-from healthcheck.store.results import HostResult, RunResults
 
 CHECK = "host.checked"
+
+
+class HostResult(Protocol):
+    """What the rules read of one host's result (``store.results.HostResult`` is one)."""
+
+    findings: list[Finding]
+
+    @property
+    def verdict(self) -> Status: ...
+
+
+class RunResults(Protocol):
+    """What the rules read of a run's results (``store.results.RunResults`` is one)."""
+
+    @property
+    def hosts(self) -> Mapping[str, HostResult]: ...
+
 PASSING = (Status.PASS, Status.WARN)
 
 

@@ -26,13 +26,12 @@ import difflib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import yaml
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
 from healthcheck.core.defaults import DEFAULTS
+from healthcheck.core.hostnames import host_name_problem
 from healthcheck.core.model import Host
 
 TOP_KEYS = ("defaults", "groups", "hosts", "controller")
@@ -40,7 +39,6 @@ GROUP_KEYS = ("hosts", "vars")
 KNOWN_VARS = ("address", "user", "port", "profile", "transport", "slurm_node", "k8s_node", "benchmarks",
               "xid_ignore", "mounts", "services", "extra")
 TRANSPORTS = ("ssh", "local", "slurm")
-MAX_NAME_LEN = 253  # a DNS name; it also names the host's folder in the run directory (255 bytes at most)
 
 
 def _str(v: Any) -> bool:
@@ -141,20 +139,6 @@ def expand_hostlist(expr: Any, where: str, max_hosts: int = DEFAULTS.max_hosts) 
     return names
 
 
-def host_name_problem(name: Any) -> str | None:
-    """Why ``name`` cannot be a host name (it names a folder in the run directory and reaches ssh),
-    or None when it is fine."""
-    if not isinstance(name, str) or not name:
-        return f"host name {name!r} is not a non-empty string"
-    if len(name) > MAX_NAME_LEN or len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_LEN:
-        return f"host name {name[:40]!r}... is {len(name)} characters long (at most {MAX_NAME_LEN})"
-    if name.startswith((".", "-", "_")) or "/" in name or any(c.isspace() or ord(c) < 32 or ord(c) == 127
-                                                             for c in name):
-        return (f"host name {name!r} is not usable (no '/', whitespace, control characters, "
-                "or leading '.', '-' or '_')")
-    return None
-
-
 def check_host_names(names: Sequence[Any], where: str) -> None:
     """Every name usable, else one ``InventoryError`` naming the first bad one (before any connection)."""
     for name in names:
@@ -231,11 +215,11 @@ def parse_inventory(raw: Any, path: str, known_profiles: Sequence[str] | None = 
     if not placed:
         raise InventoryError(f"{path}: defines no hosts")
     hosts = tuple(_make_host(n, g, v) for n, (g, v) in placed.items())
-    return _check_profiles(Inventory(path=path, hosts=hosts, controller=raw.get("controller"), groups=groups),
+    return check_profiles(Inventory(path=path, hosts=hosts, controller=raw.get("controller"), groups=groups),
                            known_profiles)
 
 
-def _check_profiles(inv: Inventory, known_profiles: Sequence[str] | None) -> Inventory:
+def check_profiles(inv: Inventory, known_profiles: Sequence[str] | None) -> Inventory:
     if known_profiles is not None:
         for h in inv.hosts:
             if h.profile is not None and h.profile not in known_profiles:
@@ -243,75 +227,6 @@ def _check_profiles(inv: Inventory, known_profiles: Sequence[str] | None) -> Inv
                 raise InventoryError(f"{inv.path}: host {h.name!r} has unknown profile {h.profile!r}"
                                      + (f" (did you mean {hint[0]!r}?)" if hint else ""))
     return inv
-
-
-class _LimitError(Exception):
-    pass
-
-
-class _BoundedLoader(yaml.SafeLoader):
-    """SafeLoader with bounds: nesting depth, and the number of values once aliases are expanded
-    (a few hundred bytes of nested ``*ref`` lists otherwise expand to 10^8 values in the manifest
-    and the report)."""
-
-    depth = 0
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        self.depth += 1
-        try:
-            if self.depth > DEFAULTS.inventory_max_depth:
-                raise _LimitError(f"YAML nested deeper than {DEFAULTS.inventory_max_depth} levels")
-            return super().compose_node(parent, index)
-        finally:
-            self.depth -= 1
-
-    def compose_document(self) -> Any:
-        node = super().compose_document()
-        sizes: dict[int, int] = {}
-
-        def expanded(n: yaml.Node) -> int:  # depth is bounded above, so recursion is too
-            if id(n) not in sizes:
-                children = n.value if isinstance(n.value, list) else []
-                flat = [c for pair in children for c in pair] if isinstance(n, yaml.MappingNode) else children
-                sizes[id(n)] = 1 + sum(expanded(c) for c in flat)
-                if sizes[id(n)] > DEFAULTS.inventory_max_values:
-                    raise _LimitError(f"YAML expands to more than {DEFAULTS.inventory_max_values} values "
-                                      "(aliases included): an alias bomb?")
-            return sizes[id(n)]
-
-        if node is not None:
-            expanded(node)
-        return node
-
-
-def load_inventory(path: Path, known_profiles: Sequence[str] | None = None,
-                   max_hosts: int = DEFAULTS.max_hosts) -> Inventory:
-    """Our YAML, or an Ansible inventory (``--list`` JSON, INI/YAML files: ``inventory_ansible``);
-    every problem is one ``InventoryError`` naming the file."""
-    from healthcheck.inventory.ansible import is_ours, load_ansible_inventory
-
-    path = Path(path)
-    if path.is_dir():
-        raise InventoryError(f"inventory {path} is a directory, not a YAML file")
-    try:
-        if path.stat().st_size > DEFAULTS.inventory_max_bytes:
-            raise InventoryError(f"inventory {path} is larger than {DEFAULTS.inventory_max_bytes} bytes")
-        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_BoundedLoader)  # a SafeLoader subclass
-    except FileNotFoundError as exc:
-        raise InventoryError(f"inventory {path} does not exist") from exc
-    except _LimitError as exc:
-        raise InventoryError(f"{path}: {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise InventoryError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
-    except OSError as exc:
-        raise InventoryError(f"inventory {path} cannot be read: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        if path.suffix in (".yaml", ".yml", ".json"):
-            raise InventoryError(f"{path}: not valid YAML: {exc}") from exc
-        raw = None  # an INI file: Ansible's format
-    if not is_ours(raw):
-        return _check_profiles(load_ansible_inventory(path, raw), known_profiles)
-    return parse_inventory(raw, str(path), known_profiles, max_hosts)
 
 
 check_host_vars = _check_vars  # host vars from other inventory sources are checked the same way

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.model import Finding, Status
 from healthcheck.store.results import RunResults
+from healthcheck.transport.slurm_nodes import REASON_PREFIX
 
-REASON_PREFIX = "healthcheck:"
 REASON_MAX_CHARS = 160
 BAD = frozenset({Status.WARN, Status.ERROR, Status.FAIL})
 ADVISORY_CHECKS = ("fleet.*",)

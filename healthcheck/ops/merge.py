@@ -34,10 +34,10 @@ from typing import Any
 
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.profiles import available_profiles
-from healthcheck.inventory.hosts import load_inventory
+from healthcheck.inventory.load import load_inventory
 from healthcheck.run.pipeline import RunOptions, RunOutcome, execute_run
-from healthcheck.store.bundle import BundleFileError, read_regular
 from healthcheck.store.rundir import HOST_META, RAW_SOURCE, write_json
+from healthcheck.store.safeio import BundleFileError, read_regular
 
 PREFER = ("newest", "newest-reachable", "last")
 HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")

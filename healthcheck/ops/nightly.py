@@ -45,9 +45,10 @@ from typing import Any
 
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.model import Finding
-from healthcheck.ops.assetdiff import AssetChange, diff_assets, stale_counter_keys
+from healthcheck.ops.assetdiff import diff_assets, stale_counter_keys
 from healthcheck.ops.history import RUNS_DIR, HistoryIndex, sweep_lock
 from healthcheck.ops.offenders import failure_keys, offender_findings, repeat_offenders
+from healthcheck.probes.asset_changes import AssetChange
 from healthcheck.run.interrupt import InterruptGuard
 from healthcheck.run.regression import (
     diff_verdicts,

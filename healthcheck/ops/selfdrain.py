@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.model import Finding, Status
 from healthcheck.core.spec import ParseError
-from healthcheck.ops.drain import REASON_MAX_CHARS, REASON_PREFIX, DrainDecision, DrainPolicy, _clean, passes, triggers
+from healthcheck.ops.drain import REASON_MAX_CHARS, DrainDecision, DrainPolicy, _clean, passes, triggers
 from healthcheck.ops.drain import drain_limit as fleet_drain_limit
 from healthcheck.ops.schedulers import NodeRef
 from healthcheck.ops.schedulers.controller import Controller, apply_actions, failure_text, read_states
-from healthcheck.ops.schedulers.slurm import SLURM, parse_sinfo_state_reason
+from healthcheck.ops.schedulers.slurm import SLURM
+from healthcheck.transport.slurm_nodes import REASON_PREFIX, parse_sinfo_state_reason
 
 
 @dataclass(frozen=True)

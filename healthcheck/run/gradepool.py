@@ -34,7 +34,7 @@ from healthcheck.core.hostvars import host_profile
 from healthcheck.core.model import Finding, Host, HostCollection, Status, findings_from_columns
 from healthcheck.core.profiles import EMPTY_PROFILE, Profile
 from healthcheck.core.spec import Probe
-from healthcheck.ops.assetdiff import current_assets, reset_swapped
+from healthcheck.run.baselines import current_assets, reset_swapped
 from healthcheck.run.stages import grade_host
 from healthcheck.store.bundle import read_bundle_host
 from healthcheck.store.jsoncodec import plain

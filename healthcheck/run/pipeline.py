@@ -30,7 +30,8 @@ from healthcheck.core.model import Finding, Host, HostCollection, Status
 from healthcheck.core.profiles import EMPTY_PROFILE, Profile, available_profiles, load_profile
 from healthcheck.core.spec import Transport
 from healthcheck.core.verdicts import nothing_checked
-from healthcheck.inventory.hosts import Inventory, check_host_names, expand_hostlist, load_inventory
+from healthcheck.inventory.hosts import Inventory, check_host_names, expand_hostlist
+from healthcheck.inventory.load import load_inventory
 from healthcheck.run.fanout import Runner, host_deadline, plan_commands
 from healthcheck.run.forked import Forked
 from healthcheck.run.gradepool import Graded, GradeJob, grade_collection, grade_hosts, worker_count
@@ -626,7 +627,7 @@ def _benchmarks(opts: RunOptions, mode: str, run_dir: Path, hosts: Sequence[Host
                 profiles: Mapping[str, Profile], transport: Transport,
                 host_results: dict[str, HostResult]) -> list[Finding]:
     """Run the selected benchmarks after the probes (or re-grade a bundle's stored jobs)."""
-    from healthcheck.benchmarks.run import execute_benchmarks, replay_benchmarks
+    from healthcheck.run.benchmarks import execute_benchmarks, replay_benchmarks
 
     run_options = {**opts.probe_options, "benchmarks": list(opts.benchmarks), "plan": opts.plan}
     by_host = {h.name: profiles.get(h.profile or "", EMPTY_PROFILE) for h in hosts}

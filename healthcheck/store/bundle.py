@@ -23,57 +23,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from healthcheck.core.hostnames import host_name_problem
 from healthcheck.core.model import CommandResult, Host, HostCollection
-from healthcheck.inventory.hosts import host_name_problem
 from healthcheck.store.rundir import HOST_META, RAW_SOURCE, RunDirError
+from healthcheck.store.safeio import MAX_FILE_BYTES, BundleFileError, read_regular
 
-MAX_FILE_BYTES = 64 * 1024 * 1024  # one raw file read from a bundle (16x the default output cap)
 _HOST_FIELDS = {"name", "address", "user", "port", "profile", "group", "transport", "vars"}
-
-
-class BundleFileError(OSError):
-    """A file in a bundle that is refused: a link, not a regular file, unreadable."""
-
-
-def read_regular(path: Path | str, limit: int = MAX_FILE_BYTES, dir_fd: int | None = None) -> tuple[bytes, bool]:
-    """The bytes of a regular file (never through a symbolic link) and whether they were cut at ``limit``.
-    With ``dir_fd``, ``path`` is a name in that open folder (``openat``: no path walk per file)."""
-    try:  # O_NONBLOCK: a FIFO must not hang us
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise BundleFileError("is a symbolic link (links in a bundle are never followed)") from None
-        raise BundleFileError(f"cannot be read: {exc.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise BundleFileError("is not a regular file")
-        data = _read_fd(fd, info.st_size, limit + 1)
-    except OSError as exc:
-        if isinstance(exc, BundleFileError):
-            raise
-        raise BundleFileError(f"cannot be read: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    return data[:limit], len(data) > limit
-
-
-def _read_fd(fd: int, size: int, most: int) -> bytes:
-    """Up to ``most`` bytes to end of file. Sized reads from ``fstat`` (a file may still grow or shrink):
-    never a ``most``-sized buffer for a small file, as a buffered ``read(most)`` allocates. A read of a
-    regular file that returns less than asked has reached its end: no further read to see it empty
-    (one system call less per file, ~50 per host of a replay)."""
-    chunks: list[bytes] = []
-    got = 0
-    while got < most:
-        wanted = min(most - got, max(size - got + 1, 65536))
-        chunk = os.read(fd, wanted)
-        if chunk:
-            chunks.append(chunk)
-            got += len(chunk)
-        if len(chunk) < wanted:
-            break
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _entries(folder: Path) -> dict[str, os.DirEntry[str]]:

@@ -25,6 +25,7 @@ from typing import Any
 
 from healthcheck.core.model import Finding, HostCollection
 from healthcheck.store.jsoncodec import json_lines
+from healthcheck.store.safeio import BundleFileError, read_regular
 
 HOST_META = "_host.json"
 RAW_SOURCE = "_source.json"   # a replay references the bundle's raw outputs instead of copying them
@@ -160,8 +161,6 @@ def raw_dir(path: Path) -> Path:
 
 def _follow(ref: Path) -> Path:
     """The folder a ``raw/_source.json`` names, once checked (a run directory may come from anyone)."""
-    from healthcheck.store.bundle import BundleFileError, read_regular  # bundle.py imports this module
-
     try:
         text, cut = read_regular(ref, _MAX_REFERENCE_BYTES)
         target = None if cut else json.loads(text.decode("utf-8"))["raw"]

@@ -34,10 +34,10 @@ from ClusterShell.NodeSet import NodeSet
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.model import CommandResult, Host, HostCollection
 from healthcheck.core.spec import ParseError
-from healthcheck.ops.schedulers.slurm import SlurmNode, parse_sinfo_state_reason
 from healthcheck.transport.process import stop_group
 from healthcheck.transport.script import Command, build_script, new_marker
 from healthcheck.transport.slurm import BUSY_STATES, SlurmTransport, describe_srun_failure, slurm_node
+from healthcheck.transport.slurm_nodes import SlurmNode, parse_sinfo_state_reason
 from healthcheck.transport.stream import host_failure, read_framed, stuck
 
 # Runs on every node: $1 spool, $2 the framed script. SLURMD_NODENAME comes from slurmd, not the node's output.

@@ -14,16 +14,16 @@ project's own fixtures in tests/fixtures/ (each says on its first line which rea
 follows); nothing from ../shared/corpus is copied. The README's first command replays this bundle.
 
 The benchmark part (issue 20) is written by the real code, so its layout cannot drift: the jobs are
-planned by ``healthcheck.benchmarks.run.plan_benchmark`` (acceptance plan, profile h100-sxm5-8x),
-each output is wrapped in the real ``JobOutcome`` and written by ``benchmarks.run.store_outcome``
+planned by ``healthcheck.run.benchmarks.plan_benchmark`` (acceptance plan, profile h100-sxm5-8x),
+each output is wrapped in the real ``JobOutcome`` and written by ``run.benchmarks.store_outcome``
 (``raw/_jobs/<job_id>.out|.err|.rc`` + ``manifest.json``), and the telemetry of the single-node jobs
-by ``benchmarks.telemetry.store_series`` (``raw/_telemetry/<job_id>/<host>.*``). As an acceptance
+by ``run.telemetry.store_series`` (``raw/_telemetry/<job_id>/<host>.*``). As an acceptance
 run with ``skip_failed_hosts: false`` would, node03 is benchmarked too, and its story is coherent:
 its degraded NVLink gives a low single-node all_reduce busbw, its three pairs are slow (and the
 attribution blames node03, not its partners, who pass with each other), the 4-node job falls below
 the 4-node expectation, IMB PingPong with node03 is slow, its HPL is lower and its gpu6 throttles
 under load (dmon). The retests of node03 against a known-good partner are planned by the real
-``benchmarks.run._retest_jobs`` from the real grading of the first pass. The outputs follow these real
+``run.benchmarks._retest_jobs`` from the real grading of the first pass. The outputs follow these real
 layouts (each fixture's first line says more):
 
 - nccl-tests all_reduce_perf: corpus nccl-tests/all_reduce-h100-2node-16gpu-oci-bm-gpu-h100-8-roce-16hca-
@@ -42,6 +42,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from healthcheck import benchmarks
 from healthcheck.benchmarks import BenchContext
 from healthcheck.benchmarks.grade import JobOutcome, grade_job
 from healthcheck.benchmarks.launch import (
@@ -52,12 +53,10 @@ from healthcheck.benchmarks.launch import (
     merge_launcher_settings,
 )
 from healthcheck.benchmarks.plan import Job
-from healthcheck.benchmarks.run import _retest_jobs, plan_benchmark, store_outcome
-from healthcheck.benchmarks.telemetry import sampling_plan, store_series
-
-from healthcheck import benchmarks
 from healthcheck.core.model import CommandResult, Host
 from healthcheck.core.profiles import Profile, load_profile
+from healthcheck.run.benchmarks import _retest_jobs, plan_benchmark, store_outcome
+from healthcheck.run.telemetry import sampling_plan, store_series
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures"
@@ -185,7 +184,7 @@ def write_benchmarks(out: Path) -> None:
     for name in ("nccl", "hpl", "imb"):
         spec = benchmarks.get(name)
         first = [write_job(out, job, profile, manifest) for job in plan_benchmark(spec, hosts, profile, BENCH_OPTIONS)]
-        # the retests of the pair suspects against known-good partners, as benchmarks.run._run_group plans them
+        # the retests of the pair suspects against known-good partners, as run.benchmarks._run_group plans them
         graded = [(o, grade_job(o, spec, BenchContext(profile, by_name, BENCH_OPTIONS))[0]) for o in first]
         for job in _retest_jobs(graded, profile, BENCH_OPTIONS):
             write_job(out, job, profile, manifest)

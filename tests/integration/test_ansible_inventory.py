@@ -12,7 +12,8 @@ import subprocess
 
 import pytest
 
-from healthcheck.inventory.hosts import InventoryError, load_inventory
+from healthcheck.inventory.hosts import InventoryError
+from healthcheck.inventory.load import load_inventory
 from healthcheck.run.pipeline import RunOptions, execute_run
 
 pytestmark = pytest.mark.skipif(shutil.which("ansible-inventory") is None, reason="ansible-inventory absent")

@@ -2,7 +2,7 @@
 
 ``healthcheck run --probes dcgm_fields --benchmarks nccl`` samples the DCGM fields at rest, then launches
 single-node nccl-tests through the real benchmark path (launch script, ssh transport, ``mpirun`` shim
-that replays our own nccl-tests fixture after a short sleep) while ``benchmarks.telemetry`` samples
+that replays our own nccl-tests fixture after a short sleep) while ``run.telemetry`` samples
 the same fields on the node. The ``dcgmi`` shim answers the at-rest call (``-c 5``) with a healthy
 idle table and the under-load call with our HPL-load fixtures: node02's gpu5 shows the HW Slowdown
 clock event bit, node01 and node03 do not. Then the run is re-graded by ``--replay``.
@@ -18,8 +18,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from healthcheck.probes.dmon_parse import DEFAULT_FIELD_IDS
 
+from healthcheck.probes.dmon_parse import DEFAULT_FIELD_IDS
 from healthcheck.store.results import expanded_document
 from tests.conftest import fixture_text
 

@@ -14,10 +14,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from healthcheck.benchmarks.run import execute_benchmarks, load_outcomes, replay_benchmarks
 
 from healthcheck.core.model import Host, Status
 from healthcheck.core.profiles import Expectation, Profile
+from healthcheck.run.benchmarks import execute_benchmarks, load_outcomes, replay_benchmarks
 
 pytestmark = [pytest.mark.sshd, pytest.mark.mpi]
 

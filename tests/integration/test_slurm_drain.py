@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from healthcheck.cli.main import main
 from healthcheck.core.model import Finding, Status
-from healthcheck.ops.schedulers.slurm import parse_scontrol_show_node, parse_sinfo_state_reason
 from healthcheck.store.results import HostResult, RunResults, write_results
+from healthcheck.transport.slurm_nodes import parse_scontrol_show_node, parse_sinfo_state_reason
 from tests.slurmctld import SlurmCluster, missing_tools
 
 pytestmark = [pytest.mark.slurm, pytest.mark.skipif(bool(missing_tools()),

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from healthcheck.benchmarks.run import load_outcomes, replay_benchmarks
 
 from healthcheck.core.model import Host
 from healthcheck.core.profiles import load_profile
+from healthcheck.run.benchmarks import load_outcomes, replay_benchmarks
 from tests.conftest import fixture_text
 from tests.slurmd import SlurmdCluster, missing_tools
 

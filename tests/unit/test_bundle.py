@@ -173,7 +173,8 @@ def test_replayed_run_keeps_jobs_copied_as_regular_files(tmp_path):
 
 
 def test_read_regular_reads_whole_files_and_cuts_at_the_limit(tmp_path):
-    from healthcheck.store.bundle import BundleFileError, read_bundle_host, read_regular
+    from healthcheck.store.bundle import read_bundle_host
+    from healthcheck.store.safeio import BundleFileError, read_regular
 
     big = bytes(range(256)) * 1000  # 256,000 bytes: more than one sized read
     (tmp_path / "big.out").write_bytes(big)
@@ -223,10 +224,10 @@ def test_forged_source_reference_is_refused_naming_the_file(bundle, tmp_path, ca
     """A run directory from someone else can point raw/_source.json anywhere: replay refuses it (exit 2,
     naming the file), the report renders without reading there, and rerun/merge are never led by it."""
     from click.testing import CliRunner
-    from healthcheck.reports.digest import load_digest
 
     from healthcheck.cli.main import main
     from healthcheck.ops.merge import merge_bundles
+    from healthcheck.reports.digest import load_digest
     from healthcheck.store.rundir import raw_dir
 
     target, why = _forged_targets(bundle, tmp_path)[case]

@@ -9,19 +9,13 @@ import pytest
 
 from healthcheck.core.model import Finding, Status
 from healthcheck.core.spec import ParseError
-from healthcheck.ops.drain import (
-    REASON_PREFIX,
-    DrainPolicy,
-    build_reason,
-    drain_limit,
-    plan_drain,
-    triggers,
-)
+from healthcheck.ops.drain import DrainPolicy, build_reason, drain_limit, plan_drain, triggers
 from healthcheck.ops.schedulers import NodeRef, get_scheduler
 from healthcheck.ops.schedulers.controller import Controller, read_states
 from healthcheck.ops.schedulers.kubernetes import KUBERNETES, parse_kubectl_nodes_json
-from healthcheck.ops.schedulers.slurm import SLURM, parse_scontrol_show_node, parse_sinfo_state_reason
+from healthcheck.ops.schedulers.slurm import SLURM
 from healthcheck.store.results import HostResult, RunResults
+from healthcheck.transport.slurm_nodes import REASON_PREFIX, parse_scontrol_show_node, parse_sinfo_state_reason
 from tests.conftest import fixture_text
 
 

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from healthcheck.inventory.hosts import InventoryError, hostlist_size, load_inventory, parse_inventory
+from healthcheck.inventory.hosts import InventoryError, hostlist_size, parse_inventory
+from healthcheck.inventory.load import load_inventory
 
 
 def test_groups_defaults_and_per_host_override():

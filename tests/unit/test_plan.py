@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from healthcheck.benchmarks import Program
 from healthcheck.benchmarks.launch import (
     LauncherSettings,
@@ -20,10 +21,9 @@ from healthcheck.benchmarks.launch import (
     srun_argv,
 )
 from healthcheck.benchmarks.plan import Job, job_id, pair_rounds, plan_jobs, retest_pairs
-from healthcheck.benchmarks.run import execute_benchmarks, load_outcomes, replay_benchmarks
-
 from healthcheck.core.model import CommandResult, Host, Status
 from healthcheck.core.profiles import Expectation, Profile
+from healthcheck.run.benchmarks import execute_benchmarks, load_outcomes, replay_benchmarks
 from tests.conftest import corpus_text
 
 

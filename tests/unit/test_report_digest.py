@@ -12,9 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from healthcheck.reports.digest import expected_band, expected_bounds, fold, group_findings, load_digest, margin
 
+from healthcheck.benchmarks.imb import imb_series, parse_imb
+from healthcheck.benchmarks.nccl import nccl_series
 from healthcheck.core.model import Finding, Status
+from healthcheck.reports.digest import expected_band, expected_bounds, fold, group_findings, load_digest, margin
+from healthcheck.store.jsoncodec import to_jsonable
 from healthcheck.store.results import SCHEMA
 from tests.conftest import fixture_text
 
@@ -49,11 +52,11 @@ def gpu_obs(driver: str = "550.54.15", **bad: Any) -> dict[str, Any]:
 
 
 def job(bench: str, test: str, shape: str, hosts: list[str], metric: float | None,
-        result: Any = None) -> dict[str, Any]:
+        series: dict[str, Any] | None = None) -> dict[str, Any]:
     """A job summary as benchmarks/grade.py stores it in each host's observations."""
     return {"job_id": f"{bench}-{test}-{shape}-{'-'.join(hosts)}", "test": test, "shape": shape,
             "hosts": hosts, "rail": None, "retest_of": None, "rc": 0, "duration_s": 12.5, "metric": metric,
-            "status": "PASS", "result": result}
+            "status": "PASS", **({"series": series} if series else {})}
 
 
 def nccl_rows(scale: float) -> dict[str, Any]:
@@ -63,7 +66,9 @@ def nccl_rows(scale: float) -> dict[str, Any]:
                       "ip_busbw_gbps": round(p * scale * 0.99, 2)} for s, p in zip(sizes, peak, strict=True)]}
 
 
-PAIR_JOBS = {("gpu001", "gpu002"): job("imb", "PingPong", "pair", ["gpu001", "gpu002"], 3.1),
+IMB_TEXT = fixture_text("imb/imb-pingpong-degraded-link-4.8us.txt")
+PAIR_JOBS = {("gpu001", "gpu002"): job("imb", "PingPong", "pair", ["gpu001", "gpu002"], 3.1,
+                                       imb_series(to_jsonable(parse_imb(IMB_TEXT)))),
              ("gpu001", "gpu003"): job("nccl", "all_reduce_perf", "pair", ["gpu001", "gpu003"], 45.5),
              ("gpu003", "gpu004"): job("nccl", "all_reduce_perf", "pair", ["gpu003", "gpu004"], 12.0)}
 IMB_JOB_ID = PAIR_JOBS[("gpu001", "gpu002")]["job_id"]
@@ -72,7 +77,7 @@ IMB_JOB_ID = PAIR_JOBS[("gpu001", "gpu002")]["job_id"]
 def bench_obs(name: str) -> dict[str, Any]:
     scale = 0.5 if name == "gpu004" else 1.0
     out: dict[str, list] = {
-        "nccl": [job("nccl", "all_reduce_perf", "node", [name], 480.0 * scale, nccl_rows(scale))],
+        "nccl": [job("nccl", "all_reduce_perf", "node", [name], 480.0 * scale, nccl_series(nccl_rows(scale)))],
         "hpl": [job("hpl", "hpl", "node", [name], 400000.0 * (0.625 if name == "gpu004" else 1.0))]}
     for pair, summary in PAIR_JOBS.items():
         if name in pair:
@@ -168,7 +173,7 @@ def make_run(tmp_path: Path, extra: dict[str, Any] | None = None) -> Path:
     (run_dir / "raw" / "gpu001" / "nvidia-smi-q-x.out").write_bytes(b"<nvidia_smi_log>\n" + b"x" * 9000)
     jobs = run_dir / "raw" / "_jobs"
     jobs.mkdir()
-    (jobs / f"{IMB_JOB_ID}.out").write_text(fixture_text("imb/imb-pingpong-degraded-link-4.8us.txt"))
+    (jobs / f"{IMB_JOB_ID}.out").write_text(IMB_TEXT)
     (run_dir / "results.json").write_text(json.dumps(doc, indent=1))
     (run_dir / "manifest.json").write_text(json.dumps({"args": ["healthcheck", "run", "-i", "lab.yaml"],
                                                        "note": XSS}))

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from healthcheck.core.model import Host
-from healthcheck.ops.schedulers.slurm import SlurmNode, parse_sinfo_state_reason
+from healthcheck.transport.slurm_nodes import SlurmNode, parse_sinfo_state_reason
 from healthcheck.transport.slurm_step import SlurmStepTransport, _unusable
 from tests.conftest import fixture_text
 

@@ -9,7 +9,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from healthcheck.benchmarks.plan import Job
-from healthcheck.benchmarks.telemetry import (
+from healthcheck.core.model import CommandResult, Host, Status
+from healthcheck.core.profiles import Profile, load_profile
+from healthcheck.probes.dmon_parse import parse_field_samples
+from healthcheck.reports.host_panels import host_panels
+from healthcheck.run.telemetry import (
     MAX_POINTS,
     MAX_SAMPLES,
     TelemetrySeries,
@@ -23,11 +27,6 @@ from healthcheck.benchmarks.telemetry import (
     store_series,
     telemetry_on,
 )
-from healthcheck.probes.dmon_parse import parse_field_samples
-from healthcheck.reports.panels import host_panels
-
-from healthcheck.core.model import CommandResult, Host, Status
-from healthcheck.core.profiles import Profile, load_profile
 from tests.conftest import fixture_text
 
 H100 = load_profile("h100-sxm5-8x")
@@ -170,7 +169,7 @@ def test_sample_during_stops_the_sampler_when_the_job_ends(tmp_path: Path, monke
     (bindir / "dcgmi").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
     token = f"unit{os.getpid()}"
-    monkeypatch.setattr("healthcheck.benchmarks.telemetry.secrets.token_hex", lambda n: token)
+    monkeypatch.setattr("healthcheck.run.telemetry.secrets.token_hex", lambda n: token)
     local = Host("localhost", transport="local")
 
     def launch() -> str:  # the "job" lasts until the sampler has written its first row
@@ -214,7 +213,7 @@ def test_a_sampler_that_ended_before_the_job_leaves_nothing_behind(tmp_path: Pat
 
     monkeypatch.setenv("PATH", "/usr/bin:/bin")  # neither dcgmi nor nvidia-smi: the sampler ends at once
     token = f"unitnone{os.getpid()}"
-    monkeypatch.setattr("healthcheck.benchmarks.telemetry.secrets.token_hex", lambda n: token)
+    monkeypatch.setattr("healthcheck.run.telemetry.secrets.token_hex", lambda n: token)
     finished = Path(f"/tmp/hc-telemetry-{token}.finished")
 
     def launch() -> str:
@@ -234,7 +233,6 @@ def test_a_sampler_that_ended_before_the_job_leaves_nothing_behind(tmp_path: Pat
 
 def test_at_rest_panel_flags_the_xid_and_pending_remap() -> None:
     from healthcheck.probes.dcgm_fields import observe
-
     from healthcheck.store.jsoncodec import to_jsonable
 
     table = parse_field_samples(body("dcgmi-dmon/h100-8gpu-rest-gpu2-dbe-xid48-remap-pending.txt"))

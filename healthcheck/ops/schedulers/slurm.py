@@ -14,120 +14,16 @@ gets its reason refreshed when it still fails, and is resumed only when it now p
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
-from healthcheck.core.spec import ParseError
-from healthcheck.ops.drain import REASON_PREFIX, DrainDecision
+from healthcheck.ops.drain import DrainDecision
 from healthcheck.ops.schedulers.base import Action, NodeRef
-
-_REASON_STAMP = re.compile(r"^(?P<text>.*?)\s*\[(?P<user>[^@\]]*)@(?P<time>[^\]]*)\]\s*$")
-_NOT_FOUND = re.compile(r"^Node (\S+) not found\s*$")
-_RECORD_START = re.compile(r"^NodeName=(\S+)")
-
-
-@dataclass(frozen=True)
-class SlurmNode:
-    """One node as ``scontrol show node`` reports it. ``state`` keeps the flags: ``IDLE+DRAIN``."""
-
-    name: str
-    state: str
-    reason: str = ""
-    reason_user: str = ""
-    reason_time: str = ""
-
-    @property
-    def flags(self) -> frozenset[str]:
-        return frozenset(self.state.upper().rstrip("*~#!%$@^-").split("+"))
-
-    @property
-    def drained(self) -> bool:
-        """DRAIN flag set (draining or drained), or a base state that takes it out (DOWN, FAIL)."""
-        return bool(self.flags & {"DRAIN", "DRAINED", "DRAINING", "DOWN", "FAIL"})
-
-    @property
-    def ours(self) -> bool:
-        return self.reason.startswith(REASON_PREFIX)
-
-
-@dataclass(frozen=True)
-class SlurmStates:
-    """Parsed ``scontrol show node`` output: the nodes found, and the names Slurm does not know."""
-
-    nodes: Mapping[str, SlurmNode]
-    missing: frozenset[str] = frozenset()
-
-
-def parse_scontrol_show_node(text: str) -> SlurmStates:
-    """Parse ``scontrol show node [LIST]`` (multi-line records; Slurm 22.05 layout, later alike).
-
-    Written against tests/fixtures/slurm/scontrol-show-node-22.05.txt (captured from a real
-    slurmctld). ``Reason=`` runs to the end of its line and ends with ``[user@time]``, which is
-    split off. A ``Node X not found`` line (rc 1) marks X missing. A record without ``State=``
-    (truncated) or text with no record at all raises ``ParseError``.
-    """
-    nodes: dict[str, SlurmNode] = {}
-    missing = set()
-    records: list[list[str]] = []
-    for line in text.splitlines():
-        if m := _NOT_FOUND.match(line.strip()):
-            missing.add(m.group(1))
-        elif _RECORD_START.match(line):
-            records.append([line])
-        elif records and line.strip():
-            records[-1].append(line)
-    if not records and not missing:
-        raise ParseError("no 'NodeName=' record in scontrol show node output", text)
-    for lines in records:
-        node = _parse_record(lines)
-        nodes[node.name] = node
-    return SlurmStates(nodes=nodes, missing=frozenset(missing))
-
-
-def _parse_record(lines: list[str]) -> SlurmNode:
-    name = _RECORD_START.match(lines[0]).group(1)  # type: ignore[union-attr]
-    state = reason = user = when = ""
-    for line in lines:
-        stripped = line.strip()
-        if stripped.startswith("Reason="):
-            raw = stripped[len("Reason="):]
-            m = _REASON_STAMP.match(raw)
-            reason, user, when = (m["text"], m["user"], m["time"]) if m else (raw, "", "")
-            continue
-        for token in stripped.split():
-            if token.startswith("State="):
-                state = token[len("State="):]
-    if not state:
-        raise ParseError(f"node {name}: no State= in its scontrol record (truncated?)", "\n".join(lines))
-    return SlurmNode(name=name, state=state, reason=reason.strip(), reason_user=user, reason_time=when)
-
-
-def parse_sinfo_state_reason(text: str) -> SlurmStates:
-    """Parse ``sinfo -h -N -o '%N|%T|%E'`` (node, long state, full reason; ``none`` = no reason).
-
-    Written against tests/fixtures/slurm/sinfo-node-state-reason-22.05.txt. The reason is the
-    last field, so a ``|`` inside it is kept. A line without two separators raises ``ParseError``.
-    """
-    nodes = {}
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        parts = line.split("|", 2)
-        if len(parts) != 3 or not parts[0]:
-            raise ParseError("sinfo line is not 'node|state|reason'", line)
-        name, state, reason = parts
-        nodes[name] = SlurmNode(name=name, state=state.strip(),
-                                reason="" if reason.strip() == "none" else reason.strip())
-    return SlurmStates(nodes=nodes)
-
-
-def show_node_argv(nodes: Iterable[str]) -> list[str]:
-    return ["scontrol", "show", "node", ",".join(sorted(set(nodes)))]
-
-
-def sinfo_argv(nodes: Iterable[str]) -> list[str]:
-    return ["sinfo", "-h", "-N", "-n", ",".join(sorted(set(nodes))), "-o", "%N|%T|%E"]
+from healthcheck.transport.slurm_nodes import (
+    REASON_PREFIX,
+    SlurmStates,
+    parse_scontrol_show_node,
+    show_node_argv,
+)
 
 
 def drain_argv(node: str, reason: str) -> tuple[str, ...]:

@@ -29,6 +29,9 @@ from typing import Any, TypeVar
 
 from healthcheck.benchmarks.grade import profile_for
 from healthcheck.benchmarks.plan import Job
+from healthcheck.core.model import CommandResult, Finding, Host, Status
+from healthcheck.core.profiles import Profile
+from healthcheck.core.spec import ParseError
 from healthcheck.probes.dcgm_fields import field_ids, sampler_script, stop_command, unavailable_finding
 from healthcheck.probes.dcgm_fields_eval import (
     CHECKS,
@@ -41,10 +44,6 @@ from healthcheck.probes.dcgm_fields_eval import (
     window_s,
 )
 from healthcheck.probes.dmon_parse import FieldSample, FieldTable, parse_field_samples
-
-from healthcheck.core.model import CommandResult, Finding, Host, Status
-from healthcheck.core.profiles import Profile
-from healthcheck.core.spec import ParseError
 from healthcheck.store.jsoncodec import to_jsonable
 
 TELEMETRY_DIR = Path("raw") / "_telemetry"

@@ -10,7 +10,7 @@ Every job's output is stored as ``raw/_jobs/<job_id>.out|.err|.rc`` with ``raw/_
 by ``replay_benchmarks``. A job that hangs past its timeout is an ERROR for every host in it. Pair
 jobs whose failure points at a node are retested against a known-good partner before the node
 is declared bad (``benchmarks.attribution``). ``profiles`` maps host names or profile names to
-``Profile``s. This module is the only one in ``benchmarks/`` that does I/O.
+``Profile``s. The benchmark plug-ins (``benchmarks/``) stay pure: the I/O of a job is here.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from healthcheck import benchmarks
 from healthcheck.benchmarks import BenchContext, BenchmarkSpec, bench_setting
 from healthcheck.benchmarks.attribution import retest_candidates
 from healthcheck.benchmarks.grade import (
@@ -41,12 +42,10 @@ from healthcheck.benchmarks.launch import (
 )
 from healthcheck.benchmarks.plan import Job, job_id, plan_jobs, retest_pairs, stage_of
 from healthcheck.benchmarks.stored import read_stored_jobs
-from healthcheck.benchmarks.telemetry import merge_telemetry, sample_during
-
-from healthcheck import benchmarks
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.model import CommandResult, Finding, Host, Status
 from healthcheck.core.profiles import Profile
+from healthcheck.run.telemetry import merge_telemetry, sample_during
 
 JOBS_DIR = Path("raw") / "_jobs"
 LOCAL = "local"
@@ -154,7 +153,7 @@ def _run_jobs(run_dir: Path, jobs: Sequence[Job], hosts: Mapping[str, Host], pro
     for wave in _waves(jobs):
         with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(wave)))) as pool:
             # telemetry (issue 9): single-node jobs run with a GPU field sampler on their node
-            # (benchmarks/telemetry.py; off with the option telemetry=False), stored under raw/_telemetry/
+            # (healthcheck/run/telemetry.py; off with the option telemetry=False), stored under raw/_telemetry/
             done = list(pool.map(lambda j: sample_during(run_dir, j, hosts, transport, profile, options,
                                                          lambda: launch(j)), wave))
         for outcome in done:
