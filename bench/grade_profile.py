@@ -40,7 +40,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 from sweep_replay import build_bundle  # noqa: E402
 
 from healthcheck.core import spec  # noqa: E402
-from healthcheck.run import gradepool, pipeline  # noqa: E402
+from healthcheck.run import execute, gradepool, outputs  # noqa: E402
+from healthcheck.run.options import OutputOptions, RunOptions, SelectionOptions, TargetOptions  # noqa: E402
 from healthcheck.store.results import load_results  # noqa: E402
 
 SPENT: collections.Counter[str] = collections.Counter()
@@ -74,7 +75,7 @@ def instrument(clear_memos: str | None = None) -> None:
             return grade_one(job, host)
         gradepool.grade_one = cleared
     for name in ("write_results", "render_reports"):
-        setattr(pipeline, name, timed(f"main     {name}", getattr(pipeline, name)))
+        setattr(outputs, name, timed(f"main     {name}", getattr(outputs, name)))
 
 
 def snapshot(run_dir: Path) -> dict[str, Any]:
@@ -128,7 +129,9 @@ def main() -> None:
     instrument(args.clear_memos)
     run_dir = tmp / "run"
     start_cpu, start = time.process_time(), time.perf_counter()
-    pipeline.execute_run(pipeline.RunOptions(replay=bundle, run_dir=run_dir, grade_workers=1))
+    execute.execute_run(RunOptions(target=TargetOptions(replay=bundle),
+                                             outputs=OutputOptions(run_dir=run_dir),
+                                             selection=SelectionOptions(grade_workers=1)))
     cpu, wall = time.process_time() - start_cpu, time.perf_counter() - start
     hosts = len(json.loads((bundle / "manifest.json").read_text())["hosts"])
     print(f"{hosts} hosts, one process: {cpu:.2f} CPU-s ({cpu / hosts * 1000:.1f} ms a host), wall {wall:.2f}s")

@@ -26,7 +26,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from sweep_replay import build_bundle  # noqa: E402
 
-from healthcheck.run import gradepool, pipeline  # noqa: E402
+from healthcheck.run import execute, gradepool, replay  # noqa: E402
+from healthcheck.run.options import OutputOptions, RunOptions, SelectionOptions, TargetOptions  # noqa: E402
 
 
 def rss_bytes() -> int:
@@ -51,9 +52,10 @@ def main() -> None:
         grade_hosts(job, hosts, workers, on_done)
         seen.update(cpu=time.process_time() - cpu, rss=rss_bytes() - rss, hosts=len(hosts))
 
-    pipeline.grade_hosts = measured
-    pipeline.execute_run(pipeline.RunOptions(replay=bundle, run_dir=tmp / "run", grade_workers=args.workers,
-                                             render=False))
+    replay.grade_hosts = measured
+    execute.execute_run(RunOptions(target=TargetOptions(replay=bundle),
+                                             outputs=OutputOptions(run_dir=tmp / "run", render=False),
+                                             selection=SelectionOptions(grade_workers=args.workers)))
     hosts = seen["hosts"]
     print(f"{hosts} hosts, {args.workers} workers: the run's process during grading "
           f"{seen['cpu'] / hosts * 1000:.2f} CPU-ms a host, "

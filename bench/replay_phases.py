@@ -23,7 +23,7 @@ T0 = time.monotonic()
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from healthcheck import reports  # noqa: E402
-from healthcheck.run import pipeline  # noqa: E402
+from healthcheck.run import execute, outputs, post  # noqa: E402
 
 
 def cpu() -> tuple[float, float]:
@@ -44,9 +44,9 @@ def timed(label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def instrument() -> None:
-    for name in ("_replay_sweep", "_keep_bundle_outputs", "_fleet", "nothing_checked", "write_results",
-                 "render_reports"):
-        setattr(pipeline, name, timed(name, getattr(pipeline, name)))
+    for module, name in ((execute, "replay_sweep"), (execute, "keep_bundle_outputs"), (post, "fleet_stage"),
+                         (execute, "nothing_checked"), (outputs, "write_results"), (outputs, "render_reports")):
+        setattr(module, name, timed(name, getattr(module, name)))
     write_digest = reports.ReporterSpec.write_digest
     reports.ReporterSpec.write_digest = lambda self, digest: timed(f"  report {self.name}", write_digest)(
         self, digest)

@@ -45,7 +45,7 @@ def _commands(payload: Path, idle_s: float = 0) -> list:
 def worker(case: str, state: dict) -> None:
     """One timed case (runs in its own process)."""
     from healthcheck.core.model import Host
-    from healthcheck.transport import open_transport
+    from healthcheck.transport import TransportSettings, open_transport, registry_name
     commands = _commands(Path(state["payload"]), state["idle_s"])
     if state.get("poll_s"):
         from healthcheck.transport.ssh import AliveTransport
@@ -61,7 +61,8 @@ def worker(case: str, state: dict) -> None:
             subprocess.run(["pdsh", "-R", "ssh", "-f", str(state["forks"]), "-w", ",".join(state["hosts"]),
                             "sh -c " + shlex.quote(script)], stdout=fh, env=env, check=False)
         return
-    transport = open_transport("ssh", ssh_config_path=Path(state["ssh_config"]), ssh_client=case)
+    transport = open_transport(registry_name("ssh", ssh_client=case),
+                               TransportSettings(ssh_config=Path(state["ssh_config"])))
 
     def one(host: Host) -> str | None:
         got = transport.collect(host, commands, deadline_s=300)

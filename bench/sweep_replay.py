@@ -126,10 +126,10 @@ def main() -> None:
         print(f"bundle of {args.hosts} hosts built in {time.perf_counter() - start:.1f}s: {bundle}")
     run_dir = args.keep or tmp / "run"
     argv = [sys.executable, "-m", "healthcheck", "run", "--replay", str(bundle), "--run-dir", str(run_dir)]
-    if args.workers:  # the same pipeline call the CLI makes, with RunOptions.grade_workers set
+    if args.workers:  # the same call the CLI makes, with RunOptions.grade_workers set
         argv = [sys.executable, "-c", "import sys; from pathlib import Path; "
-                "from healthcheck.run.pipeline import RunOptions, execute_run; "
-                "execute_run(RunOptions(replay=Path(sys.argv[1]), run_dir=Path(sys.argv[2]), "
+                "from healthcheck.run.execute import execute_run; from healthcheck.run.options import RunOptions; "
+                "execute_run(RunOptions.build(replay=Path(sys.argv[1]), run_dir=Path(sys.argv[2]), "
                 "grade_workers=int(sys.argv[3])))", str(bundle), str(run_dir), str(args.workers)]
     load = os.getloadavg()[0]
     replay = measure(argv)

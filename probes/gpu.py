@@ -22,6 +22,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 
+from healthcheck.core.model import CommandResult, Status
+from healthcheck.core.spec import LocalCollector, ParseError, ProbeSpec
 from healthcheck.probes import register
 from healthcheck.probes.gpu_eval import evaluate_gpu
 from healthcheck.probes.gpu_model import (
@@ -34,10 +36,8 @@ from healthcheck.probes.nvidia_smi_list import parse_nvidia_smi_l, parse_nvidia_
 from healthcheck.probes.nvidia_smi_log import SmiLayoutLog, SmiLog, exit_code_error
 from healthcheck.probes.nvidia_smi_text import parse_nvidia_smi_q
 from healthcheck.probes.nvidia_smi_xml import parse_nvidia_smi_xml, parse_nvidia_smi_xml_layout
+from healthcheck.probes.nvml import local_observations
 from healthcheck.probes.parse_memo import shared_parser
-
-from healthcheck.core.model import CommandResult, Status
-from healthcheck.core.spec import ParseError, ProbeSpec
 
 GPU_ID = "nvidia-smi-q-x"
 COMMANDS = {GPU_ID: "nvidia-smi -q -x"}
@@ -116,4 +116,6 @@ PROBE = register(ProbeSpec(
     evaluate_fn=evaluate_gpu,
     accepts=BUNDLE_SOURCES,
     missing_tool_status=Status.FAIL,
+    collect_local=LocalCollector(local_observations, tool="nvml", what="NVML calls (pynvml)",
+                                 fallback="GPUs graded from nvidia-smi -q -x"),
 ))

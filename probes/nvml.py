@@ -40,7 +40,7 @@ _ON_CHIP = ("L1_CACHE", "L2_CACHE", "REGISTER_FILE", "TEXTURE_MEMORY", "TEXTURE_
 
 
 def collect_nvml(nvml: ModuleType | None = None,
-                 fallback: Callable[[], GpuObservations] | None = None) -> GpuObservations:
+                 fallback: Callable[[], GpuObservations | None] | None = None) -> GpuObservations | None:
     """Observations of this machine's GPUs from NVML; ``fallback`` (default: run ``nvidia-smi -q -x``)
     is used when pynvml is not installed or libnvidia-ml cannot be loaded."""
     fallback = fallback or collect_nvidia_smi
@@ -239,3 +239,9 @@ def _len(value: Any) -> int | None:
 
 def _watts(milliwatts: Any) -> float | None:
     return None if milliwatts is None else round(milliwatts / 1000.0, 2)
+
+
+def local_observations() -> GpuObservations | None:
+    """This machine's GPUs from NVML, or None where pynvml or the driver library is missing (the gpu
+    probe then reads the script's ``nvidia-smi -q -x``, as on any other host)."""
+    return collect_nvml(fallback=lambda: None)

@@ -18,7 +18,7 @@ import click
 from healthcheck import benchmarks as bench_registry
 from healthcheck.cli.main import SETUP_ERRORS, ExitCode, _csv, exit_code, print_summary
 from healthcheck.cli.options import (
-    TargetOptions,
+    SweepFlags,
     check_source,
     csv_list,
     plan_option,
@@ -26,7 +26,7 @@ from healthcheck.cli.options import (
     target_options,
     verbose_option,
 )
-from healthcheck.run.pipeline import execute_run
+from healthcheck.run.execute import execute_run
 
 
 @click.command("bench")
@@ -45,7 +45,7 @@ from healthcheck.run.pipeline import execute_run
 @click.option("--strict", is_flag=True, help="WARN counts as failure for the exit code.")
 @click.option("--list", "list_only", is_flag=True, help="List the benchmarks and exit.")
 @verbose_option
-def bench(target: TargetOptions, out: Path, run_dir: Path | None, names: str, plan: str,
+def bench(target: SweepFlags, out: Path, run_dir: Path | None, names: str, plan: str,
           launcher: str | None, launcher_host: str | None, pair_rounds: int | None, per_rail: bool,
           no_retest: bool, include_failed: bool, strict: bool, list_only: bool, verbose: bool) -> None:
     """Run nccl-tests, HPL, IMB or OSU across the cluster and grade them against the profiles.
@@ -71,7 +71,7 @@ def bench(target: TargetOptions, out: Path, run_dir: Path | None, names: str, pl
                               benchmarks=_csv(names) or (), plan=plan, progress=sys.stderr.isatty(),
                               probe_options={k: v for k, v in options.items() if v is not None})
     try:
-        bench_registry.select(list(opts.benchmarks))
+        bench_registry.select(list(opts.bench.benchmarks))
         outcome = execute_run(opts)
     except (*SETUP_ERRORS, bench_registry.RegistryError) as exc:
         click.echo(f"healthcheck: {exc}", err=True)

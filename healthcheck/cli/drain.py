@@ -55,10 +55,10 @@ def make_controller(inventory: Inventory | None, controller: str | None,
     name = controller or (inventory.controller if inventory else None)
     if not name or name in ("local", "localhost"):
         return Controller()
-    from healthcheck.transport import open_transport
+    from healthcheck.transport import TransportSettings, open_transport
 
     known = {h.name: h for h in inventory.hosts} if inventory else {}
-    return Controller(known.get(name, Host(name=name)), open_transport("ssh", ssh_config_path=ssh_config))
+    return Controller(known.get(name, Host(name=name)), open_transport("ssh", TransportSettings(ssh_config=ssh_config)))
 
 
 def _policy(statuses: str, checks: str | None, ignore: str | None, advisory: str = ",".join(ADVISORY_CHECKS),

@@ -25,7 +25,7 @@ from healthcheck import benchmarks as bench_registry
 from healthcheck import probes as probe_registry
 from healthcheck.cli.console import summary_lines
 from healthcheck.cli.options import (
-    TargetOptions,
+    SweepFlags,
     check_source,
     csv_list,
     plan_option,
@@ -38,8 +38,9 @@ from healthcheck.core.profiles import ProfileError
 from healthcheck.core.verdicts import run_exit_status
 from healthcheck.inventory.hosts import InventoryError
 from healthcheck.inventory.load import load_inventory
+from healthcheck.run.execute import NothingToRerunError, execute_run
 from healthcheck.run.interrupt import exit_status
-from healthcheck.run.pipeline import NothingToRerunError, execute_run, render_reports
+from healthcheck.run.outputs import render_reports
 from healthcheck.store.recover import load_or_rebuild
 from healthcheck.store.results import RunResults, write_results
 from healthcheck.store.rundir import RunDirError
@@ -116,7 +117,7 @@ def main(profiles_dirs: tuple[Path, ...]) -> None:
               "jobs) that produced the FAIL/ERROR findings.")
 @click.option("--metrics-detail", is_flag=True, help="metrics.prom: also every check and the per-GPU, "
               "per-link and per-port series (~180 per host; the default is ~8).")
-def run(target: TargetOptions, replay: Path | None, sample: bool, local: bool, out: Path, run_dir: Path | None,
+def run(target: SweepFlags, replay: Path | None, sample: bool, local: bool, out: Path, run_dir: Path | None,
         deadline: float | None, previous: Path | None, output_cap: int, benchmarks: str | None, plan: str,
         strict: bool, rerun_of: Path | None, verbose: bool, rerun_checks: bool, metrics_detail: bool,
         collect_evidence: bool, evidence_timeout: float, evidence_max_bytes: int) -> None:

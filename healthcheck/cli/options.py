@@ -3,14 +3,14 @@
     @click.command()
     @target_options
     @plan_option
-    def run(target: TargetOptions, plan: str, ...) -> None:
+    def run(target: SweepFlags, plan: str, ...) -> None:
         opts = target.run_options(plan=plan, out=out, probe_options={"plan": plan})
 
 ``target_options`` adds ``-i/--inventory``, ``--hosts``, ``--transport``, ``--srun-arg``, ``--slurm-mode``,
 ``--slurm-spool``, ``--limit``,
 ``--probes``, ``--skip-probes``, ``--xid-window``, ``--accept-new-host-keys``, ``--connect-timeout``,
 ``-F/--ssh-config``, ``--ssh-client``, ``-f/--forks``, ``--timeout`` and ``--profile`` and hands the command one
-``TargetOptions`` value instead of a parameter for each.
+``SweepFlags`` value instead of a parameter for each.
 
 Environment variables (``HEALTHCHECK_<COMMAND>_<OPTION>``, click's ``auto_envvar_prefix``) may set
 values but never a flag that changes state or trust: those are declared with ``command_line_flag``
@@ -28,6 +28,7 @@ from typing import Any
 import click
 
 from healthcheck.core.defaults import DEFAULTS
+from healthcheck.run.options import RunOptions
 from healthcheck.transport import SSH_CLIENTS
 
 PLANS = ("quick", "acceptance")
@@ -50,8 +51,8 @@ def csv_list(value: str | None) -> list[str] | None:
 
 
 @dataclass(frozen=True)
-class TargetOptions:
-    """Which hosts, how to reach them and which probes: the options ``target_options`` adds."""
+class SweepFlags:
+    """Which hosts, how to reach them and which probes: the flags ``target_options`` adds."""
 
     inventory: Path | None = None
     hostlist: str | None = None
@@ -73,12 +74,10 @@ class TargetOptions:
     max_hosts: int = DEFAULTS.max_hosts
 
     def run_options(self, *, probe_options: dict[str, Any] | None = None, probes: Sequence[str] | None = None,
-                    **more: Any) -> Any:
-        """A ``pipeline.RunOptions`` from these options plus the command's own (``more``);
+                    **more: Any) -> RunOptions:
+        """A ``RunOptions`` from these options plus the command's own (``more``, fields of its parts);
         ``probes`` overrides ``--probes`` (``bench`` runs none unless asked)."""
-        from healthcheck.run.pipeline import RunOptions
-
-        return RunOptions(
+        return RunOptions.build(
             inventory=self.inventory, hostlist=self.hostlist, transport=self.transport, srun_args=self.srun_args,
             slurm_mode=self.slurm_mode, slurm_spool=self.slurm_spool,
             limit=self.limit.split() if self.limit is not None else None,  # nodesets: commas are theirs
@@ -140,11 +139,11 @@ TARGET_PARAMS = ("inventory", "hostlist", "transport", "srun_args", "slurm_mode"
 
 
 def target_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Add the shared options to a click command; it receives them as ``target: TargetOptions``."""
+    """Add the shared options to a click command; it receives them as ``target: SweepFlags``."""
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         values = {name: kwargs.pop(name) for name in TARGET_PARAMS}
-        return command(*args, target=TargetOptions(**values), **kwargs)
+        return command(*args, target=SweepFlags(**values), **kwargs)
 
     for option in reversed(_TARGET):
         wrapper = option(wrapper)
@@ -172,7 +171,7 @@ def run_dir_options(command: Callable[..., Any]) -> Callable[..., Any]:
                              "then points to it.")(command)
 
 
-def check_source(target: TargetOptions, replay: Path | None = None, local: bool = False,
+def check_source(target: SweepFlags, replay: Path | None = None, local: bool = False,
                  local_allowed: bool = True, rerun_of: Path | None = None) -> None:
     """Exactly one host source: -i, --hosts, --replay (optionally with -i to re-grade against another
     inventory) or --local; ``--rerun-failed RUN`` alone takes the hosts from that run."""

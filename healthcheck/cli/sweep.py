@@ -19,7 +19,7 @@ from pathlib import Path
 
 import click
 
-from healthcheck.cli.options import TargetOptions, check_source, plan_option, target_options, verbose_option
+from healthcheck.cli.options import SweepFlags, check_source, plan_option, target_options, verbose_option
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.ops.history import SweepLockedError
 from healthcheck.ops.nightly import SweepRecord, run_sweep
@@ -86,7 +86,7 @@ def ended_early(results: RunResults, record: SweepRecord, history_dir: Path) -> 
 @click.option("--offender-window", type=click.IntRange(1), default=DEFAULTS.offender_window, show_default=True,
               help="... of its host's last this many runs (this one included).")
 @verbose_option
-def sweep(target: TargetOptions, replay: Path | None, history_dir: Path, benchmarks: str | None, plan: str,
+def sweep(target: SweepFlags, replay: Path | None, history_dir: Path, benchmarks: str | None, plan: str,
           keep_days: float, baseline_runs: int, drop_fraction: float, fail_on: str, strict: bool,
           verbose: bool, collect_evidence: bool, offender_failures: int, offender_window: int) -> None:
     """Nightly sweep: run, compare with the history, record, prune, report.

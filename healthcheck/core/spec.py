@@ -66,6 +66,21 @@ class Probe(Protocol):
 
 
 @dataclass(frozen=True)
+class LocalCollector:
+    """Observations a probe gathers in this process when the run is on the node itself (``--local``).
+
+    ``collect`` returns None where it cannot (no pynvml, no driver library): the probe then reads its
+    commands' output as on any other host. The run bounds the call; a hang is a ``tool``
+    (``run.nodetools``) hang finding describing the call as ``what``, and ``fallback`` says what the
+    sweep did instead."""
+
+    collect: Callable[[], Any]
+    tool: str
+    what: str
+    fallback: str
+
+
+@dataclass(frozen=True)
 class ProbeSpec:
     """The usual way to implement ``Probe``: a value built from plain functions."""
 
@@ -85,6 +100,8 @@ class ProbeSpec:
     # the node tools each command depends on, e.g. {"nvidia-smi-topo": ("nvidia-smi",)} (names in
     # healthcheck/run/nodetools.py): once one of them hung on a node, the command is not started there
     command_tools: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    # observations gathered in this process when the run is on the node itself (``--local``): NVML for gpu
+    collect_local: LocalCollector | None = None
 
     def commands(self, options: Mapping[str, Any]) -> Mapping[str, str]:
         if self.render_commands is not None:

@@ -35,7 +35,9 @@ from typing import Any
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.profiles import available_profiles
 from healthcheck.inventory.load import load_inventory
-from healthcheck.run.pipeline import RunOptions, RunOutcome, execute_run
+from healthcheck.run.execute import execute_run
+from healthcheck.run.options import OutputOptions, RunOptions, SelectionOptions, TargetOptions
+from healthcheck.run.outcome import RunOutcome
 from healthcheck.store.rundir import HOST_META, RAW_SOURCE, write_json
 from healthcheck.store.safeio import BundleFileError, read_regular
 
@@ -219,8 +221,9 @@ def merge_bundles(sources: Sequence[Path], run_dir: Path, *, inventory: Path | N
     try:
         hosts = _stage(staging, chosen, expected, sources, skipped, max_file_bytes)
         graded = sorted({p for c in chosen.values() for p in c.probes}) or None
-        outcome = execute_run(RunOptions(replay=staging, run_dir=run_dir, inventory=inventory, profile=profile,
-                                         probes=list(probes) if probes else graded, render=render))
+        outcome = execute_run(RunOptions(target=TargetOptions(replay=staging, inventory=inventory, profile=profile),
+                                         outputs=OutputOptions(run_dir=run_dir, render=render),
+                                         selection=SelectionOptions(probes=list(probes) if probes else graded)))
         _adopt_raw(staging, run_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

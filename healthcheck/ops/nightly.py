@@ -38,7 +38,7 @@ Re-annotating a run replaces its earlier ``history.*`` and ``offender.*`` findin
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -49,7 +49,10 @@ from healthcheck.ops.assetdiff import diff_assets, stale_counter_keys
 from healthcheck.ops.history import RUNS_DIR, HistoryIndex, sweep_lock
 from healthcheck.ops.offenders import failure_keys, offender_findings, repeat_offenders
 from healthcheck.probes.asset_changes import AssetChange
+from healthcheck.run.execute import execute_run
 from healthcheck.run.interrupt import InterruptGuard
+from healthcheck.run.options import RunOptions
+from healthcheck.run.outputs import render_reports
 from healthcheck.run.regression import (
     diff_verdicts,
     extract_measurements,
@@ -96,8 +99,8 @@ def latest_run_dir(history_dir: Path) -> Path | None:
     return None
 
 
-def run_sweep(opts: Any, history_dir: Path, **grading: Any) -> tuple[RunResults, Path, SweepRecord]:
-    """Under the sweep lock: run ``opts`` (a ``pipeline.RunOptions``) into ``HISTORY/runs/``, with the
+def run_sweep(opts: RunOptions, history_dir: Path, **grading: Any) -> tuple[RunResults, Path, SweepRecord]:
+    """Under the sweep lock: run ``opts`` into ``HISTORY/runs/``, with the
     previous run for counter growth, annotate and record it, and render its reports once.
 
     SIGINT/SIGTERM as in ``healthcheck run``: the first ends the sweep (hosts not started are ERROR
@@ -108,13 +111,12 @@ def run_sweep(opts: Any, history_dir: Path, **grading: Any) -> tuple[RunResults,
     Raises ``SweepLockedError`` when another sweep holds the lock; ``grading`` goes to
     ``annotate_and_record``; a signal before the run directory exists raises ``KeyboardInterrupt``.
     """
-    from healthcheck.run.pipeline import execute_run, render_reports
-
     history_dir = Path(history_dir)
     with sweep_lock(history_dir), InterruptGuard() as guard:
-        opts.out, opts.run_dir = history_dir / RUNS_DIR, None
-        opts.previous = opts.previous or latest_run_dir(history_dir)
-        opts.render = False  # rendered once below, with the history's changes and trends in
+        # rendered once below, with the history's changes and trends in
+        opts = replace(opts, outputs=replace(opts.outputs, out=history_dir / RUNS_DIR, run_dir=None, render=False),
+                       selection=replace(opts.selection,
+                                         previous=opts.selection.previous or latest_run_dir(history_dir)))
         outcome = execute_run(opts)  # its own guard: ends the sweep early on the first signal
         guard.shield()  # from here on a signal is only recorded: the record and the reports get written
         if outcome.interrupted or outcome.fatal:

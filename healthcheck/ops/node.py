@@ -25,7 +25,8 @@ from healthcheck import probes as probe_registry
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.model import Finding, Status
 from healthcheck.ops.budget import load_costs, select_within_budget
-from healthcheck.run.pipeline import RunOptions, execute_run
+from healthcheck.run.execute import execute_run
+from healthcheck.run.options import OutputOptions, RunOptions, SelectionOptions, TargetOptions, TransportOptions
 from healthcheck.run.selection import SelectionError
 from healthcheck.store.results import RunResults
 from healthcheck.store.rundir import RunDirError, _safe_component
@@ -103,12 +104,13 @@ def run_node(opts: NodeOptions) -> NodeOutcome:
     staging = holder / host
     timeout_s = opts.timeout_s if opts.budget_s is None else min(opts.timeout_s, max(1.0, opts.budget_s))
     deadline_s = None if opts.budget_s is None else 2 * opts.budget_s + DEFAULTS.kill_after_s
-    run_opts = RunOptions(inventory=opts.inventory, hostlist=None if opts.inventory else host,
-                          limit=[host] if opts.inventory else None, local=True, run_dir=staging, forks=1,
-                          timeout_s=timeout_s, deadline_s=deadline_s,
-                          probes=names, profile=opts.profile, render=False,
-                          probe_options={"kernel_log_window_h": DEFAULTS.kernel_log_window_h, "plan": "quick",
-                                         **opts.probe_options})
+    run_opts = RunOptions(
+        target=TargetOptions(inventory=opts.inventory, hostlist=None if opts.inventory else host,
+                             limit=[host] if opts.inventory else None, local=True, profile=opts.profile),
+        outputs=OutputOptions(run_dir=staging, render=False),
+        transport=TransportOptions(forks=1, timeout_s=timeout_s, deadline_s=deadline_s),
+        selection=SelectionOptions(probes=names, probe_options={
+            "kernel_log_window_h": DEFAULTS.kernel_log_window_h, "plan": "quick", **opts.probe_options}))
     try:
         try:
             outcome = execute_run(run_opts)

@@ -124,7 +124,8 @@ def _benchmark_names(run_dir: Path) -> set[str]:
     if not manifest.is_file():
         return set()
     args = json.loads(manifest.read_text()).get("args") or {}
-    return {str(b) for b in args.get("benchmarks") or ()}
+    bench = args.get("bench") if isinstance(args.get("bench"), dict) else args  # older manifests: one flat object
+    return {str(b) for b in bench.get("benchmarks") or ()}
 
 
 def rerun_record(plan: RerunPlan, results: RunResults) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.model import CommandResult, Host, HostCollection
 from healthcheck.transport.process import pipe_reader, stop_group
+from healthcheck.transport.registry import TransportSettings, register
 from healthcheck.transport.script import Command, build_script, new_marker
 from healthcheck.transport.stream import host_failure, read_framed
 
@@ -41,3 +42,8 @@ class LocalTransport:
         collection = self.collect(host, [Command(command_id, command, timeout_s)],
                                   deadline_s=timeout_s + self.kill_after_s + 10)
         return collection.results[command_id]
+
+
+@register("local")
+def open_local(settings: TransportSettings) -> LocalTransport:
+    return LocalTransport(cap=settings.cap)

@@ -30,6 +30,7 @@ from pathlib import Path
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.model import CommandResult, Host, HostCollection
 from healthcheck.transport.process import pipe_reader, stop_group
+from healthcheck.transport.registry import TransportSettings, register
 from healthcheck.transport.script import Command, build_script, new_marker
 from healthcheck.transport.sshconfig import SshConfig, SshConfigError, load_ssh_config, lookup
 from healthcheck.transport.stream import host_failure, read_framed
@@ -180,3 +181,9 @@ def _tail(err: tempfile._TemporaryFileWrapper) -> bytes:  # type: ignore[type-ar
         return err.read()
     except (OSError, ValueError):
         return b""
+
+
+@register("openssh")
+def open_openssh(settings: TransportSettings) -> OpensshTransport:
+    return OpensshTransport(settings.ssh_config, accept_new_host_keys=settings.accept_new_host_keys,
+                            connect_timeout_s=settings.connect_timeout_s, cap=settings.cap)

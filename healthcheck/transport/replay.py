@@ -12,6 +12,7 @@ from pathlib import Path
 from healthcheck.core.model import CommandResult, Host, HostCollection
 from healthcheck.store.bundle import read_bundle_host
 from healthcheck.store.rundir import host_names, raw_dir
+from healthcheck.transport.registry import TransportError, TransportSettings, register
 
 
 class ReplayTransport:
@@ -40,3 +41,10 @@ class ReplayTransport:
             return found.results[command_id]
         return CommandResult(host=host.name, command_id=command_id,
                              transport_error=f"no {command_id} output for {host.name} in {self.bundle}")
+
+
+@register("replay")
+def open_replay(settings: TransportSettings) -> ReplayTransport:
+    if settings.bundle is None:
+        raise TransportError("the replay transport needs a bundle directory")
+    return ReplayTransport(settings.bundle)

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.model import CommandResult, Host, HostCollection
 from healthcheck.transport.process import pipe_reader, stop_group
+from healthcheck.transport.registry import TransportSettings, register
 from healthcheck.transport.script import Command, build_script, new_marker
 from healthcheck.transport.stream import host_failure, read_framed, stuck
 
@@ -136,3 +137,9 @@ def _tail(err, limit: int = 4096) -> bytes:  # type: ignore[no-untyped-def]
     size = err.seek(0, os.SEEK_END)
     err.seek(max(0, size - limit))
     return err.read()
+
+
+@register("slurm-per-host")
+def open_slurm_per_host(settings: TransportSettings) -> SlurmTransport:
+    """One ``srun`` per host; the allocation waits at most ``connect_timeout_s``."""
+    return SlurmTransport(srun_args=settings.srun_args, alloc_wait_s=settings.connect_timeout_s, cap=settings.cap)

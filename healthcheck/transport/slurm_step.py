@@ -35,6 +35,7 @@ from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.model import CommandResult, Host, HostCollection
 from healthcheck.core.spec import ParseError
 from healthcheck.transport.process import stop_group
+from healthcheck.transport.registry import TransportError, TransportSettings, register
 from healthcheck.transport.script import Command, build_script, new_marker
 from healthcheck.transport.slurm import BUSY_STATES, SlurmTransport, describe_srun_failure, slurm_node
 from healthcheck.transport.slurm_nodes import SlurmNode, parse_sinfo_state_reason
@@ -301,3 +302,13 @@ def _tail(err: IO[bytes] | None, limit: int = 4096) -> bytes:
     size = err.seek(0, os.SEEK_END)
     err.seek(max(0, size - limit))
     return err.read()
+
+
+@register("slurm-step")
+def open_slurm_step(settings: TransportSettings) -> SlurmStepTransport:
+    """One job step for ``settings.hosts``, writing under ``settings.spool`` (shared with the nodes)."""
+    if settings.spool is None:
+        raise TransportError("the slurm-step transport needs a spool folder shared with the nodes")
+    return SlurmStepTransport(settings.hosts, settings.commands_for or (lambda host: ()), settings.spool,
+                              srun_args=settings.srun_args, alloc_wait_s=settings.connect_timeout_s,
+                              cap=settings.cap)

@@ -33,10 +33,11 @@ from paramiko.common import cMSG_GLOBAL_REQUEST
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.model import CommandResult, Host, HostCollection
 from healthcheck.transport.knownhosts import KnownHostsIndex, fingerprint_sha256, known_hosts_name
+from healthcheck.transport.registry import TransportSettings, register
 from healthcheck.transport.script import Command, build_script, new_marker
 from healthcheck.transport.sshchannel import OrderedChannel, close_through_instance
 from healthcheck.transport.sshcoalesce import CoalescingPacketizer, coalesce
-from healthcheck.transport.sshconfig import ConnectSpec, SshConfig, SshConfigError, resolve
+from healthcheck.transport.sshconfig import ConnectSpec, SshConfig, SshConfigError, load_ssh_config, resolve
 from healthcheck.transport.sshjump import Jump, JumpPool, backoff_delays
 from healthcheck.transport.sshkeys import HostKeyError, describe_ssh_error, host_key_policy, load_known_keys
 from healthcheck.transport.stream import ConnectionLost, host_failure, read_framed
@@ -326,3 +327,8 @@ def _drain_stderr(channel: paramiko.Channel) -> bytes:
         out += channel.recv_stderr(4096)
     return out
 
+
+@register("ssh")
+def open_ssh(settings: TransportSettings) -> SshTransport:
+    return SshTransport(load_ssh_config(settings.ssh_config), accept_new_host_keys=settings.accept_new_host_keys,
+                        connect_timeout_s=settings.connect_timeout_s, cap=settings.cap)

@@ -14,7 +14,8 @@ import pytest
 
 from healthcheck.inventory.hosts import InventoryError
 from healthcheck.inventory.load import load_inventory
-from healthcheck.run.pipeline import RunOptions, execute_run
+from healthcheck.run.execute import execute_run
+from healthcheck.run.options import OutputOptions, RunOptions, SelectionOptions, TargetOptions, TransportOptions
 
 pytestmark = pytest.mark.skipif(shutil.which("ansible-inventory") is None, reason="ansible-inventory absent")
 
@@ -102,8 +103,10 @@ def test_sweep_over_sshd_hosts_from_an_ansible_ini_inventory(ssh_cluster_factory
     lines = ["[gpu]"] + [f"{h.name} ansible_host={h.address} ansible_port={h.port} ansible_user={cluster.user}"
                          for h in cluster.hosts]
     (tmp_path / "hosts.ini").write_text("\n".join(lines) + "\n")
-    outcome = execute_run(RunOptions(inventory=tmp_path / "hosts.ini", ssh_config=cluster.ssh_config,
-                                     probes=["system"], run_dir=tmp_path / "run"))
+    outcome = execute_run(RunOptions(target=TargetOptions(inventory=tmp_path / "hosts.ini"),
+                                     transport=TransportOptions(ssh_config=cluster.ssh_config),
+                                     selection=SelectionOptions(probes=["system"]),
+                                     outputs=OutputOptions(run_dir=tmp_path / "run")))
     assert {n: h.verdict.value for n, h in outcome.results.hosts.items()} == {"node01": "PASS", "node02": "PASS"}
     assert {n: h.group for n, h in outcome.results.hosts.items()} == {"node01": "gpu", "node02": "gpu"}
     hostname = {n: next(f.value for f in h.findings if f.check == "system.hostname")

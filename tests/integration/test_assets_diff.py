@@ -16,7 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from healthcheck.cli.main import main
-from healthcheck.run.pipeline import RunOptions, execute_run
+from healthcheck.run.execute import execute_run
+from healthcheck.run.options import OutputOptions, RunOptions, SelectionOptions, TargetOptions, TransportOptions
 from tests.conftest import corpus_text, fixture_text
 
 SAMPLE = Path(__file__).resolve().parents[2] / "inventories" / "samples" / "h100-4node"
@@ -54,8 +55,10 @@ def bundles(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_diff_names_swapped_moved_lost_parts_firmware_and_driver(tmp_path):
     a, b = bundles(tmp_path)
-    run_a = execute_run(RunOptions(replay=a, run_dir=tmp_path / "a")).run_dir
-    run_b = execute_run(RunOptions(replay=b, run_dir=tmp_path / "b")).run_dir
+    run_a = execute_run(RunOptions(target=TargetOptions(replay=a),
+                                   outputs=OutputOptions(run_dir=tmp_path / "a"))).run_dir
+    run_b = execute_run(RunOptions(target=TargetOptions(replay=b),
+                                   outputs=OutputOptions(run_dir=tmp_path / "b"))).run_dir
     result = CliRunner().invoke(main, ["diff", str(run_a), str(run_b)])
     assert result.exit_code == 1, result.output
     assert result.output.splitlines() == [
@@ -81,8 +84,11 @@ def test_diff_names_swapped_moved_lost_parts_firmware_and_driver(tmp_path):
 
 def test_a_swapped_part_starts_a_fresh_counter_baseline(tmp_path):
     a, b = bundles(tmp_path)
-    run_a = execute_run(RunOptions(replay=a, run_dir=tmp_path / "a")).run_dir
-    graded = execute_run(RunOptions(replay=b, run_dir=tmp_path / "b", previous=run_a)).results.hosts["h100-node03"]
+    run_a = execute_run(RunOptions(target=TargetOptions(replay=a),
+                                   outputs=OutputOptions(run_dir=tmp_path / "a"))).run_dir
+    graded = execute_run(RunOptions(target=TargetOptions(replay=b),
+                                    outputs=OutputOptions(run_dir=tmp_path / "b"),
+                                    selection=SelectionOptions(previous=run_a))).results.hosts["h100-node03"]
     [replays] = [f for f in graded.findings if f.check == "gpu.pcie.replays" and f.component == "gpu2"]
     assert replays.status.value == "SKIP" and "4C:00.0" in replays.message  # new GPU: recorded, not graded
     assert "no previous run" in replays.message
@@ -93,7 +99,9 @@ def test_a_swapped_part_starts_a_fresh_counter_baseline(tmp_path):
     (b / "raw" / "h100-node03" / "hca-ids.out").write_text(hca_ids("b83f:d203:00b6:eb16"))
     smi = b / "raw" / "h100-node03" / "nvidia-smi-q-x.out"
     smi.write_text(smi.read_text().replace("<serial>1652323009999</serial>", "<serial>1652323004112</serial>"))
-    kept = execute_run(RunOptions(replay=b, run_dir=tmp_path / "c", previous=run_a)).results.hosts["h100-node03"]
+    kept = execute_run(RunOptions(target=TargetOptions(replay=b),
+                                  outputs=OutputOptions(run_dir=tmp_path / "c"),
+                                  selection=SelectionOptions(previous=run_a))).results.hosts["h100-node03"]
     [kept_replays] = [f for f in kept.findings if f.check == "gpu.pcie.replays" and f.component == "gpu2"]
     assert kept_replays.status.value == "WARN" and kept_replays.value == 5000
     assert [f.status.value for f in kept.findings if f.check == "ib.counter_growth.symbol_error"
@@ -107,11 +115,16 @@ def test_assets_recorded_over_sshd_and_a_swapped_gpu_is_found(ssh_cluster_factor
     for host in cluster.hosts:
         cluster.add_tool(host.name, "nvidia-smi", {"-q -x": (a100, 0)})
     inv = cluster.write_inventory(tmp_path / "inv.yaml", profile=None)
-    first = execute_run(RunOptions(inventory=inv, ssh_config=cluster.ssh_config, probes=["assets"],
-                                   run_dir=tmp_path / "one"))
+    first = execute_run(RunOptions(target=TargetOptions(inventory=inv),
+                                   transport=TransportOptions(ssh_config=cluster.ssh_config),
+                                   selection=SelectionOptions(probes=["assets"]),
+                                   outputs=OutputOptions(run_dir=tmp_path / "one")))
     assert {n: h.verdict.value for n, h in first.results.hosts.items()} == {"node01": "PASS", "node02": "PASS"}
     cluster.add_tool("node02", "nvidia-smi", {"-q -x": (a100.replace("1650522003820", "1650522007777"), 0)})
-    execute_run(RunOptions(inventory=inv, ssh_config=cluster.ssh_config, probes=["assets"], run_dir=tmp_path / "two"))
+    execute_run(RunOptions(target=TargetOptions(inventory=inv),
+                           transport=TransportOptions(ssh_config=cluster.ssh_config),
+                           selection=SelectionOptions(probes=["assets"]),
+                           outputs=OutputOptions(run_dir=tmp_path / "two")))
     result = CliRunner().invoke(main, ["diff", str(tmp_path / "one"), str(tmp_path / "two")])
     assert result.output.splitlines()[0] == \
         "node02 gpu.swapped 00000000:01:00.0: serial 1650522003820 -> 1650522007777"

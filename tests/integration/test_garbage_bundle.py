@@ -8,7 +8,8 @@ from healthcheck import probes
 from healthcheck.core.model import CommandResult, Host, Status
 from healthcheck.core.profiles import load_profile
 from healthcheck.core.spec import EvalContext
-from healthcheck.run.pipeline import RunOptions, execute_run
+from healthcheck.run.execute import execute_run
+from healthcheck.run.options import OutputOptions, RunOptions, TargetOptions
 from healthcheck.run.stages import probe_command_ids, run_probe
 
 GARBAGE = {
@@ -37,7 +38,8 @@ def test_garbage_outputs_become_findings_not_crashes(tmp_path, kind):
         for cid in _all_command_ids():
             (folder / f"{cid}.out").write_bytes(GARBAGE[kind])
             (folder / f"{cid}.rc").write_text(f"{rc}\n")
-    outcome = execute_run(RunOptions(replay=bundle, run_dir=tmp_path / "run", profile="h100-sxm5-8x"))
+    outcome = execute_run(RunOptions(target=TargetOptions(replay=bundle, profile="h100-sxm5-8x"),
+                                     outputs=OutputOptions(run_dir=tmp_path / "run")))
     for host in outcome.results.hosts.values():
         crashed = [f for f in host.findings if "crashed" in f.message or f.check.endswith(".evaluate")]
         assert crashed == [], crashed

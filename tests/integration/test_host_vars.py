@@ -14,7 +14,8 @@ from healthcheck.core.hostvars import host_profile, plan_key
 from healthcheck.core.model import Host
 from healthcheck.core.profiles import load_profile
 from healthcheck.inventory.hosts import InventoryError, parse_inventory
-from healthcheck.run.pipeline import RunOptions, execute_run
+from healthcheck.run.execute import execute_run
+from healthcheck.run.options import OutputOptions, RunOptions, SelectionOptions, TargetOptions, TransportOptions
 
 
 @pytest.mark.sshd
@@ -22,8 +23,10 @@ def test_mounts_var_is_stat_ed_and_required_on_that_host_only(ssh_cluster_factor
     cluster = ssh_cluster_factory(3)
     inv = cluster.write_inventory(tmp_path / "inv.yaml", profile=None, host_vars={
         "node01": {"mounts": ["/"]}, "node02": {"mounts": ["/srv/not-mounted-here"], "services": ["slurmd"]}})
-    outcome = execute_run(RunOptions(inventory=inv, ssh_config=cluster.ssh_config, probes=["system"],
-                                     run_dir=tmp_path / "run"))
+    outcome = execute_run(RunOptions(target=TargetOptions(inventory=inv),
+                                     transport=TransportOptions(ssh_config=cluster.ssh_config),
+                                     selection=SelectionOptions(probes=["system"]),
+                                     outputs=OutputOptions(run_dir=tmp_path / "run")))
     present = {name: [(f.component, f.status.value) for f in h.findings if f.check == "system.mount.present"]
                for name, h in outcome.results.hosts.items()}
     assert present == {"node01": [("/", "PASS")], "node02": [("/srv/not-mounted-here", "FAIL")], "node03": []}

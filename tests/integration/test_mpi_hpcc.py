@@ -57,14 +57,14 @@ def _profile() -> Profile:
 
 
 def test_hpcc_across_two_ssh_hosts(ssh_cluster_factory, tmp_path: Path) -> None:
-    from healthcheck.transport import open_transport
+    from healthcheck.transport import TransportSettings, open_transport
 
     cluster = ssh_cluster_factory(2)
     for h in cluster.hosts:
         (h.root / "tmp").mkdir()
     hosts = [Host(name=h.name, address=h.address, port=h.port, user=cluster.user, profile="loopback-cpu")
              for h in cluster.hosts]
-    transport = open_transport("ssh", ssh_config_path=cluster.ssh_config)
+    transport = open_transport("ssh", TransportSettings(ssh_config=cluster.ssh_config))
     run_dir = tmp_path / "run"
     findings, observations = execute_benchmarks(run_dir, hosts, {"loopback-cpu": _profile()}, transport,
                                                 _options(cluster), failed_hosts=set())

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from healthcheck.run.pipeline import RunOptions, execute_run
+from healthcheck.run.execute import execute_run
+from healthcheck.run.options import OutputOptions, RunOptions, SelectionOptions, TargetOptions
 from healthcheck.store.rundir import RunDirError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,7 +115,9 @@ def test_mutated_bundles_replay_to_findings_or_a_usage_error(tmp_path):
         shutil.copytree(base, bundle, symlinks=True)
         mutate(bundle, rng, tmp_path / "outside")
         try:
-            outcome = execute_run(RunOptions(replay=bundle, out=tmp_path / "runs", probes=["system"], render=False))
+            outcome = execute_run(RunOptions(target=TargetOptions(replay=bundle),
+                                             outputs=OutputOptions(out=tmp_path / "runs", render=False),
+                                             selection=SelectionOptions(probes=["system"])))
         except RunDirError:
             outcomes["usage error"] += 1
             continue

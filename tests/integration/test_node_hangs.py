@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from healthcheck.run.pipeline import RunOptions, execute_run
+from healthcheck.run.execute import execute_run
+from healthcheck.run.options import OutputOptions, RunOptions, SelectionOptions, TargetOptions
 from healthcheck.store.results import expanded_document, load_results
 from tests.conftest import fixture_text
 
@@ -87,7 +88,9 @@ def test_hung_nvidia_smi_skips_its_other_commands_and_the_rest_is_collected(ssh_
     assert _findings(results, "node01", "host.reachable")[0]["status"] == "PASS"
     assert [f["status"] for f in _findings(results, "node01", "xid.events")] == ["PASS"]
 
-    replay = execute_run(RunOptions(replay=run_dir, run_dir=tmp_path / "replayed", probes=selected))
+    replay = execute_run(RunOptions(target=TargetOptions(replay=run_dir),
+                                    outputs=OutputOptions(run_dir=tmp_path / "replayed"),
+                                    selection=SelectionOptions(probes=selected)))
     original = load_results(run_dir)
 
     def graded(findings):  # host.reachable's source names the transport (ssh, then replay)

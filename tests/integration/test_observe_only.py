@@ -9,7 +9,8 @@ from pathlib import Path
 from healthcheck.cli.main import ExitCode, exit_code
 from healthcheck.core.model import Status
 from healthcheck.ops.drain import plan_drain
-from healthcheck.run.pipeline import RunOptions, execute_run
+from healthcheck.run.execute import execute_run
+from healthcheck.run.options import OutputOptions, RunOptions, SelectionOptions, TargetOptions
 from healthcheck.store.results import load_results
 from tests.conftest import fixture_text
 
@@ -39,8 +40,10 @@ def run(tmp_path: Path, profile: str):
     profiles = tmp_path / "profiles"
     profiles.mkdir(exist_ok=True)
     (profiles / "site-h100.yaml").write_text(SITE_PROFILE)
-    return execute_run(RunOptions(replay=bundle(tmp_path / f"b-{profile}"), out=tmp_path / f"runs-{profile}",
-                                  probes=["pci", "fabric"], profile=profile, profile_dirs=[profiles]))
+    return execute_run(RunOptions(target=TargetOptions(replay=bundle(tmp_path / f"b-{profile}"), profile=profile,
+                                                       profile_dirs=[profiles]),
+                                  outputs=OutputOptions(out=tmp_path / f"runs-{profile}"),
+                                  selection=SelectionOptions(probes=["pci", "fabric"])))
 
 
 def test_observed_fail_is_reported_but_never_fails_the_run_or_drains(tmp_path: Path):

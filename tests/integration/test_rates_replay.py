@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from healthcheck.core.model import Status
-from healthcheck.run.pipeline import RunOptions, execute_run
+from healthcheck.run.execute import execute_run
+from healthcheck.run.options import RunOptions
 from tests.conftest import fixture_text
 
 BOOT = "5c3e1c0e-0d3b-4a53-9a57-4e0fb3a5d2c1"
@@ -23,10 +24,10 @@ def test_link_downed_rate_uses_the_previous_run(tmp_path: Path):
     first = bundle(tmp_path / "b1", 1795000000, "sysfs-h100-8x-ndr-healthy.txt")
     second = bundle(tmp_path / "b2", 1795000000 + 6 * 3600, "sysfs-h100-link-downed-grew-fw-28.41.txt")
     opts = {"probes": ["rates"], "profile": "h100-sxm5-8x", "render": False}
-    earlier = execute_run(RunOptions(replay=first, out=tmp_path / "runs", **opts))
+    earlier = execute_run(RunOptions.build(replay=first, out=tmp_path / "runs", **opts))
     base = [f for f in earlier.results.hosts["gpu001"].findings if f.check.startswith("rate.")]
     assert [(f.check, f.status) for f in base] == [("rate.baseline", Status.SKIP)]
-    later = execute_run(RunOptions(replay=second, out=tmp_path / "runs2", previous=earlier.run_dir, **opts))
+    later = execute_run(RunOptions.build(replay=second, out=tmp_path / "runs2", previous=earlier.run_dir, **opts))
     flap = [f for f in later.results.hosts["gpu001"].findings if f.check == "rate.ib.link_downed"]
     assert [(f.component, f.status, f.value) for f in flap] == [("mlx5_6/1", Status.FAIL, 1.167)]
     assert later.results.hosts["gpu001"].verdict is Status.FAIL

@@ -61,7 +61,7 @@ def test_rerun_failed_sweeps_only_failing_hosts_and_says_what_changed(ssh_cluste
     assert "node02           was ERROR, now PASS" in again.stdout
     assert "ghost            was ERROR, now ERROR" in again.stdout
     manifest = json.loads((run_b / "manifest.json").read_text())
-    assert manifest["args"]["rerun_of"] == str(run_a)  # where runs/latest pointed, not the moving link
+    assert manifest["args"]["target"]["rerun_of"] == str(run_a)  # where runs/latest pointed, not the moving link
     assert {h.name: h.sessions() - sessions[h.name] for h in cluster.hosts} == {"node01": 0, "node02": 1, "node03": 0}
     summary = (run_b / "summary.md").read_text()
     assert "`node02`: was ERROR, now PASS" in summary

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from healthcheck.run.pipeline import RunOptions, execute_run
+from healthcheck.run.execute import execute_run
+from healthcheck.run.options import OutputOptions, RunOptions, TargetOptions
 from healthcheck.store.results import expanded_document, load_results
 from healthcheck.store.rundir import FindingsLog
 
@@ -160,7 +161,8 @@ def test_replay_of_a_run_gives_the_same_verdicts(ssh_cluster_factory, tmp_path):
     _run(inv, cluster, tmp_path / "run", connect_timeout=3)
     for h in cluster.hosts:
         h.proc.terminate()  # no SSH at all from here on
-    replay = execute_run(RunOptions(replay=tmp_path / "run", run_dir=tmp_path / "replayed"))
+    replay = execute_run(RunOptions(target=TargetOptions(replay=tmp_path / "run"),
+                                    outputs=OutputOptions(run_dir=tmp_path / "replayed")))
     original = load_results(tmp_path / "run")
     assert {n: h.verdict for n, h in replay.results.hosts.items()} == \
            {n: h.verdict for n, h in original.hosts.items()}

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from healthcheck.run.pipeline import RunOptions, execute_run
+from healthcheck.run.execute import execute_run
+from healthcheck.run.options import RunOptions
 from healthcheck.store.bundle import read_bundle, read_manifest_hosts
 from healthcheck.store.rundir import RunDirError
 
@@ -31,7 +32,7 @@ def bundle(tmp_path: Path) -> Path:
 
 
 def _replay(bundle: Path, out: Path, **kw):
-    return execute_run(RunOptions(replay=bundle, out=out, render=kw.pop("render", False), **kw))
+    return execute_run(RunOptions.build(replay=bundle, out=out, render=kw.pop("render", False), **kw))
 
 
 def _checks(results, host: str) -> dict[str, list]:

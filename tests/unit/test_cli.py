@@ -97,12 +97,14 @@ def test_host_without_profile_is_graded_on_profile_free_checks(cli, tmp_path):
 
 def test_commands_are_planned_per_profile(tmp_path):
     """A profile's required mounts reach that profile's hosts' mount probe (quoted), and only theirs."""
-    from healthcheck.run.pipeline import RunOptions, execute_run
+    from healthcheck.run.execute import execute_run
+    from healthcheck.run.options import OutputOptions, RunOptions, SelectionOptions, TargetOptions
 
     (tmp_path / "site.yaml").write_text(
         "name: site\nexpect:\n  system.mounts: {op: eq, value: ['/lustre scratch'], source: site runbook}\n")
-    outcome = execute_run(RunOptions(local=True, profile="site", profile_dirs=[tmp_path], probes=["system"],
-                                     run_dir=tmp_path / "run"))
+    outcome = execute_run(RunOptions(target=TargetOptions(local=True, profile="site", profile_dirs=[tmp_path]),
+                                     selection=SelectionOptions(probes=["system"]),
+                                     outputs=OutputOptions(run_dir=tmp_path / "run")))
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     [probe] = [c for c in manifest["commands_by_profile"]["site"] if c["id"] == "mount-probe"]
     assert "'/lustre scratch'" in probe["line"]
@@ -127,7 +129,8 @@ def test_replay_against_another_inventory(cli, tmp_path):
 
 def test_a_crashing_fleet_check_is_an_error_and_results_are_still_written(tmp_path, monkeypatch):
     from healthcheck import probes
-    from healthcheck.run.pipeline import RunOptions, execute_run
+    from healthcheck.run.execute import execute_run
+    from healthcheck.run.options import OutputOptions, RunOptions, SelectionOptions, TargetOptions
 
     class Broken:
         name = "broken"
@@ -136,7 +139,9 @@ def test_a_crashing_fleet_check_is_an_error_and_results_are_still_written(tmp_pa
             raise RuntimeError("boom")
 
     monkeypatch.setattr(probes, "fleet_checks", lambda: [Broken()])
-    outcome = execute_run(RunOptions(local=True, probes=["system"], run_dir=tmp_path / "run"))
+    outcome = execute_run(RunOptions(target=TargetOptions(local=True),
+                                     selection=SelectionOptions(probes=["system"]),
+                                     outputs=OutputOptions(run_dir=tmp_path / "run")))
     [host] = outcome.results.hosts.values()
     [error] = [f for f in host.findings if f.check == "fleet.stage"]
     assert error.status.value == "ERROR" and "RuntimeError: boom" in error.message
@@ -144,9 +149,10 @@ def test_a_crashing_fleet_check_is_an_error_and_results_are_still_written(tmp_pa
 
 
 def test_hosts_accepts_sinfo_style_multiline_nodesets(tmp_path):
-    from healthcheck.run.pipeline import RunOptions, _hosts
+    from healthcheck.run.options import RunOptions, TargetOptions
+    from healthcheck.run.plan import run_hosts
 
-    hosts, _ = _hosts(RunOptions(hostlist="gpu[001-002]\ngpu[010-011] login01\n"), [])
+    hosts = run_hosts(RunOptions(target=TargetOptions(hostlist="gpu[001-002]\ngpu[010-011] login01\n")), [])
     assert [h.name for h in hosts] == ["gpu001", "gpu002", "gpu010", "gpu011", "login01"]
 
 

@@ -117,9 +117,9 @@ def test_values_still_come_from_the_environment_but_accept_new_host_keys_does_no
     result = CliRunner().invoke(main, ["run", "--replay", str(SAMPLE), "--run-dir", str(tmp_path / "r")], env=env)
     assert result.exit_code == 1, result.output  # the sample has one faulty node
     args = json.loads((tmp_path / "r" / "manifest.json").read_text())["args"]
-    assert args["forks"] == 3
-    assert args["accept_new_host_keys"] is False
-    assert args["probe_options"]["kernel_log_window_h"] == 6.0
+    assert args["transport"]["forks"] == 3
+    assert args["transport"]["accept_new_host_keys"] is False
+    assert args["selection"]["probe_options"]["kernel_log_window_h"] == 6.0
 
 
 def test_sweep_takes_limit_skip_probes_and_hosts_source_checks(tmp_path):
@@ -153,10 +153,11 @@ def test_bench_takes_hosts_and_transport(tmp_path, monkeypatch):
                                        "--run-dir", str(tmp_path / "b")])
     assert result.exit_code == 2 and "stop here" in result.output
     [opts] = seen
-    assert (opts.hostlist, opts.transport, tuple(opts.srun_args), list(opts.probes), opts.plan) == \
+    assert (opts.target.hostlist, opts.transport.transport, tuple(opts.transport.srun_args),
+            list(opts.selection.probes), opts.selection.plan) == \
            ("gpu[01-02]", "slurm", ("--partition=gpu",), [], "acceptance")
     CliRunner().invoke(main, ["bench", "--hosts", "gpu01", "--probes", "gpu,xid", "--run-dir", str(tmp_path / "c")])
-    assert list(seen[-1].probes) == ["gpu", "xid"]
+    assert list(seen[-1].selection.probes) == ["gpu", "xid"]
     assert CliRunner().invoke(main, ["bench"]).exit_code == 2
 
 

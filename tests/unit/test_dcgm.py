@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import pytest
-from healthcheck.probes.dcgm import PROBE, evaluate_dcgm, parse_dcgm, render_commands
-from healthcheck.probes.dcgm_diag import parse_dcgmi_diag, report_level, severity_name
-from healthcheck.probes.dcgm_health import parse_dcgmi_discovery, parse_dcgmi_health
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from healthcheck.core.model import CommandResult, Host, Status
 from healthcheck.core.profiles import load_profile
 from healthcheck.core.spec import EvalContext, ParseError
+from healthcheck.probes.dcgm import PROBE, evaluate_dcgm, parse_dcgm, render_commands
+from healthcheck.probes.dcgm_diag import parse_dcgmi_diag, report_level, severity_name
+from healthcheck.probes.dcgm_health import parse_dcgmi_discovery, parse_dcgmi_health
 from healthcheck.run.fanout import plan_commands
 from tests.conftest import corpus_files, corpus_text, fixture_text
 
@@ -237,15 +237,17 @@ def test_acceptance_plan_reaches_the_diag_level_without_probe_options(tmp_path):
     planned diag must still be level 3 with the long timeout (it was level 1 before)."""
     import json
 
-    from healthcheck.run.pipeline import RunOptions, execute_run
+    from healthcheck.run.execute import execute_run
+    from healthcheck.run.options import OutputOptions, RunOptions, SelectionOptions, TargetOptions
 
     raw = tmp_path / "bundle" / "raw" / "gpu001"
     raw.mkdir(parents=True)
     (raw / "dcgmi-health.out").write_text("healthcheck: dcgmi not installed\n")
     (raw / "dcgmi-health.rc").write_text("0")
     for plan, level, timeout in (("acceptance", 3, 3600.0), ("quick", 1, 300.0)):
-        execute_run(RunOptions(replay=tmp_path / "bundle", profile="h100-sxm5-8x", probes=["dcgm"], plan=plan,
-                               run_dir=tmp_path / plan))
+        execute_run(RunOptions(target=TargetOptions(replay=tmp_path / "bundle", profile="h100-sxm5-8x"),
+                               selection=SelectionOptions(probes=["dcgm"], plan=plan),
+                               outputs=OutputOptions(run_dir=tmp_path / plan)))
         manifest = json.loads((tmp_path / plan / "manifest.json").read_text())
         [diag] = [c for c in manifest["commands_by_profile"]["h100-sxm5-8x"] if c["id"] == "dcgmi-diag"]
         assert diag["line"].endswith(f"dcgmi diag -r {level} -j") and diag["timeout_s"] == timeout

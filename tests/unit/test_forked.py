@@ -11,13 +11,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from healthcheck.inventories import SAMPLE_BUNDLE
-from healthcheck.reports import html
 
 from healthcheck import reports
-from healthcheck.run import forked, pipeline
+from healthcheck.inventories import SAMPLE_BUNDLE
+from healthcheck.reports import html
+from healthcheck.run import forked, outputs
+from healthcheck.run.execute import execute_run
 from healthcheck.run.forked import Forked, can_fork
-from healthcheck.run.pipeline import RunOptions, execute_run
+from healthcheck.run.options import OutputOptions, RunOptions, TargetOptions
 from healthcheck.store.results import load_results
 from healthcheck.store.rundir import RunDirError
 
@@ -83,7 +84,8 @@ def test_a_report_crashing_in_the_child_is_the_same_report_error_and_results_jso
     monkeypatch.setitem(reports._REPORTERS, "html", replace(html.REPORTER, render=crashing_html))
     if not fork:
         monkeypatch.setattr(forked, "can_fork", lambda: False)
-    outcome = execute_run(RunOptions(replay=SAMPLE_BUNDLE, run_dir=tmp_path / "run"))
+    outcome = execute_run(RunOptions(target=TargetOptions(replay=SAMPLE_BUNDLE),
+                                     outputs=OutputOptions(run_dir=tmp_path / "run")))
     assert outcome.report_error == "RuntimeError: template exploded"
     assert capsys.readouterr().err.count(
         "healthcheck: reports not rendered (RuntimeError: template exploded); results.json is complete") == 1
@@ -95,13 +97,15 @@ def test_a_report_crashing_in_the_child_is_the_same_report_error_and_results_jso
 
 
 def test_forked_and_serial_writing_give_the_same_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    outcome = execute_run(RunOptions(replay=SAMPLE_BUNDLE, run_dir=tmp_path / "run", render=False))
+    outcome = execute_run(RunOptions(target=TargetOptions(replay=SAMPLE_BUNDLE),
+                                     outputs=OutputOptions(run_dir=tmp_path / "run", render=False)))
     written = {}
     for fork in (True, False):
         monkeypatch.setattr(forked, "can_fork", lambda fork=fork: fork)
         run_dir = tmp_path / f"fork-{fork}"
         shutil.copytree(outcome.run_dir, run_dir)
-        assert pipeline._write_outputs(RunOptions(run_dir=run_dir), run_dir, outcome.results) is None
+        assert outputs.write_outputs(RunOptions(outputs=OutputOptions(run_dir=run_dir)), run_dir,
+                                     outcome.results) is None
         written[fork] = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
     assert {"results.json", "findings.table.json.gz", "report.html", "junit.xml", "metrics.prom",
             "summary.md"} <= written[True].keys()
@@ -138,8 +142,9 @@ def test_results_json_failing_stops_the_report_child_and_leaves_no_report(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(Forked, "start", classmethod(recording))
-    monkeypatch.setattr(pipeline, "write_results", full_disk)
+    monkeypatch.setattr(outputs, "write_results", full_disk)
     with pytest.raises(RunDirError, match=r"cannot write results\.json in .*: No space left on device"):
-        execute_run(RunOptions(replay=SAMPLE_BUNDLE, run_dir=tmp_path / "run"))
+        execute_run(RunOptions(target=TargetOptions(replay=SAMPLE_BUNDLE),
+                               outputs=OutputOptions(run_dir=tmp_path / "run")))
     assert len(started) == 1 and reaped(started[0])
     assert not [p.name for p in (tmp_path / "run").iterdir() if p.name.startswith("report.html")]

@@ -14,10 +14,11 @@ from importlib.resources import files
 from pathlib import Path
 
 import pytest
+
 from healthcheck.reports.digest import load_digest
 from healthcheck.reports.junit import render_junit
-
-from healthcheck.run.pipeline import RunOptions, execute_run
+from healthcheck.run.execute import execute_run
+from healthcheck.run.options import OutputOptions, RunOptions, TargetOptions
 from tests.unit.test_report_digest import make_run
 
 xmlschema = pytest.importorskip("xmlschema")
@@ -46,7 +47,8 @@ def gitlab_statuses(document: bytes) -> dict[str, str]:
 
 
 def test_sample_run_junit_validates_and_gitlab_reads_every_status(schema, tmp_path):
-    run_dir = execute_run(RunOptions(replay=SAMPLE, run_dir=tmp_path / "run")).run_dir
+    run_dir = execute_run(RunOptions(target=TargetOptions(replay=SAMPLE),
+                                     outputs=OutputOptions(run_dir=tmp_path / "run"))).run_dir
     document = (run_dir / "junit.xml").read_bytes()
     schema.validate(document.decode())
     statuses = gitlab_statuses(document)

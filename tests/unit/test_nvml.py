@@ -8,13 +8,13 @@ import types
 from typing import Any
 
 import pytest
-from healthcheck.probes.gpu_eval import evaluate_gpu
-from healthcheck.probes.gpu_model import GpuObservations
-from healthcheck.probes.nvml import collect_nvidia_smi, collect_nvml
 
 from healthcheck.core.model import Host, Status
 from healthcheck.core.profiles import load_profile
 from healthcheck.core.spec import EvalContext
+from healthcheck.probes.gpu_eval import evaluate_gpu
+from healthcheck.probes.gpu_model import GpuObservations
+from healthcheck.probes.nvml import collect_nvidia_smi, collect_nvml
 from healthcheck.store.results import load_results
 from tests.conftest import fixture_text
 
@@ -203,11 +203,13 @@ def test_nvidia_smi_fallback_runs_and_parses():
 
 def test_local_run_grades_nvml_observations(monkeypatch, tmp_path):
     """``healthcheck run --local`` takes GPU observations from NVML when libnvidia-ml loads."""
-    from healthcheck.run.pipeline import RunOptions, execute_run
+    from healthcheck.run.execute import execute_run
+    from healthcheck.run.options import OutputOptions, RunOptions, SelectionOptions, TargetOptions
 
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml([h100(i) for i in range(7)]))
-    outcome = execute_run(RunOptions(local=True, profile="h100-sxm5-8x", probes=["gpu"],
-                                     run_dir=tmp_path / "run"))
+    outcome = execute_run(RunOptions(target=TargetOptions(local=True, profile="h100-sxm5-8x"),
+                                     selection=SelectionOptions(probes=["gpu"]),
+                                     outputs=OutputOptions(run_dir=tmp_path / "run")))
     [host] = outcome.results.hosts.values()
     count = next(f for f in host.findings if f.check == "gpu.count")
     assert (count.status, count.value, count.source) == (Status.FAIL, 7, "nvml")

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from healthcheck.run.pipeline import RunOptions, execute_run
+from healthcheck.run.execute import execute_run
+from healthcheck.run.options import OutputOptions, RunOptions, TargetOptions, TransportOptions
 from healthcheck.store import rundir
 from healthcheck.store.recover import load_or_rebuild
 from healthcheck.store.rundir import RunDirError
@@ -21,7 +22,8 @@ SAMPLE = ROOT / "inventories" / "samples" / "h100-4node"
 
 
 def test_truncated_results_json_is_rebuilt_from_findings(tmp_path):
-    run = execute_run(RunOptions(replay=SAMPLE, out=tmp_path, render=False)).run_dir
+    run = execute_run(RunOptions(target=TargetOptions(replay=SAMPLE),
+                                 outputs=OutputOptions(out=tmp_path, render=False))).run_dir
     text = (run / "results.json").read_text()
     (run / "results.json").write_text(text[: len(text) // 2])
     results, note = load_or_rebuild(run)
@@ -47,7 +49,9 @@ def test_unwritable_findings_log_stops_the_sweep_cleanly(tmp_path, monkeypatch):
         return real_append(self, data)
 
     monkeypatch.setattr(rundir.FindingsLog, "append_lines", append_lines)
-    outcome = execute_run(RunOptions(replay=SAMPLE, out=tmp_path, forks=1, render=False))
+    outcome = execute_run(RunOptions(target=TargetOptions(replay=SAMPLE),
+                                     outputs=OutputOptions(out=tmp_path, render=False),
+                                     transport=TransportOptions(forks=1)))
     assert outcome.fatal == f"{outcome.run_dir / 'findings.jsonl'} cannot be written: No space left on device"
     verdicts = {n: h.verdict.value for n, h in outcome.results.hosts.items()}
     assert verdicts == {"h100-node01": "PASS", "h100-node02": "PASS", "h100-node03": "ERROR", "h100-node04": "ERROR"}
@@ -59,4 +63,5 @@ def test_unwritable_findings_log_stops_the_sweep_cleanly(tmp_path, monkeypatch):
 def test_run_dir_that_cannot_be_created_is_a_usage_error(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(RunDirError, match=r"cannot create the run directory under .*file: File exists"):
-        execute_run(RunOptions(replay=SAMPLE, out=tmp_path / "file", render=False))
+        execute_run(RunOptions(target=TargetOptions(replay=SAMPLE),
+                               outputs=OutputOptions(out=tmp_path / "file", render=False)))

@@ -15,7 +15,8 @@ from jsonschema import Draft202012Validator
 
 from healthcheck.cli.main import main
 from healthcheck.core.model import Finding, Host, Status
-from healthcheck.run.pipeline import RunOptions, execute_run
+from healthcheck.run.execute import execute_run
+from healthcheck.run.options import OutputOptions, RunOptions, SelectionOptions, TargetOptions
 from healthcheck.store.findings_table import TABLE, TableError, findings_frame, read_table, write_table
 from healthcheck.store.observation_store import STORE, read_observations
 from healthcheck.store.results import RunResults, load_results, results_schema
@@ -29,7 +30,9 @@ PROBES = ["gpu", "system", "xid", "fabric"]  # what the v1 fixture ran
 @pytest.fixture(scope="module")
 def fresh(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_dir = tmp_path_factory.mktemp("v2") / "run"
-    execute_run(RunOptions(replay=SAMPLE, run_dir=run_dir, probes=PROBES))
+    execute_run(RunOptions(target=TargetOptions(replay=SAMPLE),
+                           outputs=OutputOptions(run_dir=run_dir),
+                           selection=SelectionOptions(probes=PROBES)))
     return run_dir
 
 
@@ -182,8 +185,12 @@ def test_table_keeps_value_types_and_reads_into_pandas(tmp_path: Path) -> None:
 
 
 def test_grading_in_worker_processes_gives_the_same_findings(tmp_path: Path) -> None:
-    one = execute_run(RunOptions(replay=SAMPLE, run_dir=tmp_path / "one", probes=PROBES, grade_workers=1))
-    two = execute_run(RunOptions(replay=SAMPLE, run_dir=tmp_path / "two", probes=PROBES, grade_workers=2))
+    one = execute_run(RunOptions(target=TargetOptions(replay=SAMPLE),
+                                 outputs=OutputOptions(run_dir=tmp_path / "one"),
+                                 selection=SelectionOptions(probes=PROBES, grade_workers=1)))
+    two = execute_run(RunOptions(target=TargetOptions(replay=SAMPLE),
+                                 outputs=OutputOptions(run_dir=tmp_path / "two"),
+                                 selection=SelectionOptions(probes=PROBES, grade_workers=2)))
     assert sorted(map(key, one.results.findings())) == sorted(map(key, two.results.findings()))
     assert read_table(tmp_path / "one") == read_table(tmp_path / "two")
     assert not (tmp_path / "two" / "raw" / "h100-node01").exists()  # referenced, not copied
@@ -202,7 +209,9 @@ def test_a_crash_in_a_grading_worker_is_that_hosts_error(tmp_path: Path, monkeyp
         return real(host, *args, **kwargs)
 
     monkeypatch.setattr(gradepool, "grade_host", flaky)  # inherited by the forked workers
-    out = execute_run(RunOptions(replay=SAMPLE, run_dir=tmp_path / "run", probes=PROBES, grade_workers=2))
+    out = execute_run(RunOptions(target=TargetOptions(replay=SAMPLE),
+                                 outputs=OutputOptions(run_dir=tmp_path / "run"),
+                                 selection=SelectionOptions(probes=PROBES, grade_workers=2)))
     [crash] = out.results.hosts["h100-node02"].findings
     assert (crash.check, crash.status, crash.message) == ("host.grade", Status.ERROR,
                                                           "grading crashed: RuntimeError: parser bug")
@@ -224,7 +233,9 @@ def test_a_killed_grading_worker_leaves_errors_not_a_crashed_run(tmp_path: Path,
         return real(host, *args, **kwargs)
 
     monkeypatch.setattr(gradepool, "grade_host", dies)
-    out = execute_run(RunOptions(replay=SAMPLE, run_dir=tmp_path / "run", probes=PROBES, grade_workers=2))
+    out = execute_run(RunOptions(target=TargetOptions(replay=SAMPLE),
+                                 outputs=OutputOptions(run_dir=tmp_path / "run"),
+                                 selection=SelectionOptions(probes=PROBES, grade_workers=2)))
     assert set(out.results.hosts) == {"h100-node01", "h100-node02", "h100-node03", "h100-node04"}
     node01 = out.results.hosts["h100-node01"]
     assert node01.verdict is Status.ERROR and "worker process died" in node01.findings[0].message

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from healthcheck.core.model import Host
-from healthcheck.transport import open_transport
+from healthcheck.transport import TransportSettings, open_transport
 from healthcheck.transport.script import Command
 from healthcheck.transport.slurm import SlurmTransport, describe_srun_failure, slurm_node
 
 
 def test_argv_is_a_list_with_the_script_as_one_element() -> None:
-    transport = open_transport("slurm", connect_timeout_s=7.5, srun_args=("--partition=gpu", "--account=ops"))
+    transport = open_transport("slurm-per-host", TransportSettings(connect_timeout_s=7.5,
+                                                                 srun_args=("--partition=gpu", "--account=ops")))
     assert isinstance(transport, SlurmTransport)
     host = Host("gpu001.example", vars={"slurm_node": "gpu001"})
     assert transport.argv(host, "echo 'a b'; hostname", deadline_s=130) == [

@@ -47,10 +47,10 @@ def test_replay_and_report_import_neither_pandas_nor_paramiko(tmp_path):
 
 
 def test_the_commands_that_need_them_still_get_them(tmp_path):
-    from healthcheck import transport
+    from healthcheck.transport import open_transport
     from healthcheck.transport.ssh import SshTransport
 
-    assert transport.SshTransport is SshTransport  # named on the package, loaded on first use
+    assert isinstance(open_transport("ssh"), SshTransport)  # registered by name, its module loaded on first use
     run_dir = tmp_path / "run"
     _imported("run", "--replay", str(SAMPLE), "--run-dir", str(run_dir))
     assert "pandas" in _imported("assets", str(run_dir), "--csv")

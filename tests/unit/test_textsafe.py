@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from healthcheck.cli.main import main
 from healthcheck.core.model import Finding, Status
 from healthcheck.core.textsafe import printable
-from healthcheck.run.pipeline import render_reports
+from healthcheck.run.outputs import render_reports
 from healthcheck.store.results import HostResult, RunResults, write_results
 
 OSC = "\x1b]0;PWNED-TITLE\x07"

@@ -11,8 +11,9 @@ import pytest
 from healthcheck import probes
 from healthcheck.core.model import CommandResult, Host, HostCollection, Status, host_verdict
 from healthcheck.core.profiles import load_profile
+from healthcheck.run.execute import execute_run
 from healthcheck.run.nodetools import TOOLS, bounded, command_tools, unknown_tools
-from healthcheck.run.pipeline import RunOptions, execute_run
+from healthcheck.run.options import OutputOptions, RunOptions, SelectionOptions, TargetOptions, TransportOptions
 from healthcheck.run.stages import grade_host
 from healthcheck.store.bundle import read_host
 from healthcheck.store.rundir import write_collection
@@ -102,8 +103,10 @@ def test_a_hung_nvml_call_in_local_mode_is_a_tool_hang_and_the_sweep_finishes(mo
     nvml.nvmlInit = lambda: release.wait(120)  # a driver call that does not return
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
     try:
-        outcome = execute_run(RunOptions(local=True, probes=["gpu"], timeout_s=1, run_dir=tmp_path / "run",
-                                         render=False))
+        outcome = execute_run(RunOptions(target=TargetOptions(local=True),
+                                         selection=SelectionOptions(probes=["gpu"]),
+                                         transport=TransportOptions(timeout_s=1),
+                                         outputs=OutputOptions(run_dir=tmp_path / "run", render=False)))
     finally:
         release.set()
     [host] = outcome.results.hosts.values()
