@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from healthcheck import benchmarks as bench_registry
-from healthcheck.cli.main import SETUP_ERRORS, ExitCode, _csv, exit_code, print_summary
+from healthcheck.cli.common import SETUP_ERRORS, ExitCode, exit_code, print_summary
 from healthcheck.cli.options import (
     SweepFlags,
     check_source,
@@ -68,7 +68,7 @@ def bench(target: SweepFlags, out: Path, run_dir: Path | None, names: str, plan:
                "retest": not no_retest, "skip_failed_hosts": not include_failed,
                **({"launcher": {"kind": launcher}} if launcher else {})}
     opts = target.run_options(out=out, run_dir=run_dir, probes=csv_list(target.probe_names) or [],
-                              benchmarks=_csv(names) or (), plan=plan, progress=sys.stderr.isatty(),
+                              benchmarks=csv_list(names) or (), plan=plan, progress=sys.stderr.isatty(),
                               probe_options={k: v for k, v in options.items() if v is not None})
     try:
         bench_registry.select(list(opts.bench.benchmarks))

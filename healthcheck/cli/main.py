@@ -11,8 +11,6 @@ Exit codes (``ExitCode``): 0 every host passed (WARN allowed unless --strict), 1
 from __future__ import annotations
 
 import atexit
-import enum
-import importlib
 import os
 import sys
 import threading
@@ -23,7 +21,8 @@ import click
 import healthcheck
 from healthcheck import benchmarks as bench_registry
 from healthcheck import probes as probe_registry
-from healthcheck.cli.console import summary_lines
+from healthcheck.cli import assets, bench, drain, merge, node, sweep
+from healthcheck.cli.common import SETUP_ERRORS, ExitCode, exit_code, exit_now, print_summary
 from healthcheck.cli.options import (
     SweepFlags,
     check_source,
@@ -35,42 +34,14 @@ from healthcheck.cli.options import (
 )
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.profiles import ProfileError
-from healthcheck.core.verdicts import run_exit_status
 from healthcheck.inventory.hosts import InventoryError
 from healthcheck.inventory.load import load_inventory
 from healthcheck.run.execute import NothingToRerunError, execute_run
 from healthcheck.run.interrupt import exit_status
 from healthcheck.run.outputs import render_reports
 from healthcheck.store.recover import load_or_rebuild
-from healthcheck.store.results import RunResults, write_results
+from healthcheck.store.results import write_results
 from healthcheck.store.rundir import RunDirError
-
-EXTENSION_MODULES = ("healthcheck.cli.bench", "healthcheck.cli.drain", "healthcheck.cli.sweep",
-                     "healthcheck.cli.assets", "healthcheck.cli.node", "healthcheck.cli.merge")
-
-
-class ExitCode(enum.IntEnum):
-    OK = 0
-    FAILED = 1
-    USAGE = 2
-
-
-INTERRUPTED = 130  # like a shell after SIGINT (143 after SIGTERM)
-SETUP_ERRORS = (InventoryError, ProfileError, RunDirError, FileNotFoundError, ValueError, KeyError)
-
-
-def exit_code(results: RunResults, strict: bool) -> ExitCode:
-    """0 only if hosts were selected and every one was checked and passed (``healthcheck.core.verdicts``)."""
-    return ExitCode(run_exit_status(results, strict))
-
-
-_csv = csv_list  # the name cli_bench and cli_sweep import
-
-
-def print_summary(results: RunResults, run_dir: Path, verbose: bool = False) -> None:
-    """The folded console summary (``healthcheck.cli.console``); ``verbose`` also lists hosts."""
-    for line in summary_lines(results, run_dir, verbose):
-        click.echo(line)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "HEALTHCHECK"})
@@ -133,7 +104,7 @@ def run(target: SweepFlags, replay: Path | None, sample: bool, local: bool, out:
         raise click.UsageError("--rerun-checks needs --rerun-failed RUN_DIR")
     opts = target.run_options(
         replay=replay, local=local, out=out, run_dir=run_dir, deadline_s=deadline, output_cap_bytes=output_cap,
-        previous=previous, progress=sys.stderr.isatty(), benchmarks=_csv(benchmarks) or (), plan=plan,
+        previous=previous, progress=sys.stderr.isatty(), benchmarks=csv_list(benchmarks) or (), plan=plan,
         probe_options={"plan": plan}, rerun_of=rerun_of, rerun_checks=rerun_checks, metrics_detail=metrics_detail,
         collect_evidence=collect_evidence, evidence_timeout_s=evidence_timeout, evidence_max_bytes=evidence_max_bytes)
     try:
@@ -148,22 +119,12 @@ def run(target: SweepFlags, replay: Path | None, sample: bool, local: bool, out:
     if outcome.fatal:
         click.echo(f"healthcheck: the sweep stopped early: {outcome.fatal}; hosts not swept are marked "
                    "ERROR (host.swept)", err=True)
-        _exit(ExitCode.USAGE)
+        exit_now(ExitCode.USAGE)
     if outcome.interrupted:
         click.echo(f"interrupted ({outcome.signal or 'SIGINT'}): hosts not swept are marked ERROR (host.swept)",
                    err=True)
-        _exit(exit_status(outcome.signal))
+        exit_now(exit_status(outcome.signal))
     sys.exit(exit_code(outcome.results, strict))
-
-
-def _exit(code: int) -> None:
-    """Exit after an interrupt or a stop: host threads still waiting on a node must not hold the
-    process until their deadline (results and reports are written by now)."""
-    if any(t.name.startswith("hc-host") and t.is_alive() for t in threading.enumerate()):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(int(code))
-    sys.exit(code)
 
 
 @main.command()
@@ -335,16 +296,6 @@ def _exit_status(code: object) -> int:
     return 1
 
 
-def _add_extensions() -> None:
-    for module_name in EXTENSION_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                continue
-            raise
-        for command in module.COMMANDS:
-            main.add_command(command)
-
-
-_add_extensions()
+for extension in (bench, drain, sweep, assets, node, merge):  # each module's COMMANDS join the group
+    for command in extension.COMMANDS:
+        main.add_command(command)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import click
 
+from healthcheck.cli.common import SETUP_ERRORS, ExitCode, exit_code, print_summary
+from healthcheck.cli.options import csv_list
 from healthcheck.ops.merge import PREFER
 
 
@@ -31,13 +33,12 @@ from healthcheck.ops.merge import PREFER
 def merge(sources: tuple[Path, ...], run_dir: Path, inventory: Path | None, profile: str | None, prefer: str,
           probe_names: str | None, strict: bool) -> None:
     """Merge node bundles into one run directory, grade the fleet and write the reports."""
-    from healthcheck.cli.main import SETUP_ERRORS, ExitCode, _csv, exit_code, print_summary
     from healthcheck.ops.merge import merge_bundles
     from healthcheck.probes import RegistryError
 
     try:
         outcome = merge_bundles(list(sources), run_dir, inventory=inventory, profile=profile, prefer=prefer,
-                                probes=_csv(probe_names))
+                                probes=csv_list(probe_names))
     except (*SETUP_ERRORS, RegistryError) as exc:
         click.echo(f"healthcheck: {exc}", err=True)
         sys.exit(ExitCode.USAGE)

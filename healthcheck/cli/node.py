@@ -14,6 +14,8 @@ from pathlib import Path
 
 import click
 
+from healthcheck.cli.common import SETUP_ERRORS
+from healthcheck.cli.options import csv_list
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.model import Status
 
@@ -54,12 +56,11 @@ def node(out: Path, host: str | None, inventory: Path | None, profile: str | Non
     Every option can come from the environment: HEALTHCHECK_NODE_OUT, HEALTHCHECK_NODE_BUDGET,
     HEALTHCHECK_NODE_PROFILE, HEALTHCHECK_NODE_PROM, HEALTHCHECK_NODE_SLURM_SELF=1, ...
     """
-    from healthcheck.cli.main import SETUP_ERRORS, _csv
     from healthcheck.ops.node import NodeOptions, finding_line, node_name, run_node
     from healthcheck.probes import RegistryError
 
-    opts = NodeOptions(spool=out, host=host, inventory=inventory, profile=profile, probes=_csv(probes),
-                       skip_probes=_csv(skip_probes) or (), budget_s=budget, timeout_s=timeout,
+    opts = NodeOptions(spool=out, host=host, inventory=inventory, profile=profile, probes=csv_list(probes),
+                       skip_probes=csv_list(skip_probes) or (), budget_s=budget, timeout_s=timeout,
                        probe_options={"kernel_log_window_h": xid_window}, prom_file=prom)
     try:
         outcome = run_node(opts)

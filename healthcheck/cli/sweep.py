@@ -19,7 +19,8 @@ from pathlib import Path
 
 import click
 
-from healthcheck.cli.options import SweepFlags, check_source, plan_option, target_options, verbose_option
+from healthcheck.cli.common import SETUP_ERRORS, ExitCode, exit_code, exit_now, print_summary
+from healthcheck.cli.options import SweepFlags, check_source, csv_list, plan_option, target_options, verbose_option
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.ops.history import SweepLockedError
 from healthcheck.ops.nightly import SweepRecord, run_sweep
@@ -50,7 +51,6 @@ def print_changes(record: SweepRecord) -> None:
 def ended_early(results: RunResults, record: SweepRecord, history_dir: Path) -> int:
     """Say why a sweep ended early (a signal, an unwritable run directory) and return its exit code:
     130/143 for SIGINT/SIGTERM as ``healthcheck run``, 2 for a stop."""
-    from healthcheck.cli.main import ExitCode
 
     interrupted = bool(results.run.get("interrupted"))
     if record.recorded:
@@ -100,9 +100,8 @@ def sweep(target: SweepFlags, replay: Path | None, history_dir: Path, benchmarks
     sweep holds the lock (not started), 130/143 interrupted by Ctrl-C/SIGTERM (results and reports
     written, the run not recorded in the history).
     """
-    from healthcheck.cli.main import SETUP_ERRORS, ExitCode, _csv, _exit, exit_code, print_summary
     check_source(target, replay, local_allowed=False)
-    opts = target.run_options(replay=replay, benchmarks=_csv(benchmarks) or (), plan=plan,
+    opts = target.run_options(replay=replay, benchmarks=csv_list(benchmarks) or (), plan=plan,
                               progress=sys.stderr.isatty(), probe_options={"plan": plan},
                               collect_evidence=collect_evidence)
     try:
@@ -126,7 +125,7 @@ def sweep(target: SweepFlags, replay: Path | None, history_dir: Path, benchmarks
         click.echo(f"healthcheck: reports not rendered ({record.report_error}); results.json is complete, "
                    f"retry with: healthcheck report {run_dir}", err=True)
     if not record.recorded or record.signal:
-        _exit(ended_early(results, record, history_dir))
+        exit_now(ended_early(results, record, history_dir))
     if fail_on == "new":
         sys.exit(ExitCode.FAILED if record.changes["new_failures"] else ExitCode.OK)
     sys.exit(exit_code(results, strict))
