@@ -28,7 +28,8 @@ from healthcheck.benchmarks.attribution import (
     attribution_findings,
     included_blame,
 )
-from healthcheck.benchmarks.launch import TIMEOUT_EXIT_CODES, merge_launcher_settings, parse_launcher_errors
+from healthcheck.benchmarks.launch import TIMEOUT_EXIT_CODES, merge_launcher_settings
+from healthcheck.benchmarks.launcher_errors import launcher_remedy, parse_launcher_errors, telling_lines
 from healthcheck.benchmarks.plan import Job
 from healthcheck.core.model import Finding, Host, Status, worst
 from healthcheck.core.profiles import EMPTY_PROFILE, Profile
@@ -78,9 +79,9 @@ def grade_job(outcome: JobOutcome, spec: BenchmarkSpec, ctx: BenchContext) -> tu
     """Findings for the hosts of one job, and its parsed result (None when it could not be parsed)."""
     job = outcome.job
 
-    def error(message: str) -> list[Finding]:
+    def error(message: str, remedy: str = _JOB_REMEDY) -> list[Finding]:
         return [Finding(host=h, check=f"{check_base(job)}.job", status=Status.ERROR, component=job.component,
-                        message=f"{job.prefix}{message}", remedy=_JOB_REMEDY, source=job.job_id) for h in job.hosts]
+                        message=f"{job.prefix}{message}", remedy=remedy, source=job.job_id) for h in job.hosts]
 
     if outcome.transport_error:
         return error(f"could not run the job on launcher {outcome.launcher}: {outcome.transport_error}"), None
@@ -90,10 +91,12 @@ def grade_job(outcome: JobOutcome, spec: BenchmarkSpec, ctx: BenchContext) -> tu
     try:
         parsed = spec.parse(text)
     except ParseError as exc:
-        launcher = parse_launcher_errors(text)
-        why = "; ".join(e.message for e in launcher[:3]) if launcher else f"unreadable output: {exc}"
-        tail = (outcome.stderr.strip().splitlines() or [""])[-1][:200]
-        return error(f"{why} (rc {outcome.rc}){f'; stderr: {tail}' if tail and not launcher else ''}"), None
+        cause, known, remedy = _failure_cause(outcome)
+        if known:
+            return error(f"{cause} (rc {outcome.rc})", remedy), None
+        if cause:
+            return error(f"exited with rc {outcome.rc}: {cause} (unreadable output: {exc})", remedy), None
+        return error(f"unreadable output: {exc} (rc {outcome.rc}; nothing on stderr)", remedy), None
     except Exception as exc:  # a parser bug: this job is ERROR, every other job is still graded
         return error(f"the {job.benchmark} parser crashed: {type(exc).__name__}: {exc} (a healthcheck bug: "
                      f"attach raw/_jobs/{job.job_id}.out)"), None
@@ -103,10 +106,21 @@ def grade_job(outcome: JobOutcome, spec: BenchmarkSpec, ctx: BenchContext) -> tu
         return error(f"the {job.benchmark} evaluation crashed: {type(exc).__name__}: {exc} (a healthcheck bug: "
                      f"attach raw/_jobs/{job.job_id}.out)"), None
     if outcome.rc not in (0, None) and not any(f.status in (Status.FAIL, Status.ERROR) for f in findings):
-        launcher = "; ".join(e.message for e in parse_launcher_errors(text)[:3])
+        cause, _, remedy = _failure_cause(outcome, stdout_lines=False)  # stdout is the result itself
         findings += error(f"the launcher exited with rc {outcome.rc} although the output looked complete"
-                          f"{f': {launcher}' if launcher else ''}")
+                          + (f": {cause}" if cause else ""), remedy)
     return findings, parsed
+
+
+def _failure_cause(outcome: JobOutcome, stdout_lines: bool = True) -> tuple[str, bool, str]:
+    """(cause, recognised, remedy) of a job that failed: the launcher's recognised causes (running as
+    root, too few slots, ssh from the launcher, a missing binary or work dir), else the most telling
+    lines of its stderr (then, with ``stdout_lines``, of its stdout); empty when neither says anything."""
+    errors = parse_launcher_errors(outcome.stdout + "\n" + outcome.stderr)
+    if errors:
+        return "; ".join(e.message for e in errors[:3]), True, launcher_remedy(errors, _JOB_REMEDY)
+    said = telling_lines(outcome.stderr) or (telling_lines(outcome.stdout) if stdout_lines else "")
+    return said, False, _JOB_REMEDY
 
 
 def _metric(spec: BenchmarkSpec, parsed: Any) -> float | None:

@@ -17,9 +17,9 @@ from healthcheck.benchmarks.launch import (
     launch_script,
     merge_launcher_settings,
     mpirun_argv,
-    parse_launcher_errors,
     srun_argv,
 )
+from healthcheck.benchmarks.launcher_errors import parse_launcher_errors
 from healthcheck.benchmarks.plan import Job, job_id, pair_rounds, plan_jobs, retest_pairs
 from healthcheck.core.model import CommandResult, Host, Status
 from healthcheck.core.profiles import Expectation, Profile
@@ -113,7 +113,7 @@ def test_launch_script_quotes_everything(tmp_path: Path) -> None:
 
 def test_launcher_errors_from_corpus() -> None:
     slots = parse_launcher_errors(corpus_text("nccl-tests/mpirun-not-enough-slots-abort-gcm.txt"))
-    assert [e.message for e in slots] == ["mpirun: not enough slots for the requested ranks"]
+    assert [e.message for e in slots] == ["mpirun: not enough slots for the 16 ranks requested"]
     text = ("srun: error: gpu007: task 9: Exited with exit code 1\n"
             "--------------------------------------------------------------------------\n"
             "The user-provided time limit for job execution has been reached:\n")
