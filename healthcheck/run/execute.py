@@ -28,7 +28,7 @@ from healthcheck.run.outputs import write_or_stop, write_outputs
 from healthcheck.run.plan import RunPlan, manifest, plan_run
 from healthcheck.run.post import mark_observed, post_stages, run_stage
 from healthcheck.run.reach import open_sweep_transport
-from healthcheck.run.replay import keep_bundle_outputs, replay_sweep
+from healthcheck.run.replay import keep_bundle_outputs, replay_selection, replay_sweep
 from healthcheck.run.rerun import RerunPlan, plan_rerun, rerun_changes, rerun_record
 from healthcheck.run.selection import limit_names
 from healthcheck.store.gcpause import gc_paused
@@ -45,7 +45,7 @@ def execute_run(opts: RunOptions) -> RunOutcome:
     (``RunDirError`` also when the run directory cannot be written at all)."""
     started = datetime.now(timezone.utc)
     clock = time.monotonic()
-    opts, rerun = apply_rerun(opts)
+    opts, rerun = apply_rerun(replay_selection(opts))
     plan = plan_run(opts)
     if rerun is not None and not plan.hosts:
         raise NothingToRerunError(f"--rerun-failed {rerun.of_dir}: none of its failing hosts "

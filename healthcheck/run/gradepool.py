@@ -56,6 +56,11 @@ class GradeJob:
     previous: Mapping[str, Mapping[str, Any]]
     expect_meta: bool = False  # the bundle is a run directory we wrote: a host without _host.json is incomplete
 
+    @property
+    def expect_outputs(self) -> bool:
+        """A host folder without outputs is an error only when some probe needs them."""
+        return bool(self.probes)
+
 
 @dataclass(frozen=True)
 class Graded:
@@ -132,7 +137,7 @@ def grade_one(job: GradeJob, host: Host) -> Graded:
     """Read and grade one host of the bundle; never raises."""
     try:
         if host.name in job.names:
-            collection = read_bundle_host(job.raw, host.name, job.expect_meta)
+            collection = read_bundle_host(job.raw, host.name, job.expect_meta, job.expect_outputs)
         else:
             collection = HostCollection(host=host.name, results={},
                                         transport_error=f"host {host.name} is not in bundle {job.raw.parent}")

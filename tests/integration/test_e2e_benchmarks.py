@@ -269,11 +269,17 @@ def test_bench_wrong_pair_fails_and_hung_job_errors(ssh_cluster_factory, tmp_pat
     assert all(not launched(cluster, h) for h in ("node02", "node03", "node04"))
     assert "--timeout 2 " in launched(cluster, "node01")[0]
 
-    # the bench run directory replays like any run (its probes were not run: SKIP), same benchmark verdicts
+    # the bench run directory replays like any run: no probe ran, so none is graded and no host lacks
+    # "collected output"; its hosts are checked by their jobs, with the same verdicts
     cluster.stop()
     proc = healthcheck("run", "--replay", run_dir, "--run-dir", tmp_path / "bench-replay")
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert verdicts_of(tmp_path / "bench-replay") == verdicts_of(run_dir)
+    replayed = expanded_document(tmp_path / "bench-replay")
+    assert {h: v["verdict"] for h, v in replayed["hosts"].items()} == \
+        {h: v["verdict"] for h, v in results["hosts"].items()} == \
+        {"node01": "PASS", "node02": "FAIL", "node03": "FAIL", "node04": "ERROR"}
+    assert replayed["run"]["probes"] == [] and "host.reachable" not in proc.stdout
 
 
 def test_imb_pairs_graded_against_the_ndr_profile_name_the_slow_node(ssh_cluster_factory, tmp_path: Path) -> None:
