@@ -44,6 +44,7 @@ DETAIL_ALL_UP_TO = 64      # runs this small get a detail section for every host
 DETAIL_MAX = 300           # at most this many hosts get a detail section (worst first)
 DETAIL_LIVE = 20           # on larger runs, the first detail sections in the page; the rest are data (detail_data)
 GROUPS_MAX = 400           # grouped findings listed in the page
+SIMILAR_MAX = 50           # per group, the other distinct messages listed with their host
 HEATMAP_MAX_NODES = 96
 HPL_BARS_MAX = 60          # slowest nodes drawn
 STATUS_ORDER = [s.value for s in sorted(Status, key=lambda s: -s.rank)]
@@ -315,7 +316,7 @@ def render_context(digest: RunDigest) -> dict[str, Any]:
             as_data[printable(x["host"].name)] = data  # the key is the name as the page shows it (``visible``)
     return {"d": digest, "summary": digest.summary(), "by_verdict": digest.hosts_by_verdict(),
             "statuses": [Status(s) for s in STATUS_ORDER], "categories": by_category(digest),
-            "groups_total": len(digest.groups), "groups_max": GROUPS_MAX,
+            "groups_total": len(digest.groups), "groups_max": GROUPS_MAX, "similar_max": SIMILAR_MAX,
             "profiles": sorted({h.profile or "(none)" for h in hosts}),
             "details": details, "details_live": live,
             "details_data": script_json(shared_strings(as_data)) if as_data else "",

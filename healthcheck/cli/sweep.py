@@ -20,6 +20,7 @@ from pathlib import Path
 import click
 
 from healthcheck.cli.common import SETUP_ERRORS, ExitCode, exit_code, exit_now, print_summary
+from healthcheck.cli.console import folded_hosts, group_lines
 from healthcheck.cli.options import SweepFlags, check_source, csv_list, plan_option, target_options, verbose_option
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.ops.history import SweepLockedError
@@ -36,14 +37,15 @@ def print_changes(record: SweepRecord) -> None:
                f"{len(changes['new_failures'])} new failure(s), {len(changes['recovered'])} recovered, "
                f"{len(changes['still_failing'])} still failing")
     for key, label in (("new_failures", "NEW"), ("recovered", "RECOVERED"), ("still_failing", "STILL")):
-        for item in changes[key]:
-            checks = ", ".join(item["checks"][:4])
-            click.echo(f"  {label:<9} {item['host']:<16} {item['verdict']:<5} {checks}")
+        rows = [(f"{item['verdict']:<5} {', '.join(item['checks'][:4])}".rstrip(), item["host"])
+                for item in changes[key]]
+        for what, nodes, count in folded_hosts(rows):  # hosts that changed alike are one line
+            click.echo(f"  {label:<9} {nodes} ({count}) {what}")
     for change in changes.get("assets") or ():
         click.echo(f"  {'HARDWARE':<9} {change['host']:<16} {change['kind']:<15} {change['component']}: "
                    f"{change['field']} {change['before'] or '-'} -> {change['after'] or '-'}")
-    for f in record.findings:
-        click.echo(f"  {f.status.value:<9} {f.host:<16} {f.check:<28} {f.message}")
+    for line in group_lines(record.findings):
+        click.echo(f"  {line}")
     if record.pruned:
         click.echo(f"retention: forgot {len(record.pruned)} run(s) older than the keep window")
 

@@ -342,3 +342,24 @@ def test_manifest_in_the_page_is_escaped(page: str) -> None:
     start = page.index('<details class="manifest">')
     block = page[start:page.index("</details>", start)]
     assert "lab.yaml" in block and "<script" not in block
+
+
+def test_a_folded_group_lists_each_hosts_own_detail(tmp_path: Path) -> None:
+    """2,000 unknown host keys are one line on the console; the report's group lists each host's fingerprint."""
+    from healthcheck.core.model import Finding, Status
+    from healthcheck.reports.digest import digest_of, group_findings
+    from healthcheck.store.results import HostResult, RunResults
+
+    prints = {f"node{i:03d}": f"SHA256:{chr(64 + i) * 43}" for i in range(1, 4)}
+    findings = {h: [Finding(host=h, check="host.reachable", status=Status.ERROR,
+                            message=f"{h}: host key for {h} is not in known_hosts (ssh-ed25519 {fp})")]
+                for h, fp in prints.items()}
+    [group] = group_findings(f for fs in findings.values() for f in fs)
+    assert group.similar == [("node002", f"node002: host key for node002 is not in known_hosts (ssh-ed25519 "
+                                         f"{prints['node002']})"),
+                             ("node003", f"node003: host key for node003 is not in known_hosts (ssh-ed25519 "
+                                         f"{prints['node003']})")]
+    results = RunResults(run={"id": "r"}, hosts={h: HostResult(name=h, findings=fs) for h, fs in findings.items()})
+    page = render_html(digest_of(tmp_path, results)).decode()
+    problems = page[page.index('id="problems"'):page.index('id="hosts"')]
+    assert "+2 similar" in problems and all(fp in problems for fp in prints.values())
