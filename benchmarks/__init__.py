@@ -22,6 +22,7 @@ from typing import Any
 from healthcheck.core.model import Finding, Host
 from healthcheck.core.profiles import Profile
 from healthcheck.core.spec import ParseError
+from healthcheck.core.suggest import did_you_mean
 
 
 class RegistryError(KeyError):
@@ -124,7 +125,8 @@ def get(name: str) -> BenchmarkSpec:
     try:
         return _SPECS[name]
     except KeyError:
-        raise RegistryError(f"unknown benchmark {name!r} (known: {', '.join(sorted(_SPECS))})") from None
+        raise RegistryError(f"unknown benchmark {name!r}{did_you_mean(name, _SPECS)} "
+                            f"(known: {', '.join(sorted(_SPECS))})") from None
 
 
 def select(names: Sequence[str]) -> list[BenchmarkSpec]:

@@ -99,7 +99,7 @@ def run(target: SweepFlags, replay: Path | None, sample: bool, local: bool, out:
         from healthcheck.inventories import SAMPLE_BUNDLE
 
         replay = SAMPLE_BUNDLE
-    check_source(target, replay, local, rerun_of=rerun_of)
+    check_source(target, replay, local, rerun_of=rerun_of, sample_allowed=True)
     if rerun_checks and rerun_of is None:
         raise click.UsageError("--rerun-checks needs --rerun-failed RUN_DIR")
     opts = target.run_options(

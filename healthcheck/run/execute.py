@@ -27,7 +27,7 @@ from healthcheck.run.outcome import RunOutcome, SweepEnd, append_findings
 from healthcheck.run.outputs import write_or_stop, write_outputs
 from healthcheck.run.plan import RunPlan, manifest, plan_run
 from healthcheck.run.post import mark_observed, post_stages, run_stage
-from healthcheck.run.reach import open_sweep_transport
+from healthcheck.run.reach import check_reach, open_sweep_transport
 from healthcheck.run.replay import keep_bundle_outputs, replay_selection, replay_sweep
 from healthcheck.run.rerun import RerunPlan, plan_rerun, rerun_changes, rerun_record
 from healthcheck.run.selection import limit_names
@@ -50,6 +50,7 @@ def execute_run(opts: RunOptions) -> RunOutcome:
     if rerun is not None and not plan.hosts:
         raise NothingToRerunError(f"--rerun-failed {rerun.of_dir}: none of its failing hosts "
                                   f"({', '.join(rerun.hosts)}) is in the selected inventory or --limit")
+    check_reach(opts, plan.hosts)
     run_dir = new_run_dir(opts.outputs.out, opts.outputs.run_dir)
     transport = open_sweep_transport(opts, plan.hosts, run_dir, plan.commands_for)
     write_or_stop(run_dir, "manifest.json", lambda: write_json(run_dir / "manifest.json",

@@ -117,6 +117,26 @@ def parse_sinfo_state_reason(text: str) -> SlurmStates:
     return SlurmStates(nodes=nodes)
 
 
+# What Slurm's clients print when nothing can be asked of Slurm from here (Slurm 22.05: see
+# tests/fixtures/slurm/sinfo-no-configuration-22.05.err and sinfo-controller-down-22.05.err).
+_UNUSABLE = (
+    (re.compile(r"^\w+: fatal: (Could not establish a configuration source)", re.M),
+     "no Slurm configuration on this machine", "set SLURM_CONF (or install slurm.conf), or run where srun works"),
+    (re.compile(r"^\S*: ?(Unable to contact slurm controller.*)$", re.M), "the Slurm controller does not answer",
+     "check slurmctld (scontrol ping) and the network to it"),
+    (re.compile(r"^\w+: fatal: (.*)$", re.M), "the Slurm client cannot start", "run where srun works"),
+)
+
+
+def slurm_unusable(stderr: str) -> str | None:
+    """Why Slurm cannot be used from this machine at all, from a client's stderr, with what to do
+    (None: it answered, or failed for a reason that concerns only some nodes)."""
+    for pattern, what, remedy in _UNUSABLE:
+        if m := pattern.search(stderr):
+            return f"{what} (sinfo: {m[1].strip()}); {remedy}"
+    return None
+
+
 def show_node_argv(nodes: Iterable[str]) -> list[str]:
     return ["scontrol", "show", "node", ",".join(sorted(set(nodes)))]
 
