@@ -172,7 +172,8 @@ def grade_outcomes(outcomes: Sequence[JobOutcome], hosts: Sequence[Host], profil
         if parsed is not None:
             parsed_by_bench.setdefault((job.benchmark, profile.name), []).append((job, parsed))
         summary = {"job_id": job.job_id, "test": job.test, "shape": job.shape, "hosts": list(job.hosts),
-                   "rail": job.rail, "retest_of": job.retest_of, "rc": outcome.rc,
+                   "rail": job.rail, "retest_of": job.retest_of, **({"excluded": list(job.excluded)}
+                                                                     if job.excluded else {}), "rc": outcome.rc,
                    "duration_s": round(outcome.duration_s, 3),
                    "metric": _metric(spec, parsed),
                    "status": worst((f.status for f in findings), default=Status.ERROR).value}
@@ -181,18 +182,14 @@ def grade_outcomes(outcomes: Sequence[JobOutcome], hosts: Sequence[Host], profil
             summary["series"] = dict(series)
         for h in job.hosts:
             observations.setdefault(h, {"benchmarks": {}})["benchmarks"].setdefault(job.benchmark, []).append(summary)
-    findings: list[Finding] = []
-    blames: list[PairBlame] = []
-    bad_nodes: dict[tuple[str, str], dict[str, NodeBlame]] = {}
-    for (bench, test, shape, rail), results in pair_results(graded).items():
-        nodes, pairs = attribute(results)
-        base = f"{check_base(Job('', bench, test, shape, (), 1))}.{'rails' if shape == 'rail' else 'pairs'}"
-        findings += attribution_findings(base, nodes, pairs, component=f"rail {rail}" if rail else "node")
-        blames += pairs
-        bad_nodes.setdefault((bench, test), {}).update({h: n for h, n in nodes.items() if n.verdict == "bad"})
+    findings, blames, bad_nodes = attributed(graded)
+    reruns = {(o.job.benchmark, o.job.test, frozenset(o.job.hosts + o.job.excluded)): o.job
+              for o, _ in graded if o.job.shape == "cluster" and o.job.excluded}
     for outcome, _findings in graded:  # a cluster job with a node found bad in the pairs is blamed on it
         job = outcome.job
-        blame = included_blame(job.job_id, job.hosts, bad_nodes.get((job.benchmark, job.test), {})) \
+        rerun = reruns.get((job.benchmark, job.test, frozenset(job.hosts)))
+        blame = included_blame(job.job_id, job.hosts, bad_nodes.get((job.benchmark, job.test), {}),
+                               rerun.component if rerun and not job.excluded else None) \
             if job.shape == "cluster" else None
         blames += [blame] if blame else []
     for _outcome, job_findings in graded:
@@ -203,6 +200,22 @@ def grade_outcomes(outcomes: Sequence[JobOutcome], hosts: Sequence[Host], profil
             profile = next((p for p in profiles.values() if p.name == profile_name), EMPTY_PROFILE)
             findings += spec.fleet(parsed, BenchContext(profile, by_name, options))
     return findings, observations
+
+
+def attributed(graded: Sequence[tuple[JobOutcome, list[Finding]]]) -> tuple[
+        list[Finding], list[PairBlame], dict[tuple[str, str], dict[str, NodeBlame]]]:
+    """The pair jobs' attribution: its findings (per node, per link), the blame of every failed pair,
+    and the nodes proved bad per (benchmark, test) (``cluster_rerun`` runs a cluster job without them)."""
+    findings: list[Finding] = []
+    blames: list[PairBlame] = []
+    bad_nodes: dict[tuple[str, str], dict[str, NodeBlame]] = {}
+    for (bench, test, shape, rail), results in pair_results(graded).items():
+        nodes, pairs = attribute(results)
+        base = f"{check_base(Job('', bench, test, shape, (), 1))}.{'rails' if shape == 'rail' else 'pairs'}"
+        findings += attribution_findings(base, nodes, pairs, component=f"rail {rail}" if rail else "node")
+        blames += pairs
+        bad_nodes.setdefault((bench, test), {}).update({h: n for h, n in nodes.items() if n.verdict == "bad"})
+    return findings, blames, bad_nodes
 
 
 def inventory_options(host: Host, options: Mapping[str, Any]) -> dict[str, Any]:
