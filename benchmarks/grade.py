@@ -134,6 +134,13 @@ def _metric(spec: BenchmarkSpec, parsed: Any) -> float | None:
     return value if isinstance(value, int | float) and math.isfinite(value) else None
 
 
+def job_status(findings: Sequence[Finding]) -> Status:
+    """A job's own grade: its worst graded finding (a SKIP beside PASSes, such as the NCCL transport not
+    being logged, does not make a measured job SKIP); SKIP when nothing was graded, ERROR with no finding."""
+    graded = [f.status for f in findings if f.status is not Status.SKIP]
+    return worst(graded) if graded else (Status.SKIP if findings else Status.ERROR)
+
+
 def job_ok(findings: Sequence[Finding]) -> bool:
     return not any(f.status in (Status.FAIL, Status.ERROR) for f in findings)
 
@@ -176,7 +183,7 @@ def grade_outcomes(outcomes: Sequence[JobOutcome], hosts: Sequence[Host], profil
                                                                      if job.excluded else {}), "rc": outcome.rc,
                    "duration_s": round(outcome.duration_s, 3),
                    "metric": _metric(spec, parsed),
-                   "status": worst((f.status for f in findings), default=Status.ERROR).value}
+                   "status": job_status(findings).value}
         series = spec.series(to_jsonable(parsed)) if parsed is not None else {}
         if series:
             summary["series"] = dict(series)

@@ -202,7 +202,8 @@ def test_panel_draws_limits_and_marks_the_throttled_gpu() -> None:
     label, temp, power, clock = panel.view.rows[0]
     assert "HW throttling on gpu5" in label
     assert "limit 89" in temp and "limit 700" in power and "limit" not in clock
-    assert 'stroke="#dc2626" stroke-width="2.0"><title>gpu5</title>' in temp
+    assert 'class="fail" stroke-width="2.0"><title>gpu5</title>' in temp  # the page's one FAIL red
+    assert "#dc2626" not in temp + power + clock
     assert "<script>" not in temp and "&lt;script&gt;" in temp
 
 
