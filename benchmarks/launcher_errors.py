@@ -123,7 +123,8 @@ def _known(text: str) -> list[LauncherError]:
     for failure in KNOWN_FAILURES:
         for m in failure.pattern.finditer(text):
             node = m[failure.node_group] if failure.node_group else None
-            found.append(LauncherError(failure.describe(m), node=node, remedy=failure.remedy))
+            message = " ".join(failure.describe(m).split())  # a CR or stray blank from the tool's line
+            found.append(LauncherError(message, node=node, remedy=failure.remedy))
     return found
 
 

@@ -118,3 +118,24 @@ def test_rerun_states_fold_per_change():
     assert rerun_lines({"of": "r1", "hosts": hosts}) == ["rerun of r1:", "  was FAIL, now FAIL: node[001-008] (8)",
                                                          "  was ERROR, now PASS: node009 (1)",
                                                          "  was ERROR, now not swept: node010 (1)"]
+
+
+def test_sweep_changes_fold_hosts_that_changed_alike(capsys):
+    from healthcheck.cli.sweep import print_changes
+    from healthcheck.ops.nightly import SweepRecord
+
+    new = [{"host": f"gpu{i:03d}", "verdict": "FAIL", "was": "PASS", "checks": ["gpu.pcie.width"]} for i in range(1, 301)]
+    new.append({"host": "gpu400", "verdict": "ERROR", "was": "PASS", "checks": ["host.reachable"]})
+    growth = [Finding(host=f"gpu{i:03d}", check="history.counter.growth", status=Status.WARN, component="gpu0",
+                      message=f"gpu.ecc.aggregate.dram_correctable gpu0 grew by {i} since run r1 (was 1, now {i + 1})")
+              for i in range(1, 4)]
+    changes = {"previous_run": "r1", "new_failures": new, "still_failing": [],
+               "recovered": [{"host": "gpu003", "verdict": "PASS", "was": "FAIL", "checks": ["gpu.pcie.width"]}]}
+    print_changes(SweepRecord(run_id="r2", seq=2, changes=changes, trends={}, findings=growth))
+    assert capsys.readouterr().out.splitlines() == [
+        "since r1: 301 new failure(s), 1 recovered, 0 still failing",
+        "  NEW       gpu[001-300] (300) FAIL  gpu.pcie.width",
+        "  NEW       gpu400 (1) ERROR host.reachable",
+        "  RECOVERED gpu003 (1) PASS  gpu.pcie.width",
+        "  WARN  history.counter.growth gpu0 gpu[001-003] (3): gpu.ecc.aggregate.dram_correctable gpu0 grew by 1 "
+        "since run r1 (was 1, now 2) (+2 similar)"]
