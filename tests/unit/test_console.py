@@ -124,7 +124,8 @@ def test_sweep_changes_fold_hosts_that_changed_alike(capsys):
     from healthcheck.cli.sweep import print_changes
     from healthcheck.ops.nightly import SweepRecord
 
-    new = [{"host": f"gpu{i:03d}", "verdict": "FAIL", "was": "PASS", "checks": ["gpu.pcie.width"]} for i in range(1, 301)]
+    new = [{"host": f"gpu{i:03d}", "verdict": "FAIL", "was": "PASS", "checks": ["gpu.pcie.width"]}
+           for i in range(1, 301)]
     new.append({"host": "gpu400", "verdict": "ERROR", "was": "PASS", "checks": ["host.reachable"]})
     growth = [Finding(host=f"gpu{i:03d}", check="history.counter.growth", status=Status.WARN, component="gpu0",
                       message=f"gpu.ecc.aggregate.dram_correctable gpu0 grew by {i} since run r1 (was 1, now {i + 1})")
