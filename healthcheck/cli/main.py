@@ -21,7 +21,7 @@ import click
 import healthcheck
 from healthcheck import benchmarks as bench_registry
 from healthcheck import probes as probe_registry
-from healthcheck.cli import assets, bench, drain, merge, node, sweep
+from healthcheck.cli import assets, bench, drain, gate, merge, node, sweep
 from healthcheck.cli.common import SETUP_ERRORS, ExitCode, exit_code, exit_now, print_summary
 from healthcheck.cli.options import (
     SweepFlags,
@@ -296,6 +296,6 @@ def _exit_status(code: object) -> int:
     return 1
 
 
-for extension in (bench, drain, sweep, assets, node, merge):  # each module's COMMANDS join the group
+for extension in (bench, drain, sweep, assets, node, gate, merge):  # each module's COMMANDS join the group
     for command in extension.COMMANDS:
         main.add_command(command)
