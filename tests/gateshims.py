@@ -6,7 +6,7 @@
     shims.set("nccl", "hang", node="node01")  # only under slurmd for SLURMD_NODENAME=node01
 
 Tools: ``nvidia-smi`` (XML for the passive gpu probe), ``nvbandwidth``, ``all_reduce_perf``, ``dcgmi`` and
-``python`` for the node programs (``gpuperf_node.py``: ``gpuperf`` with GEMM in its tests, ``gpuperf-copy``
+``node-python`` for the node programs (``gpuperf_node.py``: ``gpuperf`` with GEMM in its tests, ``gpuperf-copy``
 otherwise; ``sdc_node.py``: ``sdc``). A fixture's own ``# our own fixture`` header line is not printed. The
 profile ``h100-gate-test`` inherits ``h100-sxm5-8x`` and sets small test costs, so every test fits a short
 budget, and points the node programs at the python shim.
@@ -70,7 +70,7 @@ class GateShims:
         for name, tool in (("nvidia-smi", "nvidia-smi"), ("nvbandwidth", "nvbandwidth"),
                            ("all_reduce_perf", "nccl"), ("dcgmi", "dcgmi")):
             shims._write(name, f"tool={tool}; default={q(DEFAULTS[tool])}")
-        shims._write("python", (
+        shims._write("node-python", (
             'case "$1" in\n  gpuperf_node.py) case "$*" in *gemm*) tool=gpuperf;; *) tool=gpuperf-copy;; esac;;\n'
             '  *) tool=sdc;;\nesac\n'
             'case "$tool" in gpuperf) default=' + q(DEFAULTS["gpuperf"]) + ';; gpuperf-copy) default='
@@ -80,7 +80,7 @@ class GateShims:
         (shims.profiles / f"{PROFILE}.yaml").write_text(
             f"name: {PROFILE}\ndescription: h100-sxm5-8x with test costs and shims (tests/gateshims.py)\n"
             f"inherits: h100-sxm5-8x\nsettings:\n  gate:\n    costs:\n{table}\n  benchmarks:\n"
-            f"    gpuperf: {{python: {shims.bin / 'python'}}}\n    sdc: {{python: {shims.bin / 'python'}}}\n"
+            f"    gpuperf: {{python: {shims.bin / 'node-python'}}}\n    sdc: {{python: {shims.bin / 'node-python'}}}\n"
             f"    nccl: {{binary_dir: ''}}\n")
         return shims
 
