@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -88,11 +89,30 @@ def gate(out: Path, host: str | None, inventory: Path | None, profile: str | Non
         f"(--on-error {on_error})", err=True)).start()
     try:
         outcome = run_gate(opts)
-    except (*SETUP_ERRORS, RegistryError, GateCostError, OSError) as exc:
-        _own_error(f"{type(exc).__name__}: {exc}", on_error, slurm_self, kubernetes_self, host, slurm_node,
-                   kube_node, max_drain_fraction, started + budget)
+    except Exception as exc:  # the gate's own error, whatever it is: --on-error decides, never a traceback's rc 1
+        known = isinstance(exc, (*SETUP_ERRORS, RegistryError, GateCostError, OSError))
+        if not known:
+            traceback.print_exc()
+        _own_error(f"{'' if known else 'a healthcheck bug: '}{type(exc).__name__}: {exc}", on_error, slurm_self,
+                   kubernetes_self, host, slurm_node, kube_node, max_drain_fraction, started + budget)
         watchdog.cancel()
         sys.exit(own_error)
+    _report(outcome)
+    _act(outcome.findings, outcome.host, on_error, slurm_self, kubernetes_self, slurm_node or node_name(host),
+         kube_node or node_name(host), max_drain_fraction, started + budget)
+    if outcome.first_failure is not None:
+        verdict = "failed" if outcome.exit_code else f"could not judge the node (--on-error {on_error}: job may start)"
+        click.echo(f"healthcheck: gate {verdict}: {finding_line(outcome.first_failure)}", err=True)
+    elif outcome.verdict is Status.ERROR:
+        click.echo(f"healthcheck: gate checked nothing (--on-error {on_error})", err=True)
+    watchdog.cancel()
+    sys.exit(outcome.exit_code)
+
+
+def _report(outcome: Any) -> None:
+    """What was left out, one line per active test, one per non-PASS finding."""
+    from healthcheck.ops.node import finding_line
+
     for name, why in outcome.passive_left_out.items():
         click.echo(f"# passive not run: {name}: {why}")
     for record in outcome.tests:
@@ -101,16 +121,6 @@ def gate(out: Path, host: str | None, inventory: Path | None, profile: str | Non
     for f in outcome.findings:
         if f.status is not Status.PASS:
             click.echo(finding_line(f))
-    _act(outcome.findings, outcome.host, on_error, slurm_self, kubernetes_self, slurm_node or node_name(host),
-         kube_node or node_name(host), max_drain_fraction, started + budget)
-    first = outcome.first_failure
-    if first is not None:
-        verdict = "failed" if outcome.exit_code else f"could not judge the node (--on-error {on_error}: job may start)"
-        click.echo(f"healthcheck: gate {verdict}: {finding_line(first)}", err=True)
-    elif outcome.verdict is Status.ERROR:
-        click.echo(f"healthcheck: gate checked nothing (--on-error {on_error})", err=True)
-    watchdog.cancel()
-    sys.exit(outcome.exit_code)
 
 
 def _act(findings: list[Finding], host: str, on_error: str, slurm_self: bool, kubernetes_self: bool,

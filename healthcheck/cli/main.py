@@ -70,7 +70,8 @@ def main(profiles_dirs: tuple[Path, ...]) -> None:
               help="Earlier run directory: error counters are compared against it.")
 @click.option("--output-cap", type=click.IntRange(1024), default=DEFAULTS.output_cap_bytes, show_default=True,
               help="Per-command stdout/stderr cap, bytes (marked truncated).")
-@click.option("--benchmarks", help="Comma-separated benchmarks to run after probes (nccl,hpl,imb,osu,sdc,gpuperf,nvbandwidth).")
+@click.option("--benchmarks", help="Comma-separated benchmarks to run after probes "
+              "(nccl,hpl,imb,osu,sdc,gpuperf,nvbandwidth).")
 @plan_option
 @click.option("--strict", is_flag=True, help="WARN counts as failure for the exit code.")
 @click.option("--collect-evidence", is_flag=True, help="Run nvidia-bug-report.sh on hosts that FAIL gpu/nvlink/xid "

@@ -34,7 +34,7 @@ from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.model import Finding, Status, host_verdict
 from healthcheck.ops.gate_cache import CachedTest, boot_id, cache_key, cacheable, read_cache, write_cache
 from healthcheck.ops.gate_exec import ChildGroups, run_launch
-from healthcheck.ops.gate_plan import PRIORITY, fits_now, load_test_costs, plan_gate
+from healthcheck.ops.gate_plan import PRIORITY, PlannedTest, fits_now, load_test_costs, plan_gate
 from healthcheck.ops.gate_steps import TESTS, GateContext, StepOutput
 from healthcheck.ops.node import NodeOptions, node_name, plan_probes, remove_stale, swap_in
 from healthcheck.run.execute import execute_run
@@ -202,52 +202,59 @@ def _active(opts: GateOptions, host: str, profile: Any, results: RunResults, sta
     unknown = [t for t in requested if t not in TESTS]
     if unknown:
         raise ValueError(f"unknown gate test(s) {', '.join(unknown)} (known: {', '.join(PRIORITY)})")
-    gpus = _observed(results, host, "count")
-    exp = profile.expect("gpu.count")
-    gpus = gpus if isinstance(gpus, int) and gpus > 0 else (exp.value if exp is not None and
-                                                          isinstance(exp.value, int) else None)
+    gpus = _gpu_count(results, host, profile)
     cache_path = (opts.cache_dir or Path(opts.spool) / ".gate-cache") / f"{host}.json"
     key = cache_key(profile.name, boot_id(), _observed(results, host, "driver_version"), gpus)
     cached = {n: c for n, c in read_cache(cache_path, key, time.time(), opts.cache_minutes * 60).items()
               if n in requested}
-    findings: list[Finding] = []
-    records: list[ActiveRecord] = []
-    for name, entry in cached.items():
-        findings += [_cached(f, entry) for f in entry.findings]
-        records.append(ActiveRecord(name, "cached", f"passed {(time.time() - entry.at) / 60:.1f} min ago"))
+    findings = [_cached(f, entry) for entry in cached.values() for f in entry.findings]
+    records = [ActiveRecord(n, "cached", f"passed {(time.time() - c.at) / 60:.1f} min ago") for n, c in cached.items()]
+    todo = [t for t in requested if t not in cached]
     if host_verdict(results.hosts[host].findings) is Status.FAIL:
         why = "not run: the passive probes already failed the node"
-        return findings + _skips(host, [t for t in requested if t not in cached], why), \
-            records + [ActiveRecord(t, "skipped", why) for t in requested if t not in cached]
-    plan = plan_gate([t for t in requested if t not in cached], load_test_costs(profile), gpus or DEFAULT_GPUS,
-                     deadline - time.monotonic() - opts.reserve_s)
+        return findings + _skips(host, todo, why), records + [ActiveRecord(t, "skipped", why) for t in todo]
+    plan = plan_gate(todo, load_test_costs(profile), gpus or DEFAULT_GPUS, deadline - time.monotonic() - opts.reserve_s)
     ctx = GateContext(host=host, profile=profile, options=dict(opts.settings), gpus=gpus,
                       workdir=staging.parent / "work")
-    groups, fresh = opts.groups, dict(cached)
+    fresh = dict(cached)
     for test in plan.run:
         left = deadline - time.monotonic() - opts.reserve_s
         if not fits_now(test, left):
             plan = plan.without(test.name, f"estimated {test.estimate_s:.1f} s, {max(left, 0):.1f} s left when its "
                                            "turn came (earlier tests took longer than estimated)")
             continue
-        launch = TESTS[test.name].launch(ctx)
-        if isinstance(launch, str):
-            findings += _skips(host, [test.name], f"not run: {launch}")
-            records.append(ActiveRecord(test.name, "skipped", launch))
-            continue
-        out = run_launch(launch, ctx.workdir, min(test.timeout_s, left), groups, opts.kill_grace_s)
-        _keep_raw(staging, test.name, out)
-        graded = TESTS[test.name].grade(ctx, launch, out)
+        graded, record = _run_test(opts, ctx, test, left, staging)
         findings += graded
-        records.append(ActiveRecord(test.name, "ran", _note(out), round(out.duration_s, 3), round(test.estimate_s, 1),
-                                  round(out.timeout_s, 1), out.rc, out.timed_out, launch.tool))
-        if cacheable(graded):
+        records.append(record)
+        if record.state == "ran" and cacheable(graded):
             fresh[test.name] = CachedTest(test.name, time.time(), tuple(graded))
     findings += [Finding(host=host, check="gate.plan", component=name, status=Status.SKIP, source="gate",
                          message=f"{name} not run: {why}") for name, why in plan.dropped.items()]
     records += [ActiveRecord(name, "dropped", why) for name, why in plan.dropped.items()]
     _save_cache(cache_path, key, fresh, opts.cache_minutes)
     return findings, records
+
+
+def _gpu_count(results: RunResults, host: str, profile: Any) -> int | None:
+    """What the node's gpu probe counted, else the profile's ``gpu.count``, else None."""
+    seen = _observed(results, host, "count")
+    if isinstance(seen, int) and seen > 0:
+        return seen
+    exp = profile.expect("gpu.count")
+    return exp.value if exp is not None and isinstance(exp.value, int) else None
+
+
+def _run_test(opts: GateOptions, ctx: GateContext, test: PlannedTest, left: float,
+              staging: Path) -> tuple[list[Finding], ActiveRecord]:
+    """Launch one test (a SKIP when its tool is missing), keep its raw output, grade it."""
+    launch = TESTS[test.name].launch(ctx)
+    if isinstance(launch, str):
+        return _skips(ctx.host, [test.name], f"not run: {launch}"), ActiveRecord(test.name, "skipped", launch)
+    out = run_launch(launch, ctx.workdir, min(test.timeout_s, left), opts.groups, opts.kill_grace_s)
+    _keep_raw(staging, test.name, out)
+    record = ActiveRecord(test.name, "ran", _note(out), round(out.duration_s, 3), round(test.estimate_s, 1),
+                          round(out.timeout_s, 1), out.rc, out.timed_out, launch.tool)
+    return TESTS[test.name].grade(ctx, launch, out), record
 
 
 def _skips(host: str, names: Sequence[str], why: str) -> list[Finding]:

@@ -108,3 +108,41 @@ def test_program_runs_the_graded_paths_with_site_settings():
                                            "device_local_copy", "nvbandwidth.buffer_mib": 256,
                                            "nvbandwidth.samples": 1}).argv
     assert argv == ("/opt/nvb/nvbandwidth", "-t", "device_local_copy", "-b", "256", "-i", "1")
+
+
+def test_acceptance_runs_launch_nvbandwidth_and_gpuperf_on_the_node(tmp_path):
+    """``healthcheck run --local --benchmarks gpuperf,nvbandwidth``: both run directly on the node (no MPI), their
+    outputs land in raw/_jobs/ and are graded (nvbandwidth: a shim printing our healthy fixture; gpuperf: the real
+    node program with NumPy, so only which checks exist is asserted, not CPU timings)."""
+    import json
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    from tests.conftest import FIXTURES, ROOT
+
+    shim = tmp_path / "nvbandwidth"
+    fixture = FIXTURES / "nvbandwidth" / "h100-8gpu-v0.8-h2d-d2h-d2d-healthy.txt"
+    shim.write_text(f"#!/bin/sh\nexec cat {shlex.quote(str(fixture))}\n")
+    shim.chmod(0o755)
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (profiles / "h100-cpu.yaml").write_text(
+        "name: h100-cpu\ndescription: h100-sxm5-8x, node programs on NumPy\ninherits: h100-sxm5-8x\nsettings:\n"
+        f"  benchmarks:\n    nvbandwidth: {{binary: {shim}}}\n    gpuperf: {{impl: numpy, devices: 2, gemm_n: 64, "
+        f"copy_mib: 1, gemm_iters: 2, copy_iters: 2, python: {sys.executable}}}\n")
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "healthcheck", "run", "--local", "--probes", "system", "--benchmarks",
+                           "gpuperf,nvbandwidth", "--profile", "h100-cpu", "--run-dir", str(run_dir)],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "HEALTHCHECK_PROFILES_DIR": str(profiles)})
+    jobs = json.loads((run_dir / "raw" / "_jobs" / "manifest.json").read_text())
+    benchmarks = sorted(j["job"]["benchmark"] for j in jobs["jobs"])
+    assert benchmarks == ["gpuperf", "nvbandwidth"], proc.stderr[-2000:]
+    from healthcheck.store.results import load_results
+
+    findings = list(load_results(run_dir).findings())
+    checks = {f.check: f.status for f in findings}
+    assert checks["nvbandwidth.host_to_device_memcpy_ce"] is Status.PASS
+    assert {"gpuperf.gemm", "gpuperf.gemm.siblings", "copy.h2d", "copy.d2d"} <= set(checks)
