@@ -23,10 +23,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from healthcheck import benchmarks, probes
 from healthcheck.benchmarks import BenchContext
 from healthcheck.benchmarks.plan import Job
-
-from healthcheck import benchmarks, probes
 from healthcheck.core.model import CommandResult, Finding, Host, Status, json_safe
 from healthcheck.core.profiles import load_profile
 from healthcheck.core.spec import EvalContext, ParseError
