@@ -100,7 +100,8 @@ def finite(token: str, where: str = "") -> float:
 _SPECS: dict[str, BenchmarkSpec] = {}
 
 # Built-in benchmark modules, in the order they run.
-BUILTIN = tuple(f"healthcheck.benchmarks.{name}" for name in ("nccl", "hpl", "imb", "osu", "sdc"))
+BUILTIN = tuple(f"healthcheck.benchmarks.{name}" for name in ("nccl", "hpl", "imb", "osu", "sdc", "gpuperf",
+                                                                  "nvbandwidth"))
 
 
 def register(spec: BenchmarkSpec) -> BenchmarkSpec:

@@ -23,10 +23,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from healthcheck import benchmarks, probes
 from healthcheck.benchmarks import BenchContext
 from healthcheck.benchmarks.plan import Job
-
-from healthcheck import benchmarks, probes
 from healthcheck.core.model import CommandResult, Finding, Host, Status, json_safe
 from healthcheck.core.profiles import load_profile
 from healthcheck.core.spec import EvalContext, ParseError
@@ -50,7 +49,7 @@ _SOURCES: tuple[tuple[str, str, str], ...] = (
     ("system", "proc-mounts", "proc-mounts"), ("system", "mount-probe", "mount-probe"),
     ("system", "systemctl", "systemd-units"), ("system", "nccl-libs", "nccl-libs"),
     ("nccl-tests", "", "bench:nccl"), ("imb", "", "bench:imb"), ("hpl", "", "bench:hpl"), ("osu", "", "bench:osu"),
-    ("sdc", "", "bench:sdc"),
+    ("sdc", "", "bench:sdc"), ("gpuperf", "", "bench:gpuperf"), ("nvbandwidth", "", "bench:nvbandwidth"),
     ("nvidia-smi", "nvidia-smi-q-", "nvidia-smi-q"),
 )
 
@@ -163,8 +162,9 @@ def check_probe(probe_name: str, cid: str, text: str, alone: bool) -> str:
 
 
 def bench_job(name: str, text: str) -> Job:
-    test = {"nccl": "all_reduce_perf", "hpl": "xhpl", "imb": "PingPong", "osu": "osu_latency", "sdc": "sdc"}[name]
-    shape = "node" if name in ("nccl", "hpl", "sdc") else "pair"
+    test = {"nccl": "all_reduce_perf", "hpl": "xhpl", "imb": "PingPong", "osu": "osu_latency", "sdc": "sdc",
+            "gpuperf": "gpuperf", "nvbandwidth": "nvbandwidth"}[name]
+    shape = "node" if name in ("nccl", "hpl", "sdc", "gpuperf", "nvbandwidth") else "pair"
     hosts = ("fuzz1",) if shape == "node" else ("fuzz1", "fuzz2")
     return Job(job_id=f"{name}-fuzz", benchmark=name, test=test, shape=shape, hosts=hosts, ranks_per_host=8)
 

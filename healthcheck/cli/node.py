@@ -102,7 +102,8 @@ def deploy_files() -> dict[str, str]:
 
 @click.group("deploy")
 def deploy() -> None:
-    """Example deployments of `healthcheck node`: systemd timer, Slurm HealthCheckProgram, Kubernetes."""
+    """Example deployments: `healthcheck node` (systemd timer, Slurm HealthCheckProgram, Kubernetes DaemonSet)
+    and `healthcheck gate` (Slurm Prolog/Epilog, Kubernetes init container)."""
 
 
 @deploy.command("list")

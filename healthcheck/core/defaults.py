@@ -56,6 +56,13 @@ class Defaults:
     evidence_max_bytes: int = 64 * 1024 * 1024  # the report kept per host; larger ones are truncated
     offender_failures: int = 3           # repeat offender: failing on this many ...
     offender_window: int = 5             # ... of the host's last this many runs (this one included)
+    sibling_fail_fraction: float = 0.80  # a GPU (or copy path) below this share of its node siblings' median: FAIL
+    sibling_warn_fraction: float = 0.90  # ... below this share: WARN
+    gate_budget_s: float = 60.0          # `healthcheck gate`: the whole gate, passive probes and active tests
+    gate_passive_budget_s: float = 10.0  # ... the declared cost of the job-safe passive probes it may run
+    gate_reserve_s: float = 5.0          # ... kept for startup, grading, the bundle and the scheduler update
+    gate_kill_grace_s: float = 2.0       # ... a test past its time gets SIGTERM, then SIGKILL this much later
+    gate_cache_minutes: float = 30.0     # ... a passing active test is reused for this long (0: never)
 
 
 DEFAULTS = Defaults()

@@ -120,7 +120,7 @@ def run_node(opts: NodeOptions) -> NodeOutcome:
             raise RunDirError(f"host {host} is not in inventory {opts.inventory} (give --host or add it)")
         if opts.prom_file is not None:
             write_textfile(staging, Path(opts.prom_file))
-        bundle = _swap_in(staging, spool / host)
+        bundle = swap_in(staging, spool / host)
     finally:
         shutil.rmtree(holder, ignore_errors=True)
     return NodeOutcome(host=host, bundle=bundle, results=outcome.results, left_out=left_out)
@@ -139,7 +139,7 @@ def remove_stale(spool: Path, host: str, max_age_s: float = STALE_AFTER_S) -> li
     return removed
 
 
-def _swap_in(staging: Path, final: Path) -> Path:
+def swap_in(staging: Path, final: Path) -> Path:
     """Replace ``final`` by ``staging`` with two renames; the old bundle is removed afterwards."""
     old = final.with_name(f".{final.name}.old-{os.getpid()}")
     if final.exists() or final.is_symlink():

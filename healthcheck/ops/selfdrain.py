@@ -88,6 +88,10 @@ def self_drain(findings: Sequence[Finding], host: str, node: str, policy: SelfDr
         kind = "refresh" if current.ours else "drain"
     else:
         reason = ""
+        unchecked = _unchecked_category(current.reason, findings) if current.ours else None
+        if unchecked is not None:
+            return SelfDrainOutcome("left-alone", f"drained by healthcheck for {unchecked} ({current.reason!r}), "
+                                    f"which this run did not check: left for a run that checks it")
         actions = SLURM.resume_actions([NodeRef(host, node)], states)
         if not actions:
             return SelfDrainOutcome("none", f"passes; {current.state}, nothing to resume")
@@ -99,6 +103,24 @@ def self_drain(findings: Sequence[Finding], host: str, node: str, policy: SelfDr
     if outcomes and outcomes[0].error is not None:
         return SelfDrainOutcome("failed", f"{action.commands[0]}: {outcomes[0].error}", reason)
     return SelfDrainOutcome(kind, action.note, reason)
+
+
+def reason_check(reason: str) -> str | None:
+    """The check id an ours reason names: ``healthcheck: <check> <component>: ...`` (self-drain) or
+    ``healthcheck: FAIL <check> ...`` (``healthcheck drain``); None when it names none."""
+    tokens = reason[len(REASON_PREFIX):].split() if reason.startswith(REASON_PREFIX) else []
+    if tokens and tokens[0] in {s.value for s in Status}:
+        tokens = tokens[1:]
+    return tokens[0].split("=")[0].rstrip(":;") if tokens else None
+
+
+def _unchecked_category(reason: str, findings: Sequence[Finding]) -> str | None:
+    """The category of the reason's check when no finding of this run has that category, else None."""
+    check = reason_check(reason)
+    if not check:
+        return None
+    category = check.split(".", 1)[0]
+    return None if any(f.category == category for f in findings) else check
 
 
 def _breaker(controller: Controller, node: str, max_fraction: float) -> str | None:
