@@ -25,13 +25,14 @@ from healthcheck import probes as probe_registry
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.model import Finding, Status
 from healthcheck.ops.budget import load_costs, select_within_budget
+from healthcheck.ops.drain import DrainPolicy, triggers
 from healthcheck.run.execute import execute_run
 from healthcheck.run.options import OutputOptions, RunOptions, SelectionOptions, TargetOptions, TransportOptions
 from healthcheck.run.selection import SelectionError
 from healthcheck.store.results import RunResults
 from healthcheck.store.rundir import RunDirError, _safe_component
 
-NOT_HEALTHY = (Status.FAIL, Status.ERROR)
+UNHEALTHY = DrainPolicy(statuses=frozenset({Status.FAIL, Status.ERROR}))  # what makes the exit code 1
 STALE_AFTER_S = 900.0
 
 
@@ -63,9 +64,12 @@ class NodeOutcome:
 
     @property
     def first_failure(self) -> Finding | None:
-        """The first FAIL in report order, else the first ERROR: the one line NHC would print."""
+        """The first FAIL in report order, else the first ERROR, of the findings that count by the drain
+        rule (``UNHEALTHY``: never an observe-only or advisory check, never a WARN): the one line NHC
+        would print."""
+        counted = [f for f in self.findings if triggers(f, UNHEALTHY)]
         for status in (Status.FAIL, Status.ERROR):
-            for f in self.findings:
+            for f in counted:
                 if f.status is status:
                     return f
         return None

@@ -36,7 +36,7 @@ class SelfDrainPolicy:
     @property
     def drain_policy(self) -> DrainPolicy:
         statuses = {Status.FAIL} | ({Status.ERROR} if self.drain_on_error else set())
-        return DrainPolicy(statuses=frozenset(statuses), remedy_words=())
+        return DrainPolicy(statuses=frozenset(statuses))
 
 
 @dataclass(frozen=True)
