@@ -15,7 +15,12 @@ from healthcheck.ops.schedulers.controller import Controller, read_states
 from healthcheck.ops.schedulers.kubernetes import KUBERNETES, parse_kubectl_nodes_json
 from healthcheck.ops.schedulers.slurm import SLURM
 from healthcheck.store.results import HostResult, RunResults
-from healthcheck.transport.slurm_nodes import REASON_PREFIX, parse_scontrol_show_node, parse_sinfo_state_reason
+from healthcheck.transport.slurm_nodes import (
+    REASON_PREFIX,
+    parse_scontrol_show_node,
+    parse_sinfo_fleet,
+    parse_sinfo_state_reason,
+)
 from tests.conftest import fixture_text
 
 
@@ -324,3 +329,15 @@ def test_commands_quote_like_a_shell_would_split_them():
     plan = plan_drain(fleet(20, {"gpu001": [bad("gpu001", "gpu.count", component="gpu 1; reboot")]}))
     action = SLURM.drain_actions(plan.decisions, None)[0]
     assert tuple(shlex.split(action.commands[0])) == action.argvs[0]
+
+
+def test_parse_sinfo_fleet_keeps_the_reason_time_and_a_bar_in_the_reason():
+    states = parse_sinfo_fleet(strip_header(fixture_text("slurm/sinfo-node-state-time-reason-22.05.txt")))
+    assert len(states.nodes) == 8
+    gpu005 = states.nodes["gpu005"]
+    assert (gpu005.reason, gpu005.reason_time) == ("maintenance by alice: PSU swap | ticket 4711",
+                                                   "2026-11-28T14:58:18")
+    assert states.nodes["gpu007"].ours and states.nodes["gpu007"].reason_time == "2026-11-28T14:58:19"
+    assert (states.nodes["gpu001"].reason, states.nodes["gpu001"].reason_time) == ("", "")
+    with pytest.raises(ParseError):
+        parse_sinfo_fleet("gpu001|idle*|none\n")
