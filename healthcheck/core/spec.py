@@ -25,6 +25,9 @@ class ParseError(ValueError):
         self.excerpt = excerpt[:200]
 
 
+PREVIOUS_AT = "_collected_at"  # in a host's previous observations (by probe name): when that collection was recorded
+
+
 @dataclass(frozen=True)
 class EvalContext:
     """What an evaluator may know besides the observations.
@@ -32,6 +35,9 @@ class EvalContext:
     ``previous`` holds this host's observations from the previous run (JSON form, by probe name),
     or is empty when there is none: growth checks compare against it. ``options`` carries run
     options such as ``kernel_log_window_h``; ``now`` is the time the outputs were collected.
+    ``collected_at`` and ``previous_at`` are the times the collector recorded for this collection and
+    for the previous one (``_host.json`` ``collected_at``), None where none was recorded: an interval
+    between them is one a node's own clock cannot stretch (``probes/rates.py``).
     """
 
     host: Host
@@ -39,6 +45,19 @@ class EvalContext:
     previous: Mapping[str, Any] = field(default_factory=dict)
     options: Mapping[str, Any] = field(default_factory=dict)
     now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    collected_at: datetime | None = None
+    previous_at: datetime | None = None
+
+
+def recorded_time(text: Any) -> datetime | None:
+    """An ISO-8601 time the collector recorded (naive reads as UTC), or None when absent or unreadable."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
 class Probe(Protocol):

@@ -16,7 +16,7 @@ from typing import Any
 from healthcheck.core.grading import apply_known_issues, apply_observe
 from healthcheck.core.model import CommandResult, Finding, Host, HostCollection, Status
 from healthcheck.core.profiles import Profile
-from healthcheck.core.spec import EvalContext, ParseError, Probe
+from healthcheck.core.spec import PREVIOUS_AT, EvalContext, ParseError, Probe, recorded_time
 from healthcheck.run.nodetools import TOOL_HANG, command_tools, tool_hang_findings
 
 MISSING_TOOL_RC = 127
@@ -136,13 +136,6 @@ def _reach_remedy(error: str) -> str:
     return "Check connectivity to the node and rerun"
 
 
-def _collected_at(collection: HostCollection) -> datetime:
-    try:
-        return datetime.fromisoformat(collection.collected_at)
-    except (TypeError, ValueError):
-        return datetime.now(timezone.utc)
-
-
 def grade_host(host: Host, collection: HostCollection, probes: Sequence[Probe], profile: Profile,
                transport: str, previous: Mapping[str, Any] | None = None,
                options: Mapping[str, Any] | None = None,
@@ -155,8 +148,12 @@ def grade_host(host: Host, collection: HostCollection, probes: Sequence[Probe], 
     observations: dict[str, Any] = {}
     if collection.transport_error is not None and not any(r.ok for r in collection.results.values()):
         return findings, observations
-    now = _collected_at(collection)
-    ctx = EvalContext(host=host, profile=profile, previous=previous or {}, options=opts, now=now)
+    recorded = recorded_time(collection.collected_at)
+    now = recorded or datetime.now(timezone.utc)
+    before = dict(previous or {})
+    previous_at = recorded_time(before.pop(PREVIOUS_AT, None))
+    ctx = EvalContext(host=host, profile=profile, previous=before, options=opts, now=now, collected_at=recorded,
+                      previous_at=previous_at)
     for probe in probes:
         probe_findings, obs = run_probe(probe, host, collection.results, ctx,
                                         (preparsed or {}).get(probe.name))
