@@ -83,7 +83,7 @@ def test_node_name_prefers_explicit_then_slurmd() -> None:
 
 def test_a_spool_entry_that_is_not_a_bundle_is_refused(tmp_path: Path, shim: Path) -> None:
     (tmp_path / "gpu007").symlink_to(tmp_path / "elsewhere")
-    with pytest.raises(ValueError, match="is not a bundle directory"):
+    with pytest.raises(ValueError, match="exists and is not a healthcheck bundle"):
         run_node(NodeOptions(spool=tmp_path, host="gpu007", probes=["gpu"]))
     assert not (tmp_path / "elsewhere").exists()
 
