@@ -13,6 +13,7 @@ Planning (``benchmarks.plan``), launching (``benchmarks.launch``), execution and
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -21,7 +22,7 @@ from typing import Any
 
 from healthcheck.core.model import Finding, Host
 from healthcheck.core.profiles import Profile
-from healthcheck.core.spec import ParseError
+from healthcheck.core.spec import ParseError, parse_guarded
 from healthcheck.core.suggest import did_you_mean
 
 
@@ -105,8 +106,10 @@ BUILTIN = tuple(f"healthcheck.benchmarks.{name}" for name in ("nccl", "hpl", "im
 
 
 def register(spec: BenchmarkSpec) -> BenchmarkSpec:
+    """Register ``spec``; its parser is registered guarded (``spec.parse_guarded``: only ParseError)."""
     if spec.name in _SPECS:
         raise RegistryError(f"benchmark {spec.name!r} registered twice")
+    spec = dataclasses.replace(spec, parse=parse_guarded(spec.parse))
     _SPECS[spec.name] = spec
     return spec
 

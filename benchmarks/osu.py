@@ -69,7 +69,7 @@ def parse_osu(text: str) -> OsuResult:
             banner = m
         elif banner and line.startswith("# Size"):
             columns = tuple(c.strip() for c in re.split(r"\s{2,}", line[len("# Size"):].strip()) if c.strip())
-        elif banner and columns and re.match(r"^\d+\s", line):
+        elif banner and columns and re.match(r"^\d{1,20}\s", line):  # a message size, never a digit run
             try:
                 tokens = line.split()
                 values = tuple(float(t) for t in tokens[1:])

@@ -27,7 +27,7 @@ from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 
 SOURCE = "nvidia-smi-topo"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_CLASS = r"NV\d+|SYS|SOC|NODE|PHB|PXB|PIX|X"
+_CLASS = r"NV\d{1,4}|SYS|SOC|NODE|PHB|PXB|PIX|X"   # NV<links>: bounded, so int() never sees a digit run
 _P2P_CLASS = r"OK|CNS|GNS|TNS|NS|U|X"
 _ONE_CLASS = re.compile(rf"^(?:{_CLASS})$")
 _FUSED = re.compile(rf"^(?:{_CLASS})+$")

@@ -3,7 +3,8 @@
 
 Seeds are the sample bundle's outputs, our fixtures (``tests/fixtures``) and, when present, the
 corpus (``../shared/corpus``), each under the command id or benchmark it belongs to. A mutation
-keeps most of a real layout and breaks one thing: a cut, a number turned into ``nan``/``inf``/huge,
+keeps most of a real layout and breaks one thing: a cut, a number turned into ``nan``/``inf``/huge (up to
+a 5,000-digit run, which ``int()`` refuses),
 a line deleted or repeated, a control byte, a splice of two seeds.
 
 The contract (``check_probe`` / ``check_benchmark``): ``parse`` raises nothing but ``ParseError``;
@@ -55,7 +56,7 @@ _SOURCES: tuple[tuple[str, str, str], ...] = (
 
 _NOW = datetime(2026, 11, 21, 4, 0, tzinfo=timezone.utc)  # the sample bundle's collection time
 BAD_NUMBERS = ("nan", "-nan", "NaN", "inf", "-inf", "Infinity", "1e309", "-1", "99999999999999999999999",
-               "N/A", "[Not Supported]", "０", "")
+               "N/A", "[Not Supported]", "０", "", "7" * 5000)  # 5,000 digits: more than int() converts
 GARBAGE = ("\x00", "\xff", "\x1b[2J", "\x1b]0;x\x07", "\u202e", "<", "&", "]]>", "\r", "{", "[", "\t", "%s",
            "((((((((((", "x" * 5000)
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")

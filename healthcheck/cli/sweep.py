@@ -7,7 +7,8 @@ to ``HISTORY/runs/<UTC stamp>/``, passes the previous run so probes grade counte
 regression findings, ``changes`` and ``trends`` (``healthcheck.ops.nightly``), prunes runs older than
 ``--keep-days`` and renders the reports once. Exit codes for alerting: 0 every host passes (WARN,
 regressions included, allowed unless --strict), 1 a host FAILs or ERRORs (``--fail-on new``: only
-when a host newly fails), 2 usage or setup error (or the run directory became unwritable), 3 another
+when a host newly fails), 2 usage or setup error (or the run directory became unwritable, or the history
+index is unusable: one line saying how to start a new one), 3 another
 sweep holds the lock, 130 / 143 interrupted by SIGINT / SIGTERM as ``healthcheck run`` is (results and
 reports written from what was gathered; an interrupted run is not recorded in the history).
 """
@@ -24,6 +25,7 @@ from healthcheck.cli.console import folded_hosts, group_lines
 from healthcheck.cli.options import SweepFlags, check_source, csv_list, plan_option, target_options, verbose_option
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.ops.history import SweepLockedError
+from healthcheck.ops.historyschema import HistoryError
 from healthcheck.ops.nightly import SweepRecord, run_sweep
 from healthcheck.run.interrupt import Interrupted, exit_status
 from healthcheck.store.results import RunResults
@@ -114,6 +116,9 @@ def sweep(target: SweepFlags, replay: Path | None, history_dir: Path, benchmarks
     except SweepLockedError as exc:
         click.echo(f"healthcheck sweep: {exc}; not starting", err=True)
         sys.exit(EXIT_LOCKED)
+    except HistoryError as exc:
+        click.echo(f"healthcheck sweep: {exc}", err=True)
+        sys.exit(ExitCode.USAGE)
     except SETUP_ERRORS as exc:
         click.echo(f"healthcheck: {exc}", err=True)
         sys.exit(ExitCode.USAGE)

@@ -294,7 +294,8 @@ def replay_benchmarks(run_dir: Path, hosts: Sequence[Host], profiles: Mapping[st
                          remedy="Keep raw/_jobs/manifest.json with the job outputs, or name the files "
                                 "<benchmark>-<test>-<shape>-<hosts>.out as healthcheck writes them")
                  for problem in problems for h in hosts]
-    return merge_telemetry(run_dir, hosts, profiles, findings, observations)  # telemetry (issue 9): replayed too
+    # telemetry (issue 9): replayed too, for the run's hosts and the stored jobs' own hosts only
+    return merge_telemetry(run_dir, [*hosts, *(Host(n) for n in extra)], profiles, findings, observations)
 
 
 def _with_ranks(outcome: JobOutcome, hosts: Mapping[str, Host], profiles: Mapping[str, Profile],

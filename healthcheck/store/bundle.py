@@ -19,13 +19,13 @@ import errno
 import json
 import os
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from healthcheck.core.hostnames import host_name_problem
 from healthcheck.core.model import CommandResult, Host, HostCollection
-from healthcheck.store.rundir import HOST_META, RAW_SOURCE, RunDirError
+from healthcheck.store.rundir import HOST_META, RAW_SOURCE, RunDirError, raw_dir
 from healthcheck.store.safeio import MAX_FILE_BYTES, BundleFileError, read_regular
 
 _HOST_FIELDS = {"name", "address", "user", "port", "profile", "group", "transport", "vars"}
@@ -181,6 +181,30 @@ def ran_no_probes(bundle: Path) -> bool:
     by_profile = manifest.get("commands_by_profile")
     return manifest.get("commands") == [] and isinstance(by_profile, dict) \
         and all(commands == [] for commands in by_profile.values())
+
+def collection_times(path: Path, hosts: Iterable[str]) -> dict[str, str]:
+    """Each host's ``collected_at`` (``raw/<host>/_host.json``) in a run or bundle, for the hosts that have
+    one: when the collector recorded that collection. Read as untrusted input (no link followed, bounded);
+    a host whose folder or metadata is unusable is left out."""
+    try:
+        raw = raw_dir(Path(path))
+    except (RunDirError, OSError):
+        return {}
+    out = {}
+    for host in hosts:
+        if host_name_problem(host) is not None:
+            continue
+        try:
+            fd = os.open(raw / host, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            meta, _ = _host_meta(fd, f"raw/{host}")
+        finally:
+            os.close(fd)
+        if isinstance(meta.get("collected_at"), str) and meta["collected_at"]:
+            out[host] = meta["collected_at"]
+    return out
 
 
 def written_by_a_run(path: Path) -> bool:

@@ -136,6 +136,33 @@ def slurm_unusable(stderr: str) -> str | None:
             return f"{what} (sinfo: {m[1].strip()}); {remedy}"
     return None
 
+SINFO_FLEET_FORMAT = "%N|%T|%H|%E"   # node, long state, the reason's time, the reason (last: it may hold '|')
+
+
+def parse_sinfo_fleet(text: str) -> SlurmStates:
+    """Parse ``sinfo -h -N -o '%N|%T|%H|%E'`` (node, long state, reason time, full reason): every node
+    with its reason and when it was set (``Unknown`` without a reason reads as "").
+
+    Written against tests/fixtures/slurm/sinfo-node-state-time-reason-22.05.txt. The reason is the last
+    field, so a ``|`` inside it is kept. A line without three separators raises ``ParseError``.
+    """
+    nodes = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = line.split("|", 3)
+        if len(parts) != 4 or not parts[0]:
+            raise ParseError("sinfo line is not 'node|state|reason time|reason'", line)
+        name, state, when, reason = (p.strip() for p in parts)
+        nodes[name] = SlurmNode(name=name, state=state, reason="" if reason == "none" else reason,
+                                reason_time="" if when == "Unknown" else when)
+    return SlurmStates(nodes=nodes)
+
+
+def sinfo_fleet_argv() -> list[str]:
+    """Every node of the cluster with its state, reason and reason time (``parse_sinfo_fleet``)."""
+    return ["sinfo", "-h", "-N", "-o", SINFO_FLEET_FORMAT]
+
 
 def show_node_argv(nodes: Iterable[str]) -> list[str]:
     return ["scontrol", "show", "node", ",".join(sorted(set(nodes)))]
