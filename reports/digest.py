@@ -22,9 +22,9 @@ from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
 from ClusterShell.RangeSet import RangeSet
-from healthcheck.reports.findings_index import BAD, FindingIndex, HostTally, index_findings
 
 from healthcheck.core.model import Finding, Status
+from healthcheck.reports.findings_index import BAD, FindingIndex, HostTally, index_findings
 from healthcheck.store.observation_store import read_observations
 from healthcheck.store.results import HostResult, RunResults, load_results, run_verdict
 from healthcheck.store.rundir import RunDirError, raw_dir
@@ -192,7 +192,7 @@ class RunDigest:
         ``raw/_jobs/<command_id>.out``) as text, or None when there is no such output."""
         if "/" in command_id or "\\" in command_id or command_id.startswith("."):
             return None
-        try:  # resolved once per digest: following a replay's raw/_source.json checks the bundle (~1 ms)
+        try:  # resolved once per digest: following a replay's raw/_source.json checks the bundle
             raw = self.memo("raw_dir", lambda: raw_dir(self.run_dir))
         except RunDirError:
             return None

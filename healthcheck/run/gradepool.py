@@ -4,7 +4,7 @@
                    profiles=profiles, options=options, previous={})
     grade_hosts(job, hosts, workers=2, on_done=lambda graded: ...)   # in host order
 
-Grading is CPU-bound Python (about 25 ms a host), so threads share one core; worker processes
+Grading is CPU-bound Python, so threads would share one core; worker processes
 forked from the run inherit its probes, profiles and options, and only host names go out and
 results come back. Each worker reads one host's folder, grades it exactly as a live sweep does
 (``stages.grade_host``), and returns its findings, its key observations and its full observations
@@ -71,7 +71,7 @@ class Graded:
         return _received, (self.host, columns, self.key, self.member, self.lines)
 
 
-_FINDING_ROW = attrgetter(*Finding.__dataclass_fields__)  # every field, in order: findings_from_columns rebuilds them
+_FINDING_ROW = attrgetter(*Finding.__dataclass_fields__)  # every field, in order: Finding(*row) rebuilds them
 _TEXT_FIELDS = frozenset(i for i, name in enumerate(Finding.__dataclass_fields__)
                          if name in ("host", "check", "message", "component", "unit", "remedy", "source"))
 _STRINGS: dict[str, str] = {}  # one object per distinct text received; cleared at _MAX_STRINGS (bounded)
@@ -82,7 +82,7 @@ _TEXT_TYPES = {str, type(None)}
 def _received(host: str, columns: list[tuple[Any, ...]], key: dict[str, Any], member: bytes, lines: bytes) -> Graded:
     """A worker's result in the run's process, which keeps every host's findings and key observations
     until the reports are written: check names, remedies, messages and observation keys repeated on
-    thousands of hosts become one shared string each instead of a copy per host (RSS ~85 -> ~45 KB a host).
+    thousands of hosts become one shared string each instead of a copy per host.
     Strings are immutable, so sharing them is safe; every container here is new."""
     if len(_STRINGS) > _MAX_STRINGS:
         _STRINGS.clear()
@@ -151,7 +151,7 @@ def _init(job: GradeJob) -> None:
     _JOB = job
     # Forked while the run's process pauses its collector (pipeline): a worker collects its own garbage, but
     # never walks what it inherited (the run's hosts, profiles, modules): frozen, a full collection skips it
-    # (10k hosts: 0.72 -> 0.04 CPU-s of full collections a worker) and leaves those pages shared with the parent.
+    # and leaves those pages shared with the parent.
     gc.freeze()
     gc.enable()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops handing out hosts

@@ -527,7 +527,7 @@ def _write_outputs(opts: RunOptions, run_dir: Path, results: RunResults) -> str 
 
     Where fork can be used (``healthcheck.run.forked``), the reports are written by a child process meanwhile,
     from the same results in memory, in their usual order, and the run waits for it (bounded): the two
-    halves take about as long (10k hosts: results.json ~9 CPU-s, the reports ~10). Either way a failure of
+    halves take about as long. Either way a failure of
     results.json raises ``RunDirError`` with no report left behind, and a failing report is
     ``report_error``: the first failing format, the ones after it not written, as when written one by one."""
     if not opts.render:

@@ -3,7 +3,7 @@
     transport = open_transport("ssh", ssh_config_path=Path("ssh_config"))
     transport.run(host, "hostname", timeout_s=10)
 
-The paramiko client (``transport.ssh``, with paramiko, cryptography and invoke: ~0.3 s) is imported only
+The paramiko client (``transport.ssh``, with paramiko, cryptography and invoke: slow to import) is imported only
 when an ssh transport is opened or ``SshTransport`` is named, so replays and reports never load it.
 """
 
