@@ -21,17 +21,19 @@ import gc
 import multiprocessing
 import os
 import signal
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from itertools import repeat
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.hostvars import host_profile
-from healthcheck.core.model import Finding, Host, HostCollection, Status, findings_from_columns
+from healthcheck.core.model import Finding, Host, HostCollection, Status
 from healthcheck.core.profiles import EMPTY_PROFILE, Profile
 from healthcheck.core.spec import Probe
 from healthcheck.ops.assetdiff import current_assets, reset_swapped
@@ -87,8 +89,21 @@ def _received(host: str, columns: list[tuple[Any, ...]], key: dict[str, Any], me
     if len(_STRINGS) > _MAX_STRINGS:
         _STRINGS.clear()
     columns = [_shared_column(column, index in _TEXT_FIELDS) for index, column in enumerate(columns)]
-    findings = findings_from_columns(columns)
-    return Graded(_STRINGS.setdefault(host, host), findings, _shared(key), member, lines)
+    return Graded(_STRINGS.setdefault(host, host), _rebuilt(columns), _shared(key), member, lines)
+
+
+def _rebuilt(columns: list[Sequence[Any]]) -> list[Finding]:
+    """``Finding(*row)`` for each row of a worker's columns (every field, ``_FINDING_ROW``'s order)."""
+    if not columns:  # a host without findings
+        return []
+    built = list(map(object.__new__, repeat(Finding, len(columns[0]))))
+    # optimization: the worker built each finding by its constructor; here they are copied field by field
+    for set_field, column in zip(_FIELD_SETTERS, columns, strict=True):
+        deque(map(set_field, built, column), maxlen=0)
+    return built
+
+
+_FIELD_SETTERS = tuple(getattr(Finding, name).__set__ for name in Finding.__dataclass_fields__)  # slot setters
 
 
 def _shared_column(column: tuple[Any, ...], text: bool) -> Sequence[Any]:
