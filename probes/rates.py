@@ -28,16 +28,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from healthcheck.core.grading import grade_value
+from healthcheck.core.model import CommandResult, Finding, Status
+from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 from healthcheck.probes import register
 from healthcheck.probes.ib_parse import COUNTER_BITS, parse_ib_sysfs
 from healthcheck.probes.infiniband import COMMANDS as IB_COMMANDS
 from healthcheck.probes.nvlink import ERRORS_ID, parse_nvidia_smi_nvlink_e
 from healthcheck.probes.ras import COMMANDS as RAS_COMMANDS
 from healthcheck.probes.ras_parse import parse_aer_sysfs
-
-from healthcheck.core.grading import finding_from_expectation, with_note
-from healthcheck.core.model import CommandResult, Finding, Status
-from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 
 CLOCK_ID = "counter-clock"
 COMMANDS = {CLOCK_ID: "date -u +%s; cat /proc/sys/kernel/random/boot_id", "ib-sysfs": IB_COMMANDS["ib-sysfs"],
@@ -234,14 +233,14 @@ def trusted_interval(now_epoch: int, before_epoch: int, ctx: EvalContext) -> tup
 
 def _grade(host: str, rate: Rate, ctx: EvalContext) -> Finding:
     check = f"rate.{rate.family}.{rate.counter}"
-    f = finding_from_expectation(host, check, ctx.profile.expect(check), round(rate.per_hour, 3),
-                                 source=SOURCES[rate.family], component=rate.component,
-                                 remedy=_REMEDY[rate.family], profile=ctx.profile)
-    if f.status is Status.PASS:
-        return f
+    grade = grade_value(check, ctx.profile.expect(check), round(rate.per_hour, 3), remedy=_REMEDY[rate.family],
+                        profile=ctx.profile)
+    if grade.status is Status.PASS:
+        return grade.finding(host, rate.component, SOURCES[rate.family])
     bits = COUNTER_BITS.get(rate.counter) if rate.family == "ib" else None
     note = " (the counter is saturated: the true rate is higher)" if bits and rate.delta >= (1 << bits) - 1 else ""
-    return with_note(f, f" [{rate.delta} in {rate.hours:.2f} h{note}]")
+    return grade.finding(host, rate.component, SOURCES[rate.family],
+                         note=f" [{rate.delta} in {rate.hours:.2f} h{note}]")
 
 
 PROBE = register(ProbeSpec(

@@ -202,7 +202,7 @@ class RunDigest:
         ``raw/_jobs/<command_id>.out``) as text, or None when there is no such output."""
         if "/" in command_id or "\\" in command_id or command_id.startswith("."):
             return None
-        try:  # resolved once per digest: following a replay's raw/_source.json checks the bundle (~1 ms)
+        try:  # resolved once per digest: following a replay's raw/_source.json checks the bundle
             raw = self.memo("raw_dir", lambda: raw_dir(self.run_dir))
         except RunDirError:
             return None

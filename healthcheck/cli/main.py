@@ -267,8 +267,8 @@ def show_results(run_dir: Path, strict: bool, verbose: bool) -> None:
 
 def entry() -> None:
     """The ``healthcheck`` command (console script, ``python -m healthcheck``): ``main``, then the process ends
-    without freeing, object by object, what the command built; the OS takes it back at once (a 10,000-host
-    replay holds ~0.9 GB: ~3 s of teardown). Output is flushed and the atexit handlers run first, and every
+    without freeing, object by object, what the command built; the OS takes it back at once (a large replay's
+    teardown would take seconds). Output is flushed and the atexit handlers run first, and every
     file is closed by its writer; with another thread still alive the interpreter exits as usual.
     In-process callers (tests, benches) call ``main``."""
     try:

@@ -58,7 +58,7 @@ def asset_table(results: RunResults) -> pd.DataFrame:
     """Every recorded part of every host, in host order (empty frame with the columns when none)."""
     rows = [row for name in sorted(results.hosts)
             for row in _rows(name, results.hosts[name].observations.get("assets") or {})]
-    import pandas as pd  # ~0.3 s to import: only the commands that build the table pay it
+    import pandas as pd  # slow to import: only the commands that build the table pay it
 
     return pd.DataFrame(rows, columns=list(COLUMNS)).fillna("")
 
