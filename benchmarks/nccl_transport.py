@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 
 from healthcheck.benchmarks import BenchContext
 from healthcheck.benchmarks.plan import Job
-
 from healthcheck.core.grading import finding_from_expectation
 from healthcheck.core.model import Finding, Status
 

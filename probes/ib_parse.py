@@ -12,9 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from healthcheck.probes.parse_memo import memoized, shared_parser
-
 from healthcheck.core.spec import ParseError
+from healthcheck.probes.parse_memo import memoized, shared_parser
 
 # Width in bits of the IBA PortCounters error counters that sysfs exposes (IBA spec vol. 1,
 # PortCounters attribute): they saturate at 2**bits - 1, so growth cannot be seen past that.

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+
 from healthcheck.benchmarks import BenchContext
 from healthcheck.benchmarks.imb import evaluate_imb, imb_program, parse_imb
 from healthcheck.benchmarks.osu import evaluate_osu, parse_osu
 from healthcheck.benchmarks.plan import Job
-
 from healthcheck.core.model import Host, Status
 from healthcheck.core.profiles import Expectation, Profile
 from healthcheck.core.spec import ParseError

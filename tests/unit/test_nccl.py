@@ -6,6 +6,7 @@ import dataclasses
 import math
 
 import pytest
+
 from healthcheck.benchmarks import BenchContext
 from healthcheck.benchmarks.nccl import (
     BUSBW_FACTORS,
@@ -17,7 +18,6 @@ from healthcheck.benchmarks.nccl import (
     parse_nccl_tests,
 )
 from healthcheck.benchmarks.plan import Job
-
 from healthcheck.core.model import Host, Status
 from healthcheck.core.profiles import Expectation, Profile
 from healthcheck.core.spec import ParseError

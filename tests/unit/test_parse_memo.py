@@ -9,14 +9,14 @@ import shlex
 from pathlib import Path
 
 import pytest
-from healthcheck.probes import all_probes, ib_parse, nvlink, parse_memo, system
-from healthcheck.probes.ras_parse import parse_aer_sysfs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from healthcheck.core.model import CommandResult, Host
 from healthcheck.core.profiles import load_profile
 from healthcheck.core.spec import EvalContext, ParseError
+from healthcheck.probes import all_probes, ib_parse, nvlink, parse_memo, system
+from healthcheck.probes.ras_parse import parse_aer_sysfs
 from healthcheck.run.stages import run_probe
 from healthcheck.store.bundle import read_host
 from tests.conftest import fixture_text

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from healthcheck.probes.rates import counter_rates, evaluate_rates, parse_counter_clock, parse_rates
-
 from healthcheck.core.model import CommandResult, Host, Status
 from healthcheck.core.profiles import load_profile
 from healthcheck.core.spec import EvalContext
+from healthcheck.probes.rates import counter_rates, evaluate_rates, parse_counter_clock, parse_rates
 from healthcheck.store.jsoncodec import to_jsonable
 from tests.conftest import fixture_text
 
