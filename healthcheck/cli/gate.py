@@ -72,9 +72,9 @@ def gate(out: Path, host: str | None, inventory: Path | None, profile: str | Non
     Every option can come from the environment: HEALTHCHECK_GATE_OUT, HEALTHCHECK_GATE_BUDGET,
     HEALTHCHECK_GATE_PROFILE, HEALTHCHECK_GATE_ON_ERROR, HEALTHCHECK_GATE_SLURM_SELF=1, ...
     """
-    from healthcheck.ops.gate import GateOptions, run_gate
-    from healthcheck.ops.gate_exec import Watchdog
-    from healthcheck.ops.gate_plan import GateCostError
+    from healthcheck.ops.gate.exec import Watchdog
+    from healthcheck.ops.gate.plan import GateCostError
+    from healthcheck.ops.gate.run import GateOptions, run_gate
     from healthcheck.ops.node import finding_line, node_name
     from healthcheck.probes import RegistryError
 
@@ -128,7 +128,7 @@ def _act(findings: list[Finding], host: str, on_error: str, slurm_self: bool, ku
     """Drain or taint this node (and undo our own, on a clean gate), within what is left of the budget."""
     if not (slurm_self or kubernetes_self):
         return
-    from healthcheck.ops.kubeself import kube_self
+    from healthcheck.ops.gate.kubeself import kube_self
     from healthcheck.ops.schedulers.controller import Controller
     from healthcheck.ops.selfdrain import SelfDrainPolicy, self_drain
 

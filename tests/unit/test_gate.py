@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from healthcheck.core.model import Status
-from healthcheck.ops.gate import GateOptions, gate_exit_code, run_gate
+from healthcheck.ops.gate.run import GateOptions, gate_exit_code, run_gate
 from tests.conftest import ROOT
 from tests.gateshims import PROFILE, GateShims
 
@@ -187,7 +187,7 @@ def test_cli_own_errors_fail_open_by_default_and_closed_on_request(tmp_path):
 def test_watchdog_ends_the_process_at_its_deadline_and_kills_the_test_groups(tmp_path):
     script = (
         "import subprocess, sys, time\n"
-        "from healthcheck.ops.gate_exec import ChildGroups, Watchdog\n"
+        "from healthcheck.ops.gate.exec import ChildGroups, Watchdog\n"
         "groups = ChildGroups()\n"
         "child = subprocess.Popen(['sleep', '600'], start_new_session=True)\n"
         f"open({str(tmp_path / 'pid')!r}, 'w').write(str(child.pid))\n"

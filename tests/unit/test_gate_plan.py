@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from healthcheck.core.profiles import Profile
-from healthcheck.ops.gate_plan import PRIORITY, ActiveCost, GateCostError, load_test_costs, ordered, plan_gate
+from healthcheck.ops.gate.plan import PRIORITY, ActiveCost, GateCostError, load_test_costs, ordered, plan_gate
 
 COSTS = {"gpuperf": ActiveCost(cost_s=6, per_gpu_s=1.5, timeout_s=45), "copy": ActiveCost(cost_s=4, per_gpu_s=0.6,
                                                                                     per_pair_s=0.1, timeout_s=30),

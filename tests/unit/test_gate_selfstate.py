@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from healthcheck.core.model import Finding, Status
-from healthcheck.ops.kubeself import GATE_KEY, REASON_KEY, kube_self
+from healthcheck.ops.gate.kubeself import GATE_KEY, REASON_KEY, kube_self
 from healthcheck.ops.selfdrain import SelfDrainPolicy, _unchecked_category, reason_check
 
 KUBECTL = r'''#!PYTHON

@@ -1,6 +1,6 @@
 """Which active tests ``healthcheck gate`` runs inside its budget, and which it drops, in a documented order.
 
-    costs = load_test_costs(profile)                  # gate_costs.yaml, then the profile's settings.gate.costs
+    costs = load_test_costs(profile)                  # costs.yaml, then the profile's settings.gate.costs
     plan = plan_gate(["gpuperf", "copy", "dcgm_diag", "nccl", "sdc"], costs, gpus=8, active_s=45)
     [t.name for t in plan.run]                        # ["gpuperf", "copy", "nccl"]
     plan.dropped["sdc"]                               # "estimated 14 s, only 2.4 s left of the 45 s ..."
@@ -24,7 +24,7 @@ import yaml
 from healthcheck.core.profiles import Profile
 
 PRIORITY = ("gpuperf", "copy", "dcgm_diag", "nccl", "sdc")
-COSTS_FILE = "gate_costs.yaml"
+COSTS_FILE = "costs.yaml"
 _FIELDS = ("cost_s", "per_gpu_s", "per_pair_s", "timeout_s")
 
 
@@ -69,7 +69,7 @@ def parse_test_costs(raw: Any, source: str) -> dict[str, ActiveCost]:
 def load_test_costs(profile: Profile | None = None) -> dict[str, ActiveCost]:
     """The shipped table, with the profile's ``settings.gate.costs`` entries laid over it (a site's
     measurements: the fields given replace the shipped ones)."""
-    doc = yaml.safe_load(files("healthcheck.ops").joinpath(COSTS_FILE).read_text()) or {}
+    doc = yaml.safe_load(files("healthcheck.ops.gate").joinpath(COSTS_FILE).read_text()) or {}
     table = parse_test_costs(doc.get("tests") or {}, COSTS_FILE)
     site = profile.setting("gate.costs") if profile is not None else None
     if site:

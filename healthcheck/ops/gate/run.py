@@ -32,10 +32,10 @@ from typing import Any
 
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.model import Finding, Status, host_verdict
-from healthcheck.ops.gate_cache import CachedTest, boot_id, cache_key, cacheable, read_cache, write_cache
-from healthcheck.ops.gate_exec import ChildGroups, run_launch
-from healthcheck.ops.gate_plan import PRIORITY, PlannedTest, fits_now, load_test_costs, plan_gate
-from healthcheck.ops.gate_steps import TESTS, GateContext, StepOutput
+from healthcheck.ops.gate.cache import CachedTest, boot_id, cache_key, cacheable, read_cache, write_cache
+from healthcheck.ops.gate.exec import ChildGroups, run_launch
+from healthcheck.ops.gate.plan import PRIORITY, PlannedTest, fits_now, load_test_costs, plan_gate
+from healthcheck.ops.gate.steps import TESTS, GateContext, StepOutput
 from healthcheck.ops.node import NodeOptions, node_name, plan_probes, remove_stale, swap_in
 from healthcheck.run.execute import execute_run
 from healthcheck.run.options import OutputOptions, RunOptions, SelectionOptions, TargetOptions, TransportOptions

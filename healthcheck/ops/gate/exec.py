@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from healthcheck.core.defaults import DEFAULTS
-from healthcheck.ops.gate_steps import Launch, StepOutput, write_files
+from healthcheck.ops.gate.steps import Launch, StepOutput, write_files
 
 
 class ChildGroups:
