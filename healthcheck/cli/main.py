@@ -11,6 +11,7 @@ Exit codes (``ExitCode``): 0 every host passed (WARN allowed unless --strict), 1
 from __future__ import annotations
 
 import atexit
+import importlib
 import os
 import sys
 import threading
@@ -21,7 +22,6 @@ import click
 import healthcheck
 from healthcheck import benchmarks as bench_registry
 from healthcheck import probes as probe_registry
-from healthcheck.cli import assets, bench, drain, gate, merge, node, sweep
 from healthcheck.cli.common import SETUP_ERRORS, ExitCode, exit_code, exit_now, print_summary
 from healthcheck.cli.options import (
     SweepFlags,
@@ -43,8 +43,33 @@ from healthcheck.store.recover import load_or_rebuild
 from healthcheck.store.results import write_results
 from healthcheck.store.rundir import RunDirError
 
+# The other commands, each in its own module, imported when that command is the one called (or listed by
+# --help): a run or a replay does not load drain, sweep, merge, node or gate and what they import.
+LAZY_COMMANDS = {
+    "bench": "healthcheck.cli.bench", "drain": "healthcheck.cli.drain", "resume": "healthcheck.cli.drain",
+    "sweep": "healthcheck.cli.sweep", "assets": "healthcheck.cli.assets", "diff": "healthcheck.cli.assets",
+    "node": "healthcheck.cli.node", "deploy": "healthcheck.cli.node", "gate": "healthcheck.cli.gate",
+    "merge": "healthcheck.cli.merge",
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "HEALTHCHECK"})
+
+class LazyGroup(click.Group):
+    """A click group whose ``LAZY_COMMANDS`` are found in their modules' ``COMMANDS`` when first asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        found = super().get_command(ctx, cmd_name)
+        if found is not None or cmd_name not in LAZY_COMMANDS:
+            return found
+        for command in importlib.import_module(LAZY_COMMANDS[cmd_name]).COMMANDS:
+            self.add_command(command)
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"],
+                                              "auto_envvar_prefix": "HEALTHCHECK"})
 @click.version_option(healthcheck.__version__, prog_name="healthcheck")
 @click.option("--profiles-dir", "profiles_dirs", multiple=True, type=click.Path(file_okay=False, path_type=Path),
               help="Folder of site hardware profiles, searched before the built-in ones by every command; "
@@ -296,7 +321,3 @@ def _exit_status(code: object) -> int:
     print(code, file=sys.stderr)
     return 1
 
-
-for extension in (bench, drain, sweep, assets, node, gate, merge):  # each module's COMMANDS join the group
-    for command in extension.COMMANDS:
-        main.add_command(command)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -21,7 +22,11 @@ def cli():
 
 def test_version_and_help_on_every_command(cli):
     assert cli.invoke(main, ["--version"]).output.strip() == f"healthcheck, version {healthcheck.__version__}"
-    for name, command in main.commands.items():
+    ctx = click.Context(main)
+    names = main.list_commands(ctx)
+    assert {"run", "report", "bench", "drain", "sweep", "merge", "node", "gate", "assets", "diff"} <= set(names)
+    for name in names:
+        command = main.get_command(ctx, name)
         result = cli.invoke(main, [name, "--help"])
         assert result.exit_code == 0, name
         assert "Usage:" in result.output

@@ -32,7 +32,7 @@ def options_of(command: click.Command) -> dict[str, click.Option]:
 
 
 def test_run_sweep_bench_share_one_definition_of_the_common_options():
-    by_command = {name: options_of(main.commands[name]) for name in ("run", "sweep", "bench")}
+    by_command = {name: options_of(_command(name)) for name in ("run", "sweep", "bench")}
     for name, options in by_command.items():
         assert set(options) >= COMMON, f"{name} lacks {sorted(COMMON - set(options))}"
     for opt in COMMON:
@@ -43,7 +43,7 @@ def test_run_sweep_bench_share_one_definition_of_the_common_options():
                    (first.name, first.help, first.default, first.opts), (name, opt)
     # every shared parameter (options added later, e.g. --slurm-mode, included) is one definition
     assert len(TARGET_PARAMS) == len(set(TARGET_PARAMS))
-    params = {name: {p.name: p for p in main.commands[name].params} for name in ("run", "sweep", "bench")}
+    params = {name: {p.name: p for p in _command(name).params} for name in ("run", "sweep", "bench")}
     for param in TARGET_PARAMS:
         first = params["run"][param]
         assert (params["sweep"][param].opts, params["sweep"][param].help) == (first.opts, first.help), param
@@ -170,3 +170,9 @@ def test_resume_dry_run_without_scheduler_state_prints_commands_commented_out_an
     assert "scontrol update NodeName=gpu001 State=RESUME" not in lines
     assert not [line for line in lines if line and not line.startswith("#")]  # piped to sh: nothing runs
     assert any(line.startswith("# NOT RUNNABLE: the scheduler's state could not be read (scontrol") for line in lines)
+
+
+def _command(name: str) -> click.Command:
+    command = main.get_command(click.Context(main), name)
+    assert command is not None, name
+    return command
