@@ -45,6 +45,7 @@ BUILTIN = (
     "healthcheck.probes.versions",
     "healthcheck.probes.assets",
     "healthcheck.probes.fleet",
+    "healthcheck.probes.nvl_domain",
 )
 
 
