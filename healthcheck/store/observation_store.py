@@ -32,7 +32,8 @@ from typing import Any
 from healthcheck.store.jsoncodec import dumps
 
 STORE = "observations.jsonl.gz"
-KEY_PROBES = ("system", "versions", "benchmarks", "assets")  # kept whole in results.json (read for every host)
+KEY_PROBES = ("system", "versions", "benchmarks", "assets", "fabric", "imex")  # kept whole in results.json:
+# read for every host (fabric and imex: the NVLink domain fleet check groups trays by them)
 
 
 def key_observations(observations: Mapping[str, Any]) -> dict[str, Any]:
