@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from healthcheck.core.grading import Outcome, ValueGrades, fold, grade_value
+from healthcheck.core.grading import Grade, Outcome, ValueGrades, fold, grade_value
 from healthcheck.core.model import Finding, Status
 from healthcheck.core.profiles import Profile
 
@@ -120,6 +120,14 @@ def _not_reported(host: str, comps: Sequence[str], profile: Profile, source: str
                            "and route faults" if required else None)]
 
 
+def _uuid_grade(grades: ValueGrades, uuid: str | None) -> Grade:
+    """A GPU's cluster UUID graded; one it does not report (N/A beside a clique id) is graded as joined to no
+    domain, never as a UUID that differs from all zeros."""
+    if uuid is not None:
+        return grades.grade(uuid)
+    return grades.grade(ZERO_UUID)._replace(value="N/A", text="cluster UUID N/A: the GPU reports no NVLink domain")
+
+
 @dataclass(frozen=True)
 class Identity:
     """One GPU's place in the NVLink fabric: the domain (cluster UUID) and partition (clique) it joined."""
@@ -143,7 +151,7 @@ def identity_findings(host: str, gpus: Iterable[Identity], profile: Profile, sou
                              remedy="The GPU joined no NVLink domain (cluster UUID all zeros, clique 0): check its "
                                     "fabric state and status, the tray's NVLink cables and the NMX controller's "
                                     "partition; reset the GPU or reboot the tray to register again")
-        out += fold(host, source, [Outcome(g.component, grades.grade(g.cluster_uuid or "N/A")) for g in known],
+        out += fold(host, source, [Outcome(g.component, _uuid_grade(grades, g.cluster_uuid)) for g in known],
                     total=len(known), noun="GPUs", names={"fabric.cluster_uuid": "cluster UUID"})
     places = {(g.cluster_uuid, g.clique_id) for g in known}
     exp = profile.expect("fabric.clique.consistent")

@@ -10,7 +10,8 @@ both SKIP saying why (the daemon may be idle between jobs, or run per job in a D
 With two or more configured nodes the service must be active (``imex.service``), the domain state UP
 (``imex.domain_state``), every node READY (``imex.node``) and every link Connected (``imex.peer``, one
 FAIL per peer the daemon cannot reach, naming it). An empty or unreadable ``-N`` output is ERROR.
-The config path is the IMEX guide's default (docs.nvidia.com/multi-node-nvlink-systems/imex-guide/config.html).
+The config path is the IMEX guide's default (docs.nvidia.com/multi-node-nvlink-systems/imex-guide/config.html); a
+daemon whose -N view lists two or more nodes is graded wherever its config lives.
 """
 
 from __future__ import annotations
@@ -90,7 +91,10 @@ def evaluate_imex(obs: ImexObservation, ctx: EvalContext) -> list[Finding]:
 
 
 def _not_multinode(obs: ImexObservation) -> str | None:
-    """Why this node has no multi-node IMEX domain to grade, or None when it has one."""
+    """Why this node has no multi-node IMEX domain to grade, or None when it has one (a daemon listing two
+    or more nodes has one, wherever its node config lives)."""
+    if obs.domain is not None and len(obs.domain.nodes) > 1:
+        return None
     if obs.configured is None:
         return f"not configured for multi-node IMEX ({CONFIG_PATH} absent or unreadable)"
     if not obs.configured:
@@ -193,12 +197,12 @@ PROBE = register(ProbeSpec(
 
 
 def imex_summary(obs: Mapping[str, Any]) -> str:
-    """One word for the domain view of a host's ``imex`` observations (JSON form): ok, idle, fault, unknown."""
-    configured = obs.get("configured")
-    if not configured or len(configured) < 2:
-        return "idle"
+    """One word for the domain view of a host's ``imex`` observations (JSON form): ok, fault, unknown (a
+    multi-node config but no view of the domain), idle (no multi-node domain: graded SKIP)."""
     domain = obs.get("domain")
-    if not isinstance(domain, Mapping):
-        return "unknown"
-    ready = all(n.get("status") == "READY" for n in domain.get("nodes") or ())
-    return "ok" if domain.get("state") == "UP" and ready and not domain.get("broken") else "fault"
+    nodes = domain.get("nodes") if isinstance(domain, Mapping) else None
+    if nodes and len(nodes) > 1:
+        ready = all(n.get("status") == "READY" for n in nodes)
+        return "ok" if domain.get("state") == "UP" and ready and not domain.get("broken") else "fault"
+    configured = obs.get("configured")
+    return "unknown" if configured and len(configured) > 1 and domain is None else "idle"

@@ -79,6 +79,14 @@ def test_tray_split_across_cliques_and_gpu_outside_any_domain():
     assert "gpu2 in clique 7" in split.message and "gpu0,gpu1 in clique 32766" in split.message
 
 
+def test_cluster_uuid_not_reported_is_not_a_pass():
+    smi = edit_gpu(TRAY, 1, f"<clusterUuid>{UUID}</clusterUuid>", "<clusterUuid>N/A</clusterUuid>")
+    _, findings = grade(smi)
+    (f,) = [f for f in findings if f.check == "fabric.cluster_uuid" and f.status is not Status.PASS]
+    assert (f.component, f.status, f.value) == ("gpu1", Status.FAIL, "N/A")
+    assert "reports no NVLink domain" in f.message
+
+
 def test_fault_without_expectation_is_warn_not_pass():
     """A profile without fabric.health expectations (HGX H100) still says what the GPU reports about itself."""
     smi = edit_gpu(TRAY, 0, "<bandwidth>Full</bandwidth>", "<bandwidth>Degraded</bandwidth>")

@@ -84,6 +84,11 @@ def test_idle_node_without_config_is_skip_with_reason():
     assert imex_summary(to_jsonable(obs)) == "idle"
 
 
+def test_node_config_elsewhere_still_grades_the_domain_the_daemon_lists():
+    _, findings = grade(config=None, ctl=LOST5)
+    assert ("imex.peer", Status.FAIL) in {(f.check, f.status) for f in findings}
+
+
 def test_single_node_domain_is_skip_even_with_service_active():
     _, findings = grade(config="10.40.7.11\n", ctl=ONE)
     assert [(f.check, f.status) for f in findings] == [("imex.domain", Status.SKIP)]

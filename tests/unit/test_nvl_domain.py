@@ -159,5 +159,15 @@ def test_domain_without_expectations_is_skip_never_pass():
     assert table["domains"][0]["verdict"] == "SKIP"
 
 
+def test_results_json_keeps_fabric_whole_only_on_domain_trays():
+    from healthcheck.store.observation_store import key_observations
+
+    tray = key_observations(fleet(n=1)["r1t01"])
+    assert len(tray["fabric"]["gpus"]) == 4
+    h100 = fixture_text("nvidia-smi-xml/h100-8x-healthy.xml")
+    hgx = to_jsonable(parse_fabric({"nvidia-smi-q-x": CommandResult("hgx01", "nvidia-smi-q-x", h100.encode())}))
+    assert "gpus" not in key_observations({"fabric": hgx}).get("fabric", {})
+
+
 def test_no_domain_no_table():
     assert grade({})[1] == {}
