@@ -4,8 +4,9 @@
     fabric.state, fabric.clique_id, fabric.health["bandwidth"]    # "Completed", 32766, "Full"
     nvml_platform(nvml, call, handle)                             # {"chassis_serial_number": ..., "tray_index": "3"}
 
-``nvmlDeviceGetGpuFabricInfoV`` with ``nvmlGpuFabricInfo_v3_t`` (health mask and summary, R570+) when the
-installed pynvml has it, else ``nvmlDeviceGetGpuFabricInfo`` (state, status, clique, cluster UUID only).
+``nvmlDeviceGetGpuFabricInfoV`` with ``nvmlGpuFabricInfo_v3_t`` (its ``version`` set to
+``nvmlGpuFabricInfo_v3``; health mask and summary, R570+) when the installed pynvml has it, else
+``nvmlDeviceGetGpuFabricInfo`` (state, status, clique, cluster UUID only).
 The health mask is decoded with NVML's own field layout (NVML API reference, Fabric definitions:
 docs.nvidia.com/deploy/nvml-api/group__nvmlFabricDefs.html, ``NVML_GPU_FABRIC_HEALTH_MASK_*``): two bits
 per condition, 0 not supported, 1 true, 2 false; four bits for the incorrect-configuration reason. A
@@ -67,9 +68,10 @@ def uuid_text(raw: Any) -> str | None:
 
 def nvml_fabric(nvml: ModuleType, call: Call, handle: Any) -> NvmlFabric:
     """One GPU's fabric info (``call`` returns None where NVML reports an error, as ``_Calls.call`` does)."""
-    v3 = getattr(nvml, "c_nvmlGpuFabricInfo_v3_t", None)
-    if v3 is not None and hasattr(nvml, "nvmlDeviceGetGpuFabricInfoV"):
+    v3, version = getattr(nvml, "c_nvmlGpuFabricInfo_v3_t", None), getattr(nvml, "nvmlGpuFabricInfo_v3", None)
+    if v3 is not None and version is not None and hasattr(nvml, "nvmlDeviceGetGpuFabricInfoV"):
         info = v3()
+        info.version = version  # a versioned struct: NVML refuses one without its version
         if call(nvml.nvmlDeviceGetGpuFabricInfoV, handle, ctypes.byref(info)) is not None:
             return _fabric(info, decode_health(int(info.healthMask), int(info.healthSummary)))
     v1 = getattr(nvml, "c_nvmlGpuFabricInfo_t", None)
@@ -93,13 +95,14 @@ def _fabric(info: Any, health: dict[str, str]) -> NvmlFabric:
 
 def nvml_platform(nvml: ModuleType, call: Call, handle: Any) -> dict[str, str]:
     """``nvmlDeviceGetPlatformInfo`` (v2) as nvidia-smi's ``<platformInfo>`` leaves; {} where unsupported."""
-    struct = getattr(nvml, "c_nvmlPlatformInfo_v2_t", None)
-    if struct is None or not hasattr(nvml, "nvmlDeviceGetPlatformInfo"):
+    struct, version = getattr(nvml, "c_nvmlPlatformInfo_v2_t", None), getattr(nvml, "nvmlPlatformInfo_v2", None)
+    if struct is None or version is None or not hasattr(nvml, "nvmlDeviceGetPlatformInfo"):
         return {}
     info = struct()
+    info.version = version
     if call(nvml.nvmlDeviceGetPlatformInfo, handle, ctypes.byref(info)) is None:
         return {}
-    serial = bytes(info.chassisSerialNumber).split(b"\0", 1)[0].decode("ascii", "replace").strip()
+    serial = _text(info.chassisSerialNumber)
     out = {"chassis_serial_number": serial} if serial else {}
     for leaf, name in (("slot_number", "slotNumber"), ("tray_index", "trayIndex"), ("host_id", "hostId"),
                        ("module_id", "moduleId")):
@@ -108,7 +111,15 @@ def nvml_platform(nvml: ModuleType, call: Call, handle: Any) -> dict[str, str]:
 
 
 def _byte(raw: Any) -> int:
-    """A ``c_char`` field (ctypes gives one byte, b'\\x03') or an integer field as a number."""
-    if isinstance(raw, bytes | bytearray):
-        return raw[0] if raw else 0
+    """A ``c_char`` field (ctypes gives one byte, b'\\x03'; pynvml's structures may decode it to str) or an
+    integer field as a number."""
+    if isinstance(raw, bytes | bytearray | str):
+        return (raw[0] if isinstance(raw, bytes | bytearray) else ord(raw[0])) if raw else 0
     return int(raw)
+
+
+def _text(raw: Any) -> str:
+    """A ``c_char`` array as text: bytes from ctypes, or str where pynvml's structures decode it."""
+    if isinstance(raw, str):
+        return raw.split("\0", 1)[0].strip()
+    return bytes(raw).split(b"\0", 1)[0].decode("ascii", "replace").strip()
