@@ -39,7 +39,8 @@ REMEDY_PEER = ("The IMEX daemon cannot reach this peer: check the peer tray is u
 
 @dataclass(frozen=True)
 class ImexObservation:
-    service: str | None = None                # systemctl is-active word; None: not collected
+    service: str | None = None                # systemctl is-active word; None: not collected or unreadable
+    service_error: str | None = None           # why systemctl printed no unit state
     configured: tuple[str, ...] | None = None  # nodes_config.cfg entries; None: file absent or unreadable
     domain: ImexDomain | None = None
     domain_error: str | None = None            # why no domain view: the tool's error, or its output unreadable
@@ -63,8 +64,14 @@ def parse_imex(outputs: Mapping[str, CommandResult]) -> ImexObservation:
                 domain = parse_imex_ctl_nodes(ctl.text)
             except ParseError as exc:
                 error = f"nvidia-imex-ctl -N output unreadable: {exc}"
+    state, service_error = None, None
+    if service is not None:
+        try:
+            state = parse_systemctl_is_active(service.text)
+        except ParseError as exc:  # no systemd (a container), no bus: unknown, graded where it matters
+            service_error = f"{exc}: {_first_line(service)}"
     return ImexObservation(
-        service=parse_systemctl_is_active(service.text) if service is not None else None,
+        service=state, service_error=service_error,
         configured=parse_nodes_config(config.text) if config is not None and config.rc == 0 else None,
         domain=domain, domain_error=error)
 
@@ -74,8 +81,12 @@ def evaluate_imex(obs: ImexObservation, ctx: EvalContext) -> list[Finding]:
     idle = _not_multinode(obs)
     if idle is not None:
         return [Finding(host=host, check="imex.domain", status=Status.SKIP, source=CONFIG_ID,
-                        message=f"{idle}; IMEX service {obs.service or 'state not collected'}")]
+                        message=f"{idle}; IMEX service {obs.service or 'state unknown'}")]
     out = []
+    if obs.service_error is not None:
+        out.append(Finding(host=host, check="imex.service", source=SERVICE_ID, message=f"IMEX service state "
+                           f"unknown: {obs.service_error}", status=Status.ERROR if profile.expect("imex.service")
+                           else Status.SKIP))
     if obs.service is not None:
         out.append(finding_from_expectation(host, "imex.service", profile.expect("imex.service"), obs.service,
                                             source=SERVICE_ID, remedy=REMEDY_SERVICE, profile=profile))

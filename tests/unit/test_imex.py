@@ -98,6 +98,17 @@ def test_single_node_domain_is_skip_even_with_service_active():
     assert Status.PASS not in {f.status for f in findings if f.check.startswith("imex.domain")}
 
 
+def test_no_systemd_is_not_a_parse_error():
+    nosystemd = "System has not been booted with systemd as init system (PID 1). Can't operate.\n"
+    obs, findings = grade(service=nosystemd, config=None, ctl=None)
+    assert obs.service is None and "not a unit state" in obs.service_error
+    assert [(f.check, f.status) for f in findings] == [("imex.domain", Status.SKIP)]
+    _, findings = grade(service=nosystemd)
+    (service,) = [f for f in findings if f.check == "imex.service"]
+    assert service.status is Status.ERROR and "state unknown" in service.message
+    assert ("imex.peer", Status.PASS) in {(f.check, f.status) for f in findings}
+
+
 def test_configured_domain_with_service_down_is_fail():
     _, findings = grade(service="failed\n", ctl="", ctl_rc=1, ctl_err="Connection refused")
     got = {(f.check, f.status) for f in findings}
