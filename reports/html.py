@@ -51,6 +51,7 @@ STATUS_ORDER = [s.value for s in sorted(Status, key=lambda s: -s.rank)]
 CATEGORY_NAMES = {"gpu": "GPU", "nvlink": "NVLink", "ib": "InfiniBand", "infiniband": "InfiniBand",
                   "ecc": "ECC", "xid": "Xid", "topo": "Topology", "topology": "Topology", "dcgm": "DCGM",
                   "nccl": "NCCL", "hpl": "HPL", "imb": "IMB", "osu": "OSU", "fabric": "NVSwitch fabric",
+                  "imex": "IMEX", "nvl": "NVLink domain",
                   "pcie": "PCIe", "thermal": "Thermal", "system": "System", "fleet": "Fleet",
                   "run": "Run", "host": "Host", "bench": "Benchmark"}
 

@@ -83,3 +83,22 @@ def test_report_has_a_rack_map(run_dir: Path) -> None:
     rack = rack[:rack.index("</table>")]
     assert rack.count("<tr class=") == 18
     assert rack.count('st-FAIL" title="bandwidth Degraded">gpu1') == 5
+
+
+def test_merge_of_node_bundles_grades_the_domain(tmp_path: Path) -> None:
+    """``healthcheck merge`` of 18 node-local bundles (one per tray): the domain is graded on the merged fleet."""
+    from healthcheck.ops.merge import merge_bundles
+
+    spool = tmp_path / "spool"
+    for slot, host in enumerate(HOSTS, start=1):
+        folder = spool / host / "raw" / host
+        folder.mkdir(parents=True)
+        write(folder, "nvidia-smi-q-x", tray_xml(slot))
+        (folder / "_host.json").write_text(json.dumps({"transport_error": None, "duration_s": 2.0,
+                                                       "collected_at": "2026-11-24T04:00:00+00:00", "commands": {}}))
+        (spool / host / "manifest.json").write_text(json.dumps({"hosts": [{"name": host,
+                                                                           "profile": "gb200-nvl72-tray"}]}))
+    merge_bundles(sorted(spool.iterdir()), tmp_path / "run")
+    doc = json.loads((tmp_path / "run" / "results.json").read_text())
+    (row,) = doc["domains"]
+    assert (row["trays"], row["verdict"], row["bad_trays"]) == (18, "FAIL", [f"r1t{s:02d}" for s in BAD])
