@@ -34,6 +34,7 @@ BUILTIN = (
     "healthcheck.probes.topology",
     "healthcheck.probes.nvlink",
     "healthcheck.probes.fabric",
+    "healthcheck.probes.imex",
     "healthcheck.probes.xid",
     "healthcheck.probes.infiniband",
     "healthcheck.probes.dcgm",
@@ -44,6 +45,7 @@ BUILTIN = (
     "healthcheck.probes.versions",
     "healthcheck.probes.assets",
     "healthcheck.probes.fleet",
+    "healthcheck.probes.nvl_domain",
 )
 
 

@@ -2,23 +2,29 @@
 
     fabricmanager-status  systemctl is-active nvidia-fabricmanager  -> active  (rc 0; inactive/failed: rc 3)
     nvidia-smi-q-x        the gpu probe's ``nvidia-smi -q -x``: <fabric><state>Completed</state>
-                          <status>Success</status></fabric> per GPU (run once for every probe reading it)
+                          <status>Success</status><cliqueId>, <clusterUuid>, <health>...</fabric> per GPU,
+                          and <platformInfo> (rack serial, slot, tray, module) (run once for every reader)
 
 This probe owns the per-GPU fabric checks (``fabric.state``, ``fabric.status``, graded against the
-profile); the gpu probe reads the same field but does not grade it. NVSwitch SXid lines of the
-kernel log are graded by the xid probe (check ``fabric.sxid.<code>``), which reads the kernel log
-once for both.
+profile; the R570+ identity and health block, ``fabric.health.*``, ``fabric.cluster_uuid`` and
+``fabric.clique.consistent``, in ``probes/fabric_health.py``); the gpu probe reads the same field but
+does not grade it. The clique, cluster UUID and tray position of each GPU are what the NVLink domain
+check (``probes/nvl_domain.py``) groups hosts by. On GB200/GB300 NVL72 compute trays the Fabric
+Manager runs on the NVLink switch trays, not on the tray: their profiles expect no ``fabric.manager``.
+NVSwitch SXid lines of the kernel log are graded by the xid probe (check ``fabric.sxid.<code>``),
+which reads the kernel log once for both.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from healthcheck.core.grading import ValueGrades, finding_from_expectation
+from healthcheck.core.grading import ValueGrades, finding_from_expectation, fold
 from healthcheck.core.model import CommandResult, Finding, Status
 from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 from healthcheck.probes import register
+from healthcheck.probes.fabric_health import Identity, health_outcomes, identity_findings
 from healthcheck.probes.gpu import BUNDLE_SOURCES, GPU_ID, parse_gpu_sources
 from healthcheck.probes.gpu import COMMAND_TOOLS as GPU_TOOLS
 from healthcheck.probes.gpu import COMMANDS as GPU_COMMANDS
@@ -29,11 +35,19 @@ _UNIT_STATES = {"active", "inactive", "failed", "activating", "deactivating", "r
                 "maintenance", "refreshing"}
 
 
+POSITION = ("chassis_serial_number", "slot_number", "tray_index", "host_id", "module_id")  # platformInfo leaves kept
+
+
 @dataclass(frozen=True)
 class GpuFabric:
     index: int
     state: str   # Completed / In Progress / Not Started / Not Supported / N/A
     status: str  # Success or the driver's error text
+    clique_id: int | None = None               # None: not reported (driver before R570, text without it)
+    cluster_uuid: str | None = None
+    health: Mapping[str, str] = field(default_factory=dict)    # summary, bandwidth, ... (N/A left out)
+    uuid: str | None = None
+    position: Mapping[str, str] = field(default_factory=dict)  # rack serial, slot, tray index, module id
 
 
 @dataclass(frozen=True)
@@ -67,7 +81,16 @@ def fabric_states(gpus: GpuObservations) -> tuple[tuple[GpuFabric, ...], str | N
             return (), f"nvidia-smi reports: {gpus.errors[0].message}"
         return (), (f"no GPU reports a fabric state in {gpus.source} (driver older than R530, or GPUs "
                     "without NVSwitch fabric support)" if gpus.gpus else f"{gpus.source} lists no GPU")
-    return tuple(GpuFabric(g.index, _fabric_word(g, "state"), _fabric_word(g, "status")) for g in gpus.gpus), None
+    return tuple(_gpu_fabric(g) for g in gpus.gpus), None
+
+
+def _gpu_fabric(g: GpuObservation) -> GpuFabric:
+    position = {k: v for k, v in g.platform.items() if k in POSITION}
+    if g.module_id is not None:
+        position.setdefault("module_id", str(g.module_id))
+    return GpuFabric(g.index, _fabric_word(g, "state"), _fabric_word(g, "status"), clique_id=g.fabric_clique_id,
+                     cluster_uuid=g.fabric_cluster_uuid, health=dict(g.fabric_health), uuid=g.uuid,
+                     position=position)
 
 
 def parse_fabric(outputs: Mapping[str, CommandResult]) -> FabricObservation:
@@ -120,7 +143,18 @@ def evaluate_fabric(obs: FabricObservation, ctx: EvalContext) -> list[Finding]:
                                            f"{ctx.profile.name}: the GPU reports it itself)"))
                 continue
             out.append(grades[check].finding(comp, value))
-    return out
+    return out + _health_and_identity(host, obs.gpus, ctx)
+
+
+def _health_and_identity(host: str, gpus: tuple[GpuFabric, ...], ctx: EvalContext) -> list[Finding]:
+    """The R570+ health block per GPU (folded: one line for all healthy GPUs) and the domain identity."""
+    outcomes, missing = health_outcomes(host, [(f"gpu{g.index}", g.health) for g in gpus], ctx.profile, GPU_ID)
+    names = {f"fabric.health.{leaf}": f"fabric health {leaf.replace('_', ' ')}" for leaf in
+             ("bandwidth", "route_unhealthy", "route_recovery_in_progress", "access_timeout_recovery",
+              "incorrect_configuration", "summary")}
+    identities = [Identity(f"gpu{g.index}", g.cluster_uuid, g.clique_id) for g in gpus]
+    return (fold(host, GPU_ID, outcomes, total=len(gpus), noun="GPUs", names=names) + missing
+            + identity_findings(host, identities, ctx.profile, GPU_ID))
 
 
 _PENDING = {"In Progress": "has not finished joining", "Not Started": "has not started joining"}

@@ -111,6 +111,9 @@ class GpuObservation:
     fan_speed: str | None = None
     fabric_state: str | None = None
     fabric_status: str | None = None
+    fabric_clique_id: int | None = None      # NVLink clique (partition) the GPU joined; 0 outside a multi-node domain
+    fabric_cluster_uuid: str | None = None   # NVLink domain the GPU joined; all zeros outside one
+    fabric_health: Mapping[str, str] = field(default_factory=dict)  # <fabric><health>: summary, bandwidth, ...
     reset_required: bool | None = None
     drain_and_reset_recommended: bool | None = None
     recovery_action: str | None = None
@@ -289,13 +292,15 @@ def _power_and_pcie(r: _Reader) -> dict[str, Any]:
 
 
 def _state(r: _Reader) -> dict[str, Any]:
-    """Clocks, load, fan, fabric and the driver's reset/recovery flags."""
+    """Clocks, load, fan, fabric (R570+: clique, cluster UUID, health block) and the reset/recovery flags."""
     reset = r.at("gpu_reset_status")
     return {"sm_clock_mhz": r.read("clocks/sm_clock").integer,
             "sm_clock_max_mhz": r.read("max_clocks/sm_clock").integer,
             "utilization_pct": r.read("utilization/gpu_util").integer,
             "performance_state": r.read("performance_state").text, "fan_speed": r.read("fan_speed").text,
             "fabric_state": r.read("fabric/state").text, "fabric_status": r.read("fabric/status").text,
+            "fabric_clique_id": r.read("fabric/cliqueId").integer,
+            "fabric_cluster_uuid": r.read("fabric/clusterUuid").text, "fabric_health": _texts(r, "fabric/health"),
             "reset_required": reset.read("reset_required").yes,
             "drain_and_reset_recommended": reset.read("drain_and_reset_recommended").yes,
             "recovery_action": r.read("gpu_recovery_action").text}

@@ -7,7 +7,8 @@ nvidia-bug-report logs) into the same normalized tree as the XML parser.
 Written against ../shared/corpus/nvidia-smi-q: drivers 510 to 610 (525 "Clocks Throttle
 Reasons" and "Power Readings", 535+ "Clocks Event Reasons", 550+ "SRAM Uncorrectable Parity /
 SEC-DED", 565+ "T.Limit" temperatures, 610 "Driver Version ... [Deprecated ...]"), ``-q -d``
-subsets, MIG devices, and excerpts pasted without the "GPU <bus id>" header (those become one
+subsets, MIG devices, the R570+ Fabric block (CliqueId, ClusterUUID and its Health sub-block: corpus
+h200-drv590-load, l40s-drv595-load), and excerpts pasted without the "GPU <bus id>" header (those become one
 GPU with no bus id, ``fragment=True``). The layout is an indented ``Label : value`` tree; a label
 never contains ":", values may ("00000000:07:00.0"). Labels are matched case-insensitively
 ("Ecc Mode" on 525, "Retired pages" in a snippet). A trailing annotation after a Yes/No value
@@ -64,7 +65,10 @@ _SECTIONS: dict[str, tuple[str, dict[str, str]]] = {
               "performance state": "performance_state", "gpu recovery action": "gpu_recovery_action",
               "remapped rows": "remapped_rows"}),
     "mig mode": ("mig_mode", {"current": "current_mig", "pending": "pending_mig"}),
-    "platform info": ("platformInfo", {"module id": "module_id"}),
+    "platform info": ("platformInfo", {"module id": "module_id", "chassis serial number": "chassis_serial_number",
+                                       "slot number": "slot_number", "tray index": "tray_index",
+                                       "host id": "host_id", "peer type": "peer_type",
+                                       "gpu fabric guid": "gpu_fabric_guid"}),
     "inforom version": ("inforom_version", {"image version": "img_version"}),
     "gpu reset status": ("gpu_reset_status", {"reset required": "reset_required",
                                               "drain and reset recommended": "drain_and_reset_recommended"}),
@@ -116,7 +120,12 @@ _SECTIONS: dict[str, tuple[str, dict[str, str]]] = {
     "gpu power readings": ("gpu_power_readings", _POWER),
     "clocks": ("clocks", _CLOCKS),
     "max clocks": ("max_clocks", _CLOCKS),
-    "fabric": ("fabric", {"state": "state", "status": "status"}),
+    "fabric": ("fabric", {"state": "state", "status": "status", "cliqueid": "cliqueId",
+                          "clusteruuid": "clusterUuid"}),
+    "fabric/health": ("fabric/health", {
+        "summary": "summary", "bandwidth": "bandwidth", "route recovery in progress": "route_recovery_in_progress",
+        "route unhealthy": "route_unhealthy", "access timeout recovery": "access_timeout_recovery",
+        "incorrect configuration": "incorrect_configuration", "partition assigned": "partition_assigned"}),
 }
 
 

@@ -15,7 +15,6 @@ becomes a node error. Codes follow NVML's nvmlReturn_t (3 not supported, 9 drive
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import importlib
 import shutil
@@ -27,6 +26,7 @@ from typing import Any
 from healthcheck.probes.gpu_model import EccCounts, GpuObservation, GpuObservations, RowRemap, observations_from_log
 from healthcheck.probes.nvidia_smi_log import SmiError, exit_code_error, normalize_bus_id
 from healthcheck.probes.nvidia_smi_xml import parse_nvidia_smi_xml
+from healthcheck.probes.nvml_fabric import nvml_fabric, nvml_platform
 
 NOT_SUPPORTED, DRIVER_NOT_LOADED, LIBRARY_NOT_FOUND, GPU_IS_LOST, LIB_RM_MISMATCH = 3, 9, 12, 15, 18
 _INIT_ERRORS = {DRIVER_NOT_LOADED: "driver_not_loaded", LIB_RM_MISMATCH: "driver_mismatch"}
@@ -34,7 +34,6 @@ _INIT_ERRORS = {DRIVER_NOT_LOADED: "driver_not_loaded", LIB_RM_MISMATCH: "driver
 CLOCK_EVENT_BITS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap",
                     0x8: "hw_slowdown", 0x10: "sync_boost", 0x20: "sw_thermal_slowdown",
                     0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown", 0x100: "display_clocks_setting"}
-_FABRIC_STATES = {1: "Not Started", 2: "In Progress", 3: "Completed"}  # 0: not supported
 _RECOVERY = {0: "None", 1: "Reset", 2: "Reboot", 3: "Drain P2P", 4: "Drain and Reset"}
 _ON_CHIP = ("L1_CACHE", "L2_CACHE", "REGISTER_FILE", "TEXTURE_MEMORY", "TEXTURE_SHM", "CBU")
 
@@ -140,7 +139,7 @@ def _gpu(nvml: ModuleType, index: int, h: Any) -> GpuObservation:
     pstate = c.call(nvml.nvmlDeviceGetPerformanceState, h)
     threshold = nvml.nvmlDeviceGetTemperatureThreshold
     recovery = c.field(h, getattr(nvml, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", None))
-    fabric = _fabric(nvml, c, h)
+    fabric = nvml_fabric(nvml, c.call, h)
     obs = GpuObservation(
         index=index, bus_id=normalize_bus_id(bus.decode() if isinstance(bus, bytes) else bus) if bus else None,
         name=c.text(nvml.nvmlDeviceGetName, h), uuid=c.text(nvml.nvmlDeviceGetUUID, h),
@@ -177,7 +176,9 @@ def _gpu(nvml: ModuleType, index: int, h: Any) -> GpuObservation:
         sm_clock_mhz=c.call(nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM),
         sm_clock_max_mhz=c.call(nvml.nvmlDeviceGetMaxClockInfo, h, nvml.NVML_CLOCK_SM),
         utilization_pct=getattr(util, "gpu", None), performance_state=None if pstate is None else f"P{pstate}",
-        fabric_state=fabric[0], fabric_status=fabric[1],
+        fabric_state=fabric.state, fabric_status=fabric.status, fabric_clique_id=fabric.clique_id,
+        fabric_cluster_uuid=fabric.cluster_uuid, fabric_health=fabric.health,
+        platform=nvml_platform(nvml, c.call, h),
         recovery_action=None if recovery is None else _RECOVERY.get(recovery, str(recovery)),
     )
     return dataclasses.replace(obs, unreadable=tuple(dict.fromkeys(c.unreadable)))
@@ -208,17 +209,6 @@ def _remap(nvml: ModuleType, c: _Calls, h: Any) -> RowRemap | None:
     corr, unc, pending, failure = rows
     return RowRemap(correctable=corr, uncorrectable=unc, pending=bool(pending), failure=bool(failure),
                     **{f"banks_{k}": getattr(hist, k, None) for k in ("max", "high", "partial", "low", "none")})
-
-
-def _fabric(nvml: ModuleType, c: _Calls, h: Any) -> tuple[str | None, str | None]:
-    struct = getattr(nvml, "c_nvmlGpuFabricInfo_t", None)
-    if struct is None:
-        return None, None
-    info = struct()
-    if c.call(nvml.nvmlDeviceGetGpuFabricInfo, h, ctypes.byref(info)) is None:
-        return None, None
-    state = _FABRIC_STATES.get(int(info.state))
-    return (state, None if state is None else "Success" if int(info.status) == 0 else f"NVML error {info.status}")
 
 
 def _code(exc: BaseException) -> int | None:

@@ -34,6 +34,7 @@ from healthcheck.reports.bench_charts import bench_context
 from healthcheck.reports.charts import sparkline
 from healthcheck.reports.detail_data import cite_parts, detail_data, pct, shared_strings
 from healthcheck.reports.digest import BAD, RunDigest, fold, margin, split_source
+from healthcheck.reports.domains import domain_views
 from healthcheck.reports.field_views import field_context
 from healthcheck.reports.findings_index import STATUS_RANK
 from healthcheck.reports.fleet import version_rows
@@ -50,6 +51,7 @@ STATUS_ORDER = [s.value for s in sorted(Status, key=lambda s: -s.rank)]
 CATEGORY_NAMES = {"gpu": "GPU", "nvlink": "NVLink", "ib": "InfiniBand", "infiniband": "InfiniBand",
                   "ecc": "ECC", "xid": "Xid", "topo": "Topology", "topology": "Topology", "dcgm": "DCGM",
                   "nccl": "NCCL", "hpl": "HPL", "imb": "IMB", "osu": "OSU", "fabric": "NVSwitch fabric",
+                  "imex": "IMEX", "nvl": "NVLink domain",
                   "pcie": "PCIe", "thermal": "Thermal", "system": "System", "fleet": "Fleet",
                   "run": "Run", "host": "Host", "bench": "Benchmark"}
 
@@ -258,7 +260,7 @@ def render_context(digest: RunDigest) -> dict[str, Any]:
             "details_skipped": sum(1 for h in hosts if verdicts[h.name] in BAD) - len(chosen)
             if not small else 0,
             "index": script_json(host_index(digest, {h.name for h in chosen})),
-            "versions": version_rows(hosts), "bench": bench_context(digest),
+            "versions": version_rows(hosts), "bench": bench_context(digest), "domains": domain_views(digest),
             "attention": attention(digest, {h.name for h in chosen}),
             "changes": digest.document.get("changes"), "detailed": {h.name for h in chosen},
             "script": script, "script_hash": script_hash, "field": field_context(digest),

@@ -17,6 +17,7 @@ import re
 from healthcheck.core.model import Status
 from healthcheck.reports import ReporterSpec, register
 from healthcheck.reports.digest import RunDigest, expected_band, fold, short_cited
+from healthcheck.reports.domains import domain_views
 from healthcheck.reports.field_views import field_context
 
 MAX_GROUPS = 25
@@ -60,6 +61,7 @@ def render_markdown(digest: RunDigest) -> bytes:
         if names:
             lines.append(f"| {status.value} | {len(names)} | {md_code(fold(names), 2000)} |")
     lines += rerun_lines(digest.document.get("rerun"))
+    lines += domain_lines(digest)
     lines += bandwidth_lines(digest)
     groups = digest.groups
     if groups:
@@ -111,6 +113,22 @@ def bandwidth_lines(digest: RunDigest) -> list[str]:
                      f"{md_code(fold(sorted(set(hosts))), 500)} | {measured} | {share} |")
     if len(ordered) > MAX_BANDWIDTH_ROWS:
         lines.append(f"\n… and {len(ordered) - MAX_BANDWIDTH_ROWS} more jobs: see report.html")
+    return lines
+
+
+def domain_lines(digest: RunDigest) -> list[str]:
+    """"NVLink domains": one row per domain (cluster UUID), worst first, the bad trays named."""
+    views = domain_views(digest)
+    if not views:
+        return []
+    lines = ["", "### NVLink domains", "",
+             "| verdict | domain | profile | trays | GPUs | bad trays | racks | cliques |",
+             "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {md_text(d.verdict)} | {md_code(d.cluster_uuid)} | {md_code(d.profile)} | {md_text(d.trays)} | "
+              f"{md_text(d.gpus)} | {md_text(d.bad, 1000)} | {md_text(d.racks)} | {md_text(d.cliques)} |"
+              for d in views[:MAX_GROUPS]]
+    if len(views) > MAX_GROUPS:
+        lines.append(f"\n… and {len(views) - MAX_GROUPS} more domains: see results.json")
     return lines
 
 

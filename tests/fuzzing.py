@@ -51,7 +51,8 @@ _SOURCES: tuple[tuple[str, str, str], ...] = (
     ("system", "systemctl", "systemd-units"), ("system", "nccl-libs", "nccl-libs"),
     ("nccl-tests", "", "bench:nccl"), ("imb", "", "bench:imb"), ("hpl", "", "bench:hpl"), ("osu", "", "bench:osu"),
     ("sdc", "", "bench:sdc"), ("gpuperf", "", "bench:gpuperf"), ("nvbandwidth", "", "bench:nvbandwidth"),
-    ("nvidia-smi", "nvidia-smi-q-", "nvidia-smi-q"),
+    ("nvidia-smi", "nvidia-smi-q-", "nvidia-smi-q"), ("imex", "ctl-N", "imex-ctl-nodes"),
+    ("imex", "nodes_config", "imex-nodes-config"),
 )
 
 _NOW = datetime(2026, 11, 21, 4, 0, tzinfo=timezone.utc)  # the sample bundle's collection time

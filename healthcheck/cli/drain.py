@@ -27,7 +27,14 @@ from healthcheck.core.model import Host, Status
 from healthcheck.core.textsafe import printable
 from healthcheck.inventory.hosts import Inventory, InventoryError
 from healthcheck.inventory.load import load_inventory
-from healthcheck.ops.drain import ADVISORY_CHECKS, DrainPlan, DrainPolicy, plan_drain, with_fleet_state
+from healthcheck.ops.drain import (
+    ADVISORY_CHECKS,
+    DOMAIN_POLICIES,
+    DrainPlan,
+    DrainPolicy,
+    plan_drain,
+    with_fleet_state,
+)
 from healthcheck.ops.fleet import Fleet, fleet_of
 from healthcheck.ops.schedulers import Action, NodeRef, Scheduler, get_scheduler
 from healthcheck.ops.schedulers.controller import Controller, apply_actions, read_fleet
@@ -67,13 +74,14 @@ def make_controller(inventory: Inventory | None, controller: str | None,
 
 
 def _policy(statuses: str, checks: str | None, ignore: str | None, advisory: str = ",".join(ADVISORY_CHECKS),
-            ) -> DrainPolicy:
+            domains: str = "tray") -> DrainPolicy:
     def split(text: str | None) -> tuple[str, ...]:
         return tuple(v.strip() for v in (text or "").split(",") if v.strip())
 
     try:
         wanted = frozenset(Status(s.upper()) for s in split(statuses))
-        return DrainPolicy(statuses=wanted, checks=split(checks), ignore=split(ignore), advisory=split(advisory))
+        return DrainPolicy(statuses=wanted, checks=split(checks), ignore=split(ignore), advisory=split(advisory),
+                           domains=domains)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--status") from None
 
@@ -175,6 +183,10 @@ _common = [
                  help="Checks that drain only when --checks names them (fleet version mismatches, history, "
                       "merge and replay notes); '' makes them drain like any other. Words in a finding's "
                       "remedy never decide a drain."),
+    click.option("--domain-policy", "domains", type=click.Choice(DOMAIN_POLICIES), default="tray", show_default=True,
+                 help="NVLink domains (GB200/GB300 NVL72): tray drains each tray by its own findings; domain also "
+                      "drains every tray of a domain that needs service (and resumes none of them). The breaker "
+                      "counts trays either way (docs/rack-scale.md)."),
 ]
 
 
@@ -191,7 +203,7 @@ def _with_common(f):  # type: ignore[no-untyped-def]
 @command_line_flag("--force", help="Override the circuit breaker (too many nodes, broken run).")
 def drain(run_dir: Path, scheduler: str, apply: bool, inventory: Path | None, controller: str | None,
           ssh_config: Path | None, statuses: str, checks: str | None, ignore: str | None,
-          advisory: str, max_fraction: float, force: bool) -> None:
+          advisory: str, domains: str, max_fraction: float, force: bool) -> None:
     """Take out the nodes that failed in RUN_DIR (dry-run unless --apply).
 
     Slurm: scontrol update State=DRAIN with a reason prefixed "healthcheck:"; a node drained by
@@ -199,7 +211,7 @@ def drain(run_dir: Path, scheduler: str, apply: bool, inventory: Path | None, co
     labels. Exit codes: 0 done, 1 a command failed, 2 usage error, 3 refused by the circuit breaker.
     """
     sched = get_scheduler(scheduler)
-    setup = _setup(run_dir, sched, inventory, _policy(statuses, checks, ignore, advisory), max_fraction,
+    setup = _setup(run_dir, sched, inventory, _policy(statuses, checks, ignore, advisory, domains), max_fraction,
                    controller, ssh_config)
     plan, ctl = setup.plan, setup.controller
     click.echo(f"# healthcheck drain: run {plan.run_id or run_dir.name}, {scheduler} on {ctl.where}, "
@@ -222,7 +234,7 @@ def drain(run_dir: Path, scheduler: str, apply: bool, inventory: Path | None, co
 @_with_common
 def resume(run_dir: Path, scheduler: str, apply: bool, inventory: Path | None, controller: str | None,
            ssh_config: Path | None, statuses: str, checks: str | None, ignore: str | None,
-           advisory: str) -> None:
+           advisory: str, domains: str) -> None:
     """Resume the nodes healthcheck drained that pass in RUN_DIR (dry-run unless --apply).
 
     Only nodes whose drain reason starts with "healthcheck:" (Kubernetes: only our own taints)
@@ -231,7 +243,7 @@ def resume(run_dir: Path, scheduler: str, apply: bool, inventory: Path | None, c
     be read, 2 usage error.
     """
     sched = get_scheduler(scheduler)
-    setup = _setup(run_dir, sched, inventory, _policy(statuses, checks, ignore, advisory),
+    setup = _setup(run_dir, sched, inventory, _policy(statuses, checks, ignore, advisory, domains),
                    DEFAULTS.drain_max_fraction, controller, ssh_config, resume=True)
     plan, ctl = setup.plan, setup.controller
     refs = [NodeRef(h, plan.node(h)) for h in plan.passing]

@@ -166,7 +166,9 @@ class FleetCheck(Protocol):
     """A check across hosts (version consistency, fleet outliers), run after every host is done.
 
     ``observations`` maps host name -> probe name -> observations (JSON form) for hosts that
-    produced them; hosts without a profile or observations are simply absent.
+    produced them; hosts without a profile or observations are simply absent. A check may also have
+    ``table(observations, hosts, profiles) -> dict``: top-level results.json sections it tabulates
+    (the NVLink domain check's ``{"domains": [...]}``); {} when it has nothing to show.
     """
 
     name: str

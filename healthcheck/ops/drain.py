@@ -20,6 +20,11 @@ finding and its verdict is neither FAIL nor ERROR: an unreachable host has prove
 
 The fleet the breaker counts is the inventory's or the scheduler's (``healthcheck.ops.fleet``): hosts
 of the run outside it (``known_hosts``) are listed in ``plan.unknown`` and neither counted nor drained.
+
+``policy.domains`` (``--domain-policy``): ``tray`` (default) drains hosts by their own findings only;
+``domain`` also drains every tray of an NVLink domain whose verdict in results.json's ``domains`` table
+is FAIL (the rack needs service), and resumes none of them. A host is one compute tray either way, so
+the breaker counts trays (a domain adds all its trays) against the same limit.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from healthcheck.transport.slurm_nodes import REASON_PREFIX
 
 REASON_MAX_CHARS = 160
 DRAINING_STATUSES = frozenset({Status.FAIL, Status.ERROR})  # WARN, SKIP and PASS never take a node out
+DOMAIN_POLICIES = ("tray", "domain")
 ADVISORY_CHECKS = ("fleet.*", "history.*", "offender.*", "merge.*", "replay.*")
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f\"'`\\$]+")
 
@@ -50,8 +56,11 @@ class DrainPolicy:
     checks: tuple[str, ...] = ()          # empty: every check may trigger
     ignore: tuple[str, ...] = ()          # never trigger, whatever the status
     advisory: tuple[str, ...] = ADVISORY_CHECKS  # never trigger unless ``checks`` names them explicitly
+    domains: str = "tray"                 # "domain": every tray of an NVLink domain that needs service
 
     def __post_init__(self) -> None:
+        if self.domains not in DOMAIN_POLICIES:
+            raise ValueError(f"domain policy {self.domains!r} is not one of {', '.join(DOMAIN_POLICIES)}")
         wrong = sorted(s.value for s in self.statuses - DRAINING_STATUSES)
         if wrong:
             raise ValueError(f"{', '.join(wrong)} never drains a node (only FAIL, and ERROR when asked): "
@@ -137,6 +146,12 @@ def build_reason(findings: Iterable[Finding], run_id: str = "", max_chars: int =
     return reason if len(reason) <= max_chars else reason[: max_chars - 3] + "..."
 
 
+def _one_line(text: str, run_id: str, max_chars: int = REASON_MAX_CHARS) -> str:
+    """``healthcheck: <text> run=ID``, cleaned and cut like ``build_reason``'s."""
+    reason = f"{REASON_PREFIX} {_clean(text)}" + (f" run={_clean(run_id)}" if run_id else "")
+    return reason if len(reason) <= max_chars else reason[: max_chars - 3] + "..."
+
+
 def _describe(f: Finding) -> str:
     where = "" if f.component in ("", "node") else f" {f.component}"
     value = "" if f.value is None else f"={str(f.value)[:24]}{f.unit or ''}".replace(" ", "")
@@ -180,6 +195,7 @@ def plan_drain(results: RunResults, policy: DrainPolicy | None = None, *,
     known = sorted(results.hosts) if known_hosts is None else sorted(set(results.hosts) & set(known_hosts))
     decisions = []
     passing = []
+    held = domain_holds(results) if policy.domains == "domain" else {}
     for name in known:
         findings = results.hosts[name].findings
         bad = [f for f in findings if triggers(f, policy)]
@@ -187,12 +203,31 @@ def plan_drain(results: RunResults, policy: DrainPolicy | None = None, *,
             decisions.append(DrainDecision(host=name, node=names.get(name, name),
                                            reason=build_reason(bad, run_id),
                                            findings=tuple(worst_first(bad)), run_id=run_id))
+        elif name in held:
+            mine = [f for f in findings if f.check == "nvl.domain.service"]
+            decisions.append(DrainDecision(host=name, node=names.get(name, name), findings=tuple(mine),
+                                           reason=_one_line(held[name], run_id), run_id=run_id))
         elif passes(findings, policy):
             passing.append(name)
     breaker = check_breaker(_counted(results, known), len(decisions), fleet_size or len(known),
                             max_fraction, broken_fraction)
     return DrainPlan(run_id=run_id, decisions=tuple(decisions), passing=tuple(passing), breaker=breaker,
                      node_names=names, unknown=tuple(sorted(set(results.hosts) - set(known))))
+
+
+def domain_holds(results: RunResults) -> dict[str, str]:
+    """host -> why, for every tray of an NVLink domain whose verdict is FAIL in results.json's ``domains``
+    table (``probes/nvl_domain.py``): the rack needs service and goes out as a whole."""
+    rows = results.extra.get("domains")
+    out: dict[str, str] = {}
+    for row in rows if isinstance(rows, list) else ():
+        if not isinstance(row, Mapping) or row.get("verdict") != "FAIL":
+            continue
+        bad = row.get("bad_trays") or []
+        why = _clean(f"FAIL nvl.domain.service domain={str(row.get('cluster_uuid')).split('-', 1)[0]} "
+                     f"bad_trays={len(bad)} share={row.get('bad_share')} (rack needs service)")
+        out.update({str(m.get("host")): why for m in row.get("members") or () if isinstance(m, Mapping)})
+    return out
 
 
 def _counted(results: RunResults, hosts: Collection[str]) -> RunResults:

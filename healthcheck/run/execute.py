@@ -27,7 +27,7 @@ from healthcheck.run.options import RunOptions
 from healthcheck.run.outcome import RunOutcome, SweepEnd, append_findings
 from healthcheck.run.outputs import write_or_stop, write_outputs
 from healthcheck.run.plan import RunPlan, manifest, plan_run
-from healthcheck.run.post import mark_observed, post_stages, run_stage
+from healthcheck.run.post import fleet_tables, mark_observed, post_stages, run_stage
 from healthcheck.run.reach import check_reach, open_sweep_transport
 from healthcheck.run.replay import keep_bundle_outputs, replay_selection, replay_sweep
 from healthcheck.run.rerun import RerunPlan, plan_rerun, rerun_changes, rerun_record
@@ -112,6 +112,8 @@ def _results(opts: RunOptions, plan: RunPlan, run_dir: Path, host_results: dict[
     ordered.update({n: r for n, r in host_results.items() if n not in ordered})
     results = RunResults(run=run_info, hosts=ordered,
                          extra={"evidence": evidence} if opts.selection.collect_evidence else {})
+    if not (interrupted or sweep_end.fatal):  # the fleet stage ran: its tables (NVLink domains) beside it
+        results.extra.update(fleet_tables(host_results, plan))
     if rerun is not None:
         run_info["rerun_of"] = rerun.of_id
         results.extra.update(rerun=rerun_record(rerun, results), changes=rerun_changes(rerun, results))

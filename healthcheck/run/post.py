@@ -130,6 +130,19 @@ def fleet_stage(host_results: dict[str, HostResult], plan: RunPlan) -> list[Find
     return findings
 
 
+def fleet_tables(host_results: Mapping[str, HostResult], plan: RunPlan) -> dict[str, Any]:
+    """The top-level results.json sections of the fleet checks that tabulate what they graded (a check's
+    optional ``table``, e.g. ``{"domains": [...]}`` of the NVLink domain check); {} when none has one."""
+    observations = {name: r.observations for name, r in host_results.items() if r.observations}
+    by_name = {h.name: h for h in plan.hosts}
+    out: dict[str, Any] = {}
+    for check in probe_registry.fleet_checks():
+        table = getattr(check, "table", None)
+        if table is not None:
+            out.update(table(observations, by_name, plan.profiles))
+    return out
+
+
 def post_stages(opts: RunOptions, plan: RunPlan, run_dir: Path, transport: Transport,
                 host_results: dict[str, HostResult],
                 evidence: list[dict[str, Any]]) -> Sequence[tuple[str, Callable[[], list[Finding]]]]:

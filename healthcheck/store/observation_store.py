@@ -12,7 +12,8 @@ written. ``encode_observations`` is pure, so worker processes compress in parall
 
 results.json keeps only ``key_observations``: what fleet checks, the fleet view and the benchmark
 views, the asset inventory and its diff read for every host (versions, system, benchmark job
-summaries, assets, and each probe's top-level scalars such as the GPU count and driver version).
+summaries, assets, and each probe's top-level scalars such as the GPU count and driver version), and on
+the trays of a multi-node NVLink domain their fabric and IMEX observations (the NVLink domain check).
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ from healthcheck.store.jsoncodec import dumps
 
 STORE = "observations.jsonl.gz"
 KEY_PROBES = ("system", "versions", "benchmarks", "assets")  # kept whole in results.json (read for every host)
+# kept whole only on hosts whose GPUs joined a multi-node NVLink domain (a cluster UUID other than all zeros):
+# the NVLink domain fleet check groups those trays by them; elsewhere (HGX, PCIe) their scalars, as any probe's
+DOMAIN_PROBES = ("fabric", "imex")
+NO_DOMAIN = (None, "00000000-0000-0000-0000-000000000000")
 
 
 def key_observations(observations: Mapping[str, Any]) -> dict[str, Any]:
@@ -41,15 +46,27 @@ def key_observations(observations: Mapping[str, Any]) -> dict[str, Any]:
     ``observations`` are each probe's parsed records (dataclasses: ``jsoncodec.plain`` of the result is
     its JSON) or their JSON already (a stored run's), selected alike."""
     out: dict[str, Any] = {}
+    whole = KEY_PROBES + DOMAIN_PROBES if in_nvlink_domain(observations) else KEY_PROBES
     for probe, obs in observations.items():
         fields = _fields(obs)
-        if probe in KEY_PROBES or fields is None:
+        if probe in whole or fields is None:
             out[probe] = obs
             continue
         scalars = {k: v for k, v in fields if not _nested(v)}
         if scalars:
             out[probe] = scalars
     return out
+
+
+def in_nvlink_domain(observations: Mapping[str, Any]) -> bool:
+    """Whether a GPU of the host reports a multi-node NVLink domain (``fabric`` observations, records or JSON)."""
+    fields = _fields(observations.get("fabric"))
+    gpus = dict(fields).get("gpus") if fields is not None else None
+    return any(_field(g, "cluster_uuid") not in NO_DOMAIN for g in gpus or ())
+
+
+def _field(record: Any, name: str) -> Any:
+    return record.get(name) if isinstance(record, Mapping) else getattr(record, name, None)
 
 
 def _fields(obs: Any) -> Iterable[tuple[str, Any]] | None:

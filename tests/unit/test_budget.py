@@ -17,8 +17,8 @@ def test_every_builtin_probe_declares_cost_and_job_safety() -> None:
 
 @pytest.mark.parametrize(("budget", "chosen"), [
     (3, ["system", "gpu"]),
-    (10, ["system", "gpu", "pci", "topology", "nvlink", "fabric", "xid"]),
-    (30, ["system", "gpu", "pci", "topology", "nvlink", "fabric", "xid", "infiniband", "dcgm_fields", "ras",
+    (10, ["system", "gpu", "pci", "topology", "nvlink", "fabric", "imex", "infiniband", "ras"]),
+    (30, ["system", "gpu", "pci", "topology", "nvlink", "fabric", "imex", "xid", "infiniband", "dcgm_fields", "ras",
           "rates", "resources", "versions", "assets"]),
 ])
 def test_budget_picks_job_safe_probes_in_registry_order(budget: float, chosen: list[str]) -> None:
@@ -60,5 +60,5 @@ def test_probe_order_does_not_depend_on_which_probe_module_was_imported_first() 
             "from healthcheck import probes\n"
             "print(' '.join(p.name for p in probes.all_probes()))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
-    assert out.stdout.split() == ["system", "gpu", "pci", "topology", "nvlink", "fabric", "xid", "infiniband",
+    assert out.stdout.split() == ["system", "gpu", "pci", "topology", "nvlink", "fabric", "imex", "xid", "infiniband",
                                   "dcgm", "dcgm_fields", "ras", "rates", "resources", "versions", "assets"]
