@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 
 from healthcheck.core.model import Finding, Status
@@ -33,6 +33,7 @@ MAX_WARN_GROUPS = 10
 PER_HOST = 5
 _ADDRESS = re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b|\[[0-9a-fA-F:.]+\](?::\d+)?")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9]")  # a word that may be a host's name
 # Details a message carries per host or per part, blanked before grouping (after the host's name).
 _DETAILS = (
     (re.compile(r"\bSHA256:[A-Za-z0-9+/]{43}=?|\bMD5(?::[0-9a-f]{2}){16}"), "<fingerprint>"),  # host keys
@@ -44,13 +45,16 @@ _DETAILS = (
 )
 
 
-def message_kind(f: Finding) -> str:
-    """The message with what differs per host or per part blanked: the host's name, the component,
-    fingerprints, bus ids, GUIDs, UUIDs, addresses, numbers."""
+def message_kind(f: Finding, hosts: Collection[str] = ()) -> str:
+    """The message with what differs per host or per part blanked: the host's name (and any of ``hosts``
+    it names, as in a list of the hosts that differ), the component, fingerprints, bus ids, GUIDs, UUIDs,
+    addresses, numbers."""
     text = " ".join(f.message.split())
     if f.component and f.component != "node" and len(f.component) > 1:  # first: a pair's names its hosts
         text = text.replace(f.component, "<part>")
     text = text.replace(f.host, "<host>")
+    if hosts:
+        text = _NAME.sub(lambda m: "<host>" if m.group() in hosts else m.group(), text)
     for pattern, blank in _DETAILS:
         text = pattern.sub(blank, text)
     return text
@@ -69,10 +73,12 @@ def fold_parts(components: Sequence[str]) -> str:
 def group_lines(findings: Iterable[Finding], limit: int = MAX_GROUPS, warn_limit: int = MAX_WARN_GROUPS) -> list[str]:
     """``STATUS check [components] nodeset (n): message``: FAIL and ERROR groups, worst and widest first,
     then WARN groups (their reasons), each with its own limit."""
+    findings = list(findings)
+    hosts = frozenset(f.host for f in findings)
     buckets: dict[tuple[Status, str, str], list[Finding]] = defaultdict(list)
     for f in findings:
         if f.status in (Status.FAIL, Status.ERROR, Status.WARN):
-            buckets[(f.status, f.check, message_kind(f))].append(f)
+            buckets[(f.status, f.check, message_kind(f, hosts))].append(f)
     ordered = sorted(buckets.items(), key=lambda kv: (-kv[0][0].rank, -len({f.host for f in kv[1]}), kv[0][1]))
     bad = [(key, group) for key, group in ordered if key[0] is not Status.WARN]
     warn = [(key, group) for key, group in ordered if key[0] is Status.WARN]

@@ -140,3 +140,17 @@ def test_sweep_changes_fold_hosts_that_changed_alike(capsys):
         "  RECOVERED gpu003 (1) PASS  gpu.pcie.width",
         "  WARN  history.counter.growth gpu0 gpu[001-003] (3): gpu.ecc.aggregate.dram_correctable gpu0 grew by 1 "
         "since run r1 (was 1, now 2) (+2 similar)"]
+
+
+def test_a_message_that_lists_hosts_folds_on_the_hosts_it_names_too():
+    """The fleet majority's WARN lists the hosts that differ: the hosts it names fold like the others."""
+    differing = [f"gpu{i:05d}" for i in (8, 39, 70)] + [f"gpu{i:05d}" for i in (101, 132)]
+    findings = [Finding(host=h, check="fleet.version.kernel", status=Status.WARN,
+                        message="kernel 5.15.0-1061-nvidia differs from the fleet majority 5.15.0-1053-nvidia "
+                                f"(95 of 100 hosts; differing: {', '.join(differing)})")
+                for h in differing]
+    findings += [Finding(host="gpu00001", check="gpu.count", status=Status.PASS, message="8 GPUs")]
+    assert group_lines(findings) == [
+        "WARN  fleet.version.kernel gpu[00008,00039,00070,00101,00132] (5): kernel 5.15.0-1061-nvidia differs from "
+        "the fleet majority 5.15.0-1053-nvidia (95 of 100 hosts; differing: gpu00008, gpu00039, gpu00070, gpu00101, "
+        "gpu00132)"]
