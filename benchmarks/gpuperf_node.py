@@ -59,7 +59,11 @@ def emit(kind: str, **fields: object) -> None:
 
 
 def rate(amount: float, seconds: float) -> str | None:
-    return f"{amount / seconds:.2f}" if seconds > 0 else None
+    """``amount / seconds`` printed to 0.01, or to three significant digits below that (never "0.00")."""
+    if seconds <= 0:
+        return None
+    value = amount / seconds
+    return f"{value:.2f}" if value >= 0.01 else f"{value:.3g}"
 
 
 def run_torch(args: argparse.Namespace) -> str:

@@ -132,3 +132,12 @@ def test_the_node_program_says_why_it_skips(tmp_path):
     result = parse_gpuperf(out.stdout)
     assert result.skip is not None and "cupy: CuPy has no bfloat16 arrays" in result.skip
     assert "cuda: nvcc not on PATH" in result.skip
+
+
+def test_the_node_program_prints_small_rates_with_their_digits():
+    """A tiny GEMM on a loaded CPU is a rate below 0.01: printed to three digits, never "0.00" (no rate)."""
+    from healthcheck.benchmarks.gpuperf_node import rate
+
+    assert rate(1.05e-6, 0.003) == "0.00035"
+    assert rate(750.5, 1.0) == "750.50" and rate(12345.678, 1.0) == "12345.68"
+    assert rate(1.0, 0.0) is None
