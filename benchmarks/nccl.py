@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from healthcheck.benchmarks import NUMBER_RE, BenchContext, BenchmarkSpec, Program, bench_setting, finite, register
@@ -32,7 +32,7 @@ from healthcheck.benchmarks.nccl_transport import NcclTransport, evaluate_nccl_t
 from healthcheck.benchmarks.plan import Job
 from healthcheck.core.grading import fleet_outliers
 from healthcheck.core.model import Finding, Status
-from healthcheck.core.profiles import Profile
+from healthcheck.core.profiles import Expectation, Profile
 from healthcheck.core.spec import ParseError
 
 # busbw = algbw x factor(n ranks): NVIDIA/nccl-tests doc/PERFORMANCE.md and src/*.cu.
@@ -299,11 +299,33 @@ def evaluate_nccl(job: Job, result: NcclTestResult, ctx: BenchContext) -> list[F
             busbw, size = metric
             key = f"{base}.{job.shape}.busbw_gbps"
             remedy = _REMEDY["node" if job.shape == "node" else "net"]
-            out += [band_finding(h, f"{base}.{job.shape}.busbw", ctx.profile.expect(key), busbw,
+            out += [band_finding(h, f"{base}.{job.shape}.busbw", busbw_expectation(ctx.profile, base, job.shape), busbw,
                                  source=job.job_id, remedy=remedy, profile=ctx.profile, key=key,
                                  component=job.component, what=f"{coll} busbw at {_size(size)}")
                     for h in job.hosts]
     return out
+
+
+# The isolation plan's jobs (benchmarks/isolate.py): ``group`` runs every GPU and rail of k nodes, ``group_rail``
+# one GPU per node pinned to one HCA. Unless the profile states their expectation, it is the profile's own for
+# 2 nodes or the cluster (``group``) or for one rail (``group_rail``): nccl-tests applies its busbw correction
+# factor precisely so that busbw "should be independent of the number of ranks" and "reflect the speed of the
+# hardware bottleneck" (NVIDIA/nccl-tests doc/PERFORMANCE.md), here the nodes' NICs or the one NIC.
+DERIVED_BUSBW = {"group": ("cluster", "pair"), "group_rail": ("rail",)}
+
+
+def busbw_expectation(profile: Profile, base: str, shape: str) -> Expectation | None:
+    """``<base>.<shape>.busbw_gbps`` from the profile, or derived for the isolation's shapes (above)."""
+    exp = profile.expect(f"{base}.{shape}.busbw_gbps")
+    if exp is not None:
+        return exp
+    for other in DERIVED_BUSBW.get(shape, ()):
+        found = profile.expect(f"{base}.{other}.busbw_gbps")
+        if found is not None:
+            return replace(found, key=f"{base}.{shape}.busbw_gbps",
+                           source=f"{found.source}; as {found.key}: busbw does not depend on the node count "
+                                  "(nccl-tests doc/PERFORMANCE.md)")
+    return None
 
 
 def _all(job: Job, check: str, status: Status, message: str, remedy: str | None, **kw: Any) -> list[Finding]:
@@ -463,15 +485,28 @@ def nccl_program(job: Job, profile: Profile, options: Mapping[str, Any]) -> Prog
 
     binary_dir = setting("binary_dir", "")
     binary = f"{binary_dir.rstrip('/')}/{job.test}" if binary_dir else job.test
+    one_gpu = job.shape == "group_rail"
     argv = (binary, "-b", setting("min_bytes", "8G"), "-e", setting("max_bytes", "8G"),
-            "-f", setting("step_factor", "2"), "-g", setting("gpus_per_process", "1"), "-c", "1",
+            "-f", setting("step_factor", "2"), "-g", "1" if one_gpu else setting("gpus_per_process", "1"), "-c", "1",
             "-n", setting("iters", "20"), "-w", setting("warmup_iters", "5"))
     # NCCL_DEBUG=INFO (INIT,NET only) names the network NCCL chose: a silent fallback to TCP sockets is a FAIL
     env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET",
            **{str(k): str(v) for k, v in (bench_setting(profile, options, "nccl.env", {}) or {}).items()}}
     if job.rail:
         env["NCCL_IB_HCA"] = job.rail if job.rail[0] in "=^" else f"={job.rail}"
+    if one_gpu and job.rail:  # the GPU beside that HCA, so that the rails of one node run side by side
+        env["CUDA_VISIBLE_DEVICES"] = str(rail_gpu(profile, options, job.rail))
     return Program(argv=argv, env=env)
+
+
+def rail_gpu(profile: Profile, options: Mapping[str, Any], rail: str) -> int:
+    """The GPU a one-GPU job pinned to ``rail`` runs on: ``nccl.rail_gpus[rail]`` when the profile maps
+    them (``{mlx5_0:1: 0, ...}``, from ``nvidia-smi topo -m``), else the rail's index in ``nccl.rails``."""
+    mapped = bench_setting(profile, options, "nccl.rail_gpus", {}) or {}
+    if isinstance(mapped, Mapping) and isinstance(mapped.get(rail), int):
+        return int(mapped[rail])
+    rails = [str(r) for r in bench_setting(profile, options, "nccl.rails", []) or []]
+    return rails.index(rail) if rail in rails else 0
 
 
 def nccl_metric(result: NcclTestResult) -> float | None:
@@ -501,7 +536,7 @@ SPEC = register(BenchmarkSpec(
     name="nccl",
     description="nccl-tests (*_perf): #wrong/out-of-bounds, rank count, busbw per shape against bands",
     tests=lambda profile, options: tuple(bench_setting(profile, options, "nccl.tests", ["all_reduce_perf"])),
-    shapes={"quick": ("node",), "acceptance": ("node", "pair", "cluster")},
+    shapes={"quick": ("node",), "acceptance": ("node", "pair", "cluster"), "isolate": ("isolate",)},
     ranks_per_host=nccl_ranks_per_host,
     program=nccl_program,
     parse=parse_nccl_tests,
