@@ -37,6 +37,7 @@ from healthcheck.reports.field_views import field_context
 from healthcheck.reports.findings_index import STATUS_RANK
 from healthcheck.reports.fleet import version_rows
 from healthcheck.reports.host_panels import host_panels
+from healthcheck.reports.isolation_views import isolation_views
 from healthcheck.store.jsoncodec import dumps
 from healthcheck.store.results import HostResult
 
@@ -322,7 +323,7 @@ def render_context(digest: RunDigest) -> dict[str, Any]:
             "details_skipped": sum(1 for h in hosts if verdicts[h.name] in BAD) - len(chosen)
             if not small else 0,
             "index": script_json(host_index(digest, {h.name for h in chosen})),
-            "versions": version_rows(hosts), "bench": bench_context(digest),
+            "versions": version_rows(hosts), "bench": bench_context(digest), "isolation": isolation_views(digest),
             "changes": digest.document.get("changes"), "detailed": {h.name for h in chosen},
             "script": script, "script_hash": script_hash, "field": field_context(digest),
             "manifest": manifest_text(digest.manifest) if digest.manifest else ""}
