@@ -22,17 +22,18 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from healthcheck.benchmarks import NUMBER_RE, BenchContext, BenchmarkSpec, Program, bench_setting, finite, register
 from healthcheck.benchmarks.bands import band_finding
 from healthcheck.benchmarks.launch import LauncherError, parse_launcher_errors
+from healthcheck.benchmarks.nccl_groups import busbw_expectation, rail_gpu
 from healthcheck.benchmarks.nccl_transport import NcclTransport, evaluate_nccl_transport, parse_nccl_transport
 from healthcheck.benchmarks.plan import Job
 from healthcheck.core.grading import fleet_outliers
 from healthcheck.core.model import Finding, Status
-from healthcheck.core.profiles import Expectation, Profile
+from healthcheck.core.profiles import Profile
 from healthcheck.core.spec import ParseError
 
 # busbw = algbw x factor(n ranks): NVIDIA/nccl-tests doc/PERFORMANCE.md and src/*.cu.
@@ -306,28 +307,6 @@ def evaluate_nccl(job: Job, result: NcclTestResult, ctx: BenchContext) -> list[F
     return out
 
 
-# The isolation plan's jobs (benchmarks/isolate.py): ``group`` runs every GPU and rail of k nodes, ``group_rail``
-# one GPU per node pinned to one HCA. Unless the profile states their expectation, it is the profile's own for
-# 2 nodes or the cluster (``group``) or for one rail (``group_rail``): nccl-tests applies its busbw correction
-# factor precisely so that busbw "should be independent of the number of ranks" and "reflect the speed of the
-# hardware bottleneck" (NVIDIA/nccl-tests doc/PERFORMANCE.md), here the nodes' NICs or the one NIC.
-DERIVED_BUSBW = {"group": ("cluster", "pair"), "group_rail": ("rail",)}
-
-
-def busbw_expectation(profile: Profile, base: str, shape: str) -> Expectation | None:
-    """``<base>.<shape>.busbw_gbps`` from the profile, or derived for the isolation's shapes (above)."""
-    exp = profile.expect(f"{base}.{shape}.busbw_gbps")
-    if exp is not None:
-        return exp
-    for other in DERIVED_BUSBW.get(shape, ()):
-        found = profile.expect(f"{base}.{other}.busbw_gbps")
-        if found is not None:
-            return replace(found, key=f"{base}.{shape}.busbw_gbps",
-                           source=f"{found.source}; as {found.key}: busbw does not depend on the node count "
-                                  "(nccl-tests doc/PERFORMANCE.md)")
-    return None
-
-
 def _all(job: Job, check: str, status: Status, message: str, remedy: str | None, **kw: Any) -> list[Finding]:
     return [Finding(host=h, check=check, status=status, message=message, component=job.component,
                     remedy=remedy, source=job.job_id, **kw) for h in job.hosts]
@@ -497,16 +476,6 @@ def nccl_program(job: Job, profile: Profile, options: Mapping[str, Any]) -> Prog
     if one_gpu and job.rail:  # the GPU beside that HCA, so that the rails of one node run side by side
         env["CUDA_VISIBLE_DEVICES"] = str(rail_gpu(profile, options, job.rail))
     return Program(argv=argv, env=env)
-
-
-def rail_gpu(profile: Profile, options: Mapping[str, Any], rail: str) -> int:
-    """The GPU a one-GPU job pinned to ``rail`` runs on: ``nccl.rail_gpus[rail]`` when the profile maps
-    them (``{mlx5_0:1: 0, ...}``, from ``nvidia-smi topo -m``), else the rail's index in ``nccl.rails``."""
-    mapped = bench_setting(profile, options, "nccl.rail_gpus", {}) or {}
-    if isinstance(mapped, Mapping) and isinstance(mapped.get(rail), int):
-        return int(mapped[rail])
-    rails = [str(r) for r in bench_setting(profile, options, "nccl.rails", []) or []]
-    return rails.index(rail) if rail in rails else 0
 
 
 def nccl_metric(result: NcclTestResult) -> float | None:

@@ -12,7 +12,8 @@ from healthcheck.benchmarks import BenchContext
 from healthcheck.benchmarks.isolate import IsolationSettings, conclude, drive
 from healthcheck.benchmarks.isolate_report import Trail, isolation_findings, probe_job, restate, story
 from healthcheck.benchmarks.launch import LauncherSettings, launch_script, launcher_argv
-from healthcheck.benchmarks.nccl import busbw_expectation, evaluate_nccl, nccl_program, parse_nccl_tests
+from healthcheck.benchmarks.nccl import evaluate_nccl, nccl_program, parse_nccl_tests
+from healthcheck.benchmarks.nccl_groups import busbw_expectation
 from healthcheck.benchmarks.plan import Job
 from healthcheck.benchmarks.topology import build_layout
 from healthcheck.core.model import Finding, Host, Status
