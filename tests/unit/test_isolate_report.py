@@ -153,3 +153,19 @@ def test_the_story_in_report_html_and_summary_md(tmp_path: Path) -> None:
     assert "- **blamed** node `h005` (`h005`): its screen group 2 (cell L0) failed;" in md
     assert "  - round 2 split: h005 with known-good h001: FAIL 100 GB/s → blamed on h005" in md
     assert "      - round 4 relink: h040 with known-good h034 on r1: FAIL 100 GB/s → blamed on h040 r1" in md
+
+
+def test_topology_file_gives_leaves_or_one_warning_per_host(tmp_path: Path) -> None:
+    from healthcheck.run.isolation import fabric_leaves
+
+    hosts = [Host("gpu001"), Host("gpu003")]
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "ib" / "ibnetdiscover-topology-rail-optimised-2su.txt"
+    assert fabric_leaves({"topology": str(fixture)}, hosts) == \
+        ({"gpu001": "leaf-su1-r0+leaf-su1-r1", "gpu003": "leaf-su2-r0+leaf-su2-r1"}, [])
+    (tmp_path / "other.txt").write_text("CA   1  1 0x1 4x EDR - SW  2 3 0x2 ( 'x9 HCA-1' - 'leaf' )\n")
+    for path, why in ((tmp_path / "absent.txt", "cannot read the topology file"),
+                      (tmp_path / "other.txt", "names none of these hosts")):
+        leaves, warnings = fabric_leaves({"topology": str(path)}, hosts)
+        assert leaves == {} and [(f.host, f.check, f.status) for f in warnings] == \
+            [("gpu001", "benchmarks.topology", Status.WARN), ("gpu003", "benchmarks.topology", Status.WARN)]
+        assert why in warnings[0].message and "the isolation ran without the leaves" in warnings[0].message
