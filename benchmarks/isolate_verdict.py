@@ -81,6 +81,12 @@ def _round_text(outcomes: Sequence[Outcome], host: str, ledger: Ledger) -> str:
     return "; ".join(parts)
 
 
+def _rounds(outcomes: Sequence[Outcome]) -> str:
+    """``round 2`` or ``rounds 2, 3``."""
+    numbers = sorted({o.probe.round for o in outcomes})
+    return f"round{'s' if len(numbers) > 1 else ''} {', '.join(map(str, numbers))}"
+
+
 def _reason(entity: Entity, evidence: Sequence[Outcome], ledger: Ledger) -> str:
     kind = entity[0]
     if kind == "node":
@@ -90,18 +96,17 @@ def _reason(entity: Entity, evidence: Sequence[Outcome], ledger: Ledger) -> str:
     if kind == "link":
         narrow = [o for o in evidence if o.probe.purpose in NARROW and o.probe.rail]
         partners = sorted({h for o in narrow for h in o.probe.hosts[1:]})
-        rounds = sorted({o.probe.round for o in narrow})
         return (f"{entity[1]} passes on its other rails but fails pinned to {entity[2]} with known-good "
-                f"{', '.join(partners)} (rounds {', '.join(map(str, rounds))})")
-    rounds = ", ".join(map(str, sorted({o.probe.round for o in evidence})))
+                f"{', '.join(partners)} ({_rounds(narrow)})")
+    rounds = _rounds(evidence)
     if kind in ("leaf", "leafrail"):
         others = sorted({ledger.layout.cell(h) for o in evidence for h in o.probe.hosts} - {entity[1]})
         inside = cells_passed_inside(ledger.layout, ledger.outcomes, entity[1])
         what = "jobs" if kind == "leaf" else f"jobs pinned to {entity[2]}"
-        return (f"{what} from leaf {entity[1]} to leaves {', '.join(others)} fail ({len(evidence)} jobs, rounds "
+        return (f"{what} from leaf {entity[1]} to leaves {', '.join(others)} fail ({len(evidence)} jobs, "
                 f"{rounds}) while {inside} job(s) inside the leaf pass: its uplinks, not its nodes")
     pairs = sorted({" x ".join(sorted({ledger.layout.cell(h) for h in o.probe.hosts})) for o in evidence})
-    return (f"jobs pinned to {entity[1]} fail across {len(pairs)} leaf pair(s) ({'; '.join(pairs)}; rounds "
+    return (f"jobs pinned to {entity[1]} fail across {len(pairs)} leaf pair(s) ({'; '.join(pairs)}; "
             f"{rounds}) while the same hosts pass on the other rails")
 
 
