@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from healthcheck.benchmarks.isolate_decode import Entity, Ledger, Outcome, Probe, blame_rule
+from healthcheck.benchmarks.isolate_decode import FABRIC_EVIDENCE, Entity, Ledger, Outcome, Probe, blame_rule
 from healthcheck.benchmarks.isolate_verdict import Conclusion, conclude_ledger
 from healthcheck.benchmarks.topology import Layout
 
@@ -229,24 +229,28 @@ def _fabric_screen(plan: _RoundPlan) -> None:
 
 
 def _follow_fabric(plan: _RoundPlan, entity: Entity, jobs: Sequence[Outcome]) -> None:
-    """Cross a suspect cell with a new partner cell, or a suspect rail plane over a new pair of cells."""
+    """Cross a suspect cell with new partner cells, or a suspect rail plane over new pairs of cells: as
+    many new groups as its evidence is short of four failed jobs (one group for a whole cell over every
+    rail), so that a switch is never blamed on a few slow jobs by chance."""
     parent = jobs[-1].probe.key
+    wanted = max(1, FABRIC_EVIDENCE - len(plan.ledger.evidence(entity)))
     suspects = {e[1] for e in plan.ledger.candidates() if e[0] == "leaf"}
     cells = [c for c in plan.layout.cells() if c]
     if entity[0] in ("leaf", "leafrail"):
         rails = _rails_or_all(plan.layout) if entity[0] == "leaf" else (entity[2],)
         done = plan.ledger.pairs_tested(None if entity[0] == "leaf" else entity[2])
-        for other in cells:
-            if other != entity[1] and other not in suspects and frozenset((entity[1], other)) not in done \
-                    and _cross_group(plan, (entity[1], other), rails, "refabric", parent):
-                return
+        pairs = [(entity[1], other) for other in cells if other != entity[1] and other not in suspects
+                 and frozenset((entity[1], other)) not in done]
     else:  # a rail plane
+        rails = (entity[1],)
         done = plan.ledger.pairs_tested(entity[1])
-        for i, a in enumerate(cells):
-            for b in cells[i + 1:]:
-                if a not in suspects and b not in suspects and frozenset((a, b)) not in done \
-                        and _cross_group(plan, (a, b), (entity[1],), "refabric", parent):
-                    return
+        pairs = [(a, b) for i, a in enumerate(cells) for b in cells[i + 1:]
+                 if a not in suspects and b not in suspects and frozenset((a, b)) not in done]
+    added = 0
+    for pair in pairs:
+        if added * len(rails) >= wanted:
+            return
+        added += _cross_group(plan, pair, rails, "refabric", parent)
 
 
 _ORDER = {"node": 0, "link": 1, "leaf": 2, "leafrail": 3, "rail": 4}
