@@ -254,8 +254,10 @@ def execute_benchmarks(run_dir: Path, hosts: Sequence[Host], profiles: Mapping[s
             group_options = inventory_options(group[0], run_options)
             done = _run_group(run_dir, spec, group, profile, by_name, transport, group_options, manifest, listener)
             if "isolate" in planned_shapes(spec, group_options) and group_options.get("jobs") is None:
-                done += _run_isolations(run_dir, spec, group, profile, by_name, transport, group_options, manifest,
-                                        listener, trails, leaves)
+                isolated, problems = _run_isolations(run_dir, spec, group, profile, by_name, transport, group_options,
+                                                     manifest, listener, trails, leaves)
+                done += isolated
+                findings += problems
             outcomes += done
             covered = {h for o in done for h in o.job.hosts}
             findings += [Finding(host=h.name, check=f"{spec.name}.skipped", status=Status.SKIP,
@@ -269,18 +271,27 @@ def execute_benchmarks(run_dir: Path, hosts: Sequence[Host], profiles: Mapping[s
 def _run_isolations(run_dir: Path, spec: BenchmarkSpec, group: Sequence[Host], profile: Profile,
                     by_name: Mapping[str, Host], transport: Any, options: Mapping[str, Any],
                     manifest: list[dict[str, Any]], listener: Any, trails: list[Trail],
-                    leaves: Mapping[str, str]) -> list[JobOutcome]:
-    """The isolation of each test of ``spec`` over one profile group, round by round (trails recorded first)."""
+                    leaves: Mapping[str, str]) -> tuple[list[JobOutcome], list[Finding]]:
+    """The isolation of each test of ``spec`` over one profile group, round by round (trails recorded first);
+    settings that cannot be used are an ERROR on every host of the group, naming the setting."""
     ctx = BenchContext(profile, by_name, options)
     done: list[JobOutcome] = []
-    for trail in isolation_trails(spec, group, profile, options, leaves):
+    try:
+        planned = isolation_trails(spec, group, profile, options, leaves)
+    except ValueError as exc:
+        return [], [Finding(host=h.name, check=f"{spec.name}.isolate.settings", status=Status.ERROR,
+                            source="benchmarks", expected="usable isolation settings",
+                            message=f"{spec.name}: isolation not run: {exc}",
+                            remedy=f"Fix settings.benchmarks.{spec.name}.isolate in profile {profile.name} (or the "
+                                   "inventory var benchmarks / the run option)") for h in group]
+    for trail in planned:
         trails.append(trail)
         write_trails(run_dir, trails)
         done += run_isolation(trail,
                               lambda jobs: _run_jobs(run_dir, jobs, by_name, profile, transport, options, manifest,
                                                      listener),
                               lambda outcome: job_ok(grade_job(outcome, spec, ctx)[0]))
-    return done
+    return done, []
 
 
 def _not_covered(bench: str, profile: str, options: Mapping[str, Any]) -> str:

@@ -169,3 +169,16 @@ def test_topology_file_gives_leaves_or_one_warning_per_host(tmp_path: Path) -> N
         assert leaves == {} and [(f.host, f.check, f.status) for f in warnings] == \
             [("gpu001", "benchmarks.topology", Status.WARN), ("gpu003", "benchmarks.topology", Status.WARN)]
         assert why in warnings[0].message and "the isolation ran without the leaves" in warnings[0].message
+
+
+def test_unusable_isolation_settings_are_an_error_naming_them(tmp_path: Path) -> None:
+    from healthcheck.run.benchmarks import execute_benchmarks
+
+    hosts = [Host(f"n{i}", profile="h100-sxm5-8x") for i in range(4)]
+    options = {"benchmarks": ["nccl"], "plan": "isolate", "nccl.isolate": {"group_size": 1}}
+    findings, _ = execute_benchmarks(tmp_path, hosts, {"h100-sxm5-8x": load_profile("h100-sxm5-8x")}, None,
+                                     options, set())
+    errors = [f for f in findings if f.status is Status.ERROR]
+    assert [(f.host, f.check) for f in errors] == [(h.name, "nccl.isolate.settings") for h in hosts]
+    assert errors[0].message == "nccl: isolation not run: isolate.group_size must be at least 2"
+    assert not (tmp_path / "raw" / "_jobs" / "manifest.json").exists()  # nothing launched
