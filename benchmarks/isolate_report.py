@@ -87,7 +87,8 @@ _REMEDY = {
     "node": "Drain the node: it fails with known-good partners, on every rail; check its GPUs, PCIe links and "
             "HCAs (dcgmi diag -r 3, nvidia-smi topo -m, ibstat), then rerun healthcheck bench --plan isolate",
     "link": "Reseat or replace the cable or transceiver of that HCA and check the leaf switch port (ibdiagnet, "
-            "perfquery error counters on both ends, ibstat rate/width); the node's other rails pass",
+            "perfquery error counters on both ends, ibstat rate/width); the node's other rails pass. If cable "
+            "and port are fine, check the GPU beside that HCA (its one-GPU job ran there: nccl.rail_gpus)",
     "leaf": "The leaf switch's uplinks: check its spine cables and ports (iblinkinfo for links below full width "
             "or speed, ibdiagnet, error counters) and the routing (opensm); its nodes pass among themselves",
     "rail": "That rail's plane: check its spine switches, their cables and the routing of that rail; jobs on "
