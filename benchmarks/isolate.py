@@ -229,11 +229,11 @@ def _fabric_screen(plan: _RoundPlan) -> None:
 
 
 def _follow_fabric(plan: _RoundPlan, entity: Entity, jobs: Sequence[Outcome]) -> None:
-    """Cross a suspect cell with new partner cells, or a suspect rail plane over new pairs of cells: as
-    many new groups as its evidence is short of four failed jobs (one group for a whole cell over every
-    rail), so that a switch is never blamed on a few slow jobs by chance."""
+    """Cross a suspect cell with a new partner cell, or a suspect rail plane over a new pair of cells; one
+    rail of a cell gets as many new groups as its evidence is short of ``FABRIC_EVIDENCE`` failed jobs."""
     parent = jobs[-1].probe.key
-    wanted = max(1, FABRIC_EVIDENCE - len(plan.ledger.evidence(entity)))
+    short = FABRIC_EVIDENCE - len(plan.ledger.evidence(entity))
+    wanted = max(1, short) if entity[0] == "leafrail" else 1
     suspects = {e[1] for e in plan.ledger.candidates() if e[0] == "leaf"}
     cells = [c for c in plan.layout.cells() if c]
     if entity[0] in ("leaf", "leafrail"):

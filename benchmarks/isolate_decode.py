@@ -32,7 +32,7 @@ from healthcheck.benchmarks.topology import Layout
 Entity = tuple[str, ...]
 NARROW = ("split", "confirm", "relink")    # a suspect and a known-good partner, nobody else
 FABRIC = ("fabric", "refabric")            # hosts cleared as nodes, from two cells
-FABRIC_EVIDENCE = 4                        # failed jobs that blame a switch (blame_rule)
+FABRIC_EVIDENCE = 4                        # failed jobs that blame one rail of a cell (blame_rule)
 
 
 @dataclass(frozen=True)
@@ -178,14 +178,20 @@ def blame_rule(entity: Entity, evidence: Sequence[Outcome]) -> bool:
     """Whether the failed jobs explained by ``entity`` alone prove it.
 
     A node: narrow jobs (with known-good partners) in two rounds or more. A link: narrow jobs pinned to
-    its rail in two rounds or more. A cell, a cell's rail or a rail plane: ``FABRIC_EVIDENCE`` (four)
-    jobs or more on at least two disjoint sets of hosts (a cell's two fabric groups over eight rails
-    are sixteen), so that a few slow jobs by chance never blame a switch."""
+    its rail in two rounds or more. A cell or a rail plane: three jobs or more on two disjoint sets of
+    hosts, in two rounds or four jobs or more (a cell's two fabric groups over eight rails are sixteen);
+    chance cannot do that, since one passing job crossing the cell, or pinned to the rail, clears it.
+    A cell's rail: ``FABRIC_EVIDENCE`` (four) jobs on two disjoint host sets, since its two fabric groups
+    on that rail failing by chance is not rare among a thousand cell-rails."""
     if entity[0] == "node":
         return len({o.probe.round for o in evidence if o.probe.purpose in NARROW}) >= 2
     if entity[0] == "link":
         return len({o.probe.round for o in evidence if o.probe.purpose in NARROW and o.probe.rail == entity[2]}) >= 2
-    return len(evidence) >= FABRIC_EVIDENCE and _disjoint_jobs(evidence) >= 2
+    if _disjoint_jobs(evidence) < 2:
+        return False
+    if entity[0] == "leafrail":
+        return len(evidence) >= FABRIC_EVIDENCE
+    return len(evidence) >= 3 and (len({o.probe.round for o in evidence}) >= 2 or len(evidence) >= 4)
 
 
 def subject_of(entity: Entity) -> str:

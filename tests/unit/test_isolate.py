@@ -194,8 +194,10 @@ def test_blame_rules_need_repeated_evidence() -> None:
     assert blame_rule(("link", "a", "r0"), [confirm, failed(4, "relink", ("a", "k"), "r0")])
     two = [failed(2, "fabric", ("a", "b"), "r0"), failed(2, "fabric", ("c", "d"), "r0")]
     three = [*two, failed(3, "refabric", ("e", "f"), "r0")]
-    assert not blame_rule(("rail", "r0"), three)  # a few slow jobs by chance never blame a switch
-    assert blame_rule(("rail", "r0"), [*three, failed(3, "refabric", ("g", "h"), "r0")])
+    assert not blame_rule(("rail", "r0"), two)  # two slow jobs by chance never blame a switch
+    assert blame_rule(("rail", "r0"), three)
+    assert not blame_rule(("leafrail", "x", "r0"), three)  # a cell's rail: four jobs
+    assert blame_rule(("leafrail", "x", "r0"), [*three, failed(3, "refabric", ("g", "h"), "r0")])
     same_hosts = [failed(2, "fabric", ("a", "b"), f"r{j}") for j in range(8)]
     assert not blame_rule(("leaf", "x"), same_hosts)  # one group on every rail: two disjoint host sets needed
 
