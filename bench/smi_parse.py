@@ -15,10 +15,9 @@ import argparse
 import time
 from pathlib import Path
 
+import healthcheck
 from healthcheck.probes import parse_memo
 from healthcheck.probes.gpu import parse_nvidia_smi_output
-
-import healthcheck
 
 
 def main() -> None:

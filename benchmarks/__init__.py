@@ -13,6 +13,7 @@ Planning (``benchmarks.plan``), launching (``benchmarks.launch``), execution and
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -21,7 +22,8 @@ from typing import Any
 
 from healthcheck.core.model import Finding, Host
 from healthcheck.core.profiles import Profile
-from healthcheck.core.spec import ParseError
+from healthcheck.core.spec import ParseError, parse_guarded
+from healthcheck.core.suggest import did_you_mean
 
 
 class RegistryError(KeyError):
@@ -99,12 +101,15 @@ def finite(token: str, where: str = "") -> float:
 _SPECS: dict[str, BenchmarkSpec] = {}
 
 # Built-in benchmark modules, in the order they run.
-BUILTIN = tuple(f"healthcheck.benchmarks.{name}" for name in ("nccl", "hpl", "imb", "osu", "sdc"))
+BUILTIN = tuple(f"healthcheck.benchmarks.{name}" for name in ("nccl", "hpl", "imb", "osu", "sdc", "gpuperf",
+                                                                  "nvbandwidth"))
 
 
 def register(spec: BenchmarkSpec) -> BenchmarkSpec:
+    """Register ``spec``; its parser is registered guarded (``spec.parse_guarded``: only ParseError)."""
     if spec.name in _SPECS:
         raise RegistryError(f"benchmark {spec.name!r} registered twice")
+    spec = dataclasses.replace(spec, parse=parse_guarded(spec.parse))
     _SPECS[spec.name] = spec
     return spec
 
@@ -124,7 +129,8 @@ def get(name: str) -> BenchmarkSpec:
     try:
         return _SPECS[name]
     except KeyError:
-        raise RegistryError(f"unknown benchmark {name!r} (known: {', '.join(sorted(_SPECS))})") from None
+        raise RegistryError(f"unknown benchmark {name!r}{did_you_mean(name, _SPECS)} "
+                            f"(known: {', '.join(sorted(_SPECS))})") from None
 
 
 def select(names: Sequence[str]) -> list[BenchmarkSpec]:

@@ -45,7 +45,8 @@ class NodeBlame:
 class PairBlame:
     job_id: str
     hosts: tuple[str, ...]
-    blame: str  # none | node | link | unknown | included (a multi-node job that included a bad node)
+    blame: str  # none | node | link | unknown | included (a multi-node job that included a bad node) | rerun
+    #           (the same, run again without the bad nodes: the others are graded on that run)
     blamed: tuple[str, ...]
     reason: str
 
@@ -164,12 +165,15 @@ def attribution_findings(base: str, nodes: dict[str, NodeBlame], pairs: Sequence
 KEEP_ON_LINK = (".data", ".run", ".job", ".ranks", ".residual")
 
 
-def included_blame(job_id: str, hosts: Sequence[str], nodes: Mapping[str, NodeBlame]) -> PairBlame | None:
-    """Blame for a multi-node (cluster) job that included nodes the pair attribution found bad."""
+def included_blame(job_id: str, hosts: Sequence[str], nodes: Mapping[str, NodeBlame],
+                   rerun: str | None = None) -> PairBlame | None:
+    """Blame for a multi-node (cluster) job that included nodes the pair attribution found bad;
+    ``rerun`` names the run of the same job without them, which grades the other nodes."""
     bad = tuple(h for h in hosts if h in nodes and nodes[h].verdict == "bad")
     if not bad:
         return None
-    return PairBlame(job_id, tuple(hosts), "included", bad, "; ".join(f"{h} {nodes[h].reason}" for h in bad))
+    return PairBlame(job_id, tuple(hosts), "rerun" if rerun else "included", bad,
+                     rerun or "; ".join(f"{h} {nodes[h].reason}" for h in bad))
 
 
 def apply_blame(findings: Sequence[Finding], pairs: Sequence[PairBlame]) -> list[Finding]:
@@ -177,7 +181,8 @@ def apply_blame(findings: Sequence[Finding], pairs: Sequence[PairBlame]) -> list
 
     For a link, only performance findings become WARN; data corruption (``.data``), aborted runs
     and hung jobs keep their status (with the link named in the message). A cluster job that
-    included a bad node is inconclusive for the other nodes: their performance findings become WARN.
+    included a bad node is inconclusive for the other nodes: their performance findings become WARN,
+    or SKIP once the job was run again without the bad node (that run grades them).
     """
     by_job = {p.job_id: p for p in pairs}
     out = []
@@ -195,6 +200,11 @@ def apply_blame(findings: Sequence[Finding], pairs: Sequence[PairBlame]) -> list
             status = f.status if f.check.endswith(KEEP_ON_LINK) else Status.WARN
             out.append(replace(f, status=status, message=f"{f.message} [inconclusive for {f.host}: the job included "
                                                          f"{', '.join(pair.blamed)}, bad in the pair tests]"))
+        elif pair.blame == "rerun" and f.host not in pair.blamed:
+            out.append(replace(f, status=Status.SKIP, remedy=None,
+                               message=f"{f.message} [not graded for {f.host}: the job included "
+                                       f"{', '.join(pair.blamed)}, bad in the pair tests; graded on its rerun "
+                                       f"{pair.reason}]"))
         else:
             out.append(f)
     return out

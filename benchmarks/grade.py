@@ -40,7 +40,8 @@ from healthcheck.benchmarks.isolate_report import (
     story,
 )
 from healthcheck.benchmarks.isolate_verdict import Conclusion
-from healthcheck.benchmarks.launch import TIMEOUT_EXIT_CODES, merge_launcher_settings, parse_launcher_errors
+from healthcheck.benchmarks.launch import TIMEOUT_EXIT_CODES, merge_launcher_settings
+from healthcheck.benchmarks.launcher_errors import launcher_remedy, parse_launcher_errors, telling_lines
 from healthcheck.benchmarks.plan import Job
 from healthcheck.core.model import Finding, Host, Status, worst
 from healthcheck.core.profiles import EMPTY_PROFILE, Profile
@@ -90,9 +91,9 @@ def grade_job(outcome: JobOutcome, spec: BenchmarkSpec, ctx: BenchContext) -> tu
     """Findings for the hosts of one job, and its parsed result (None when it could not be parsed)."""
     job = outcome.job
 
-    def error(message: str) -> list[Finding]:
+    def error(message: str, remedy: str = _JOB_REMEDY) -> list[Finding]:
         return [Finding(host=h, check=f"{check_base(job)}.job", status=Status.ERROR, component=job.component,
-                        message=f"{job.prefix}{message}", remedy=_JOB_REMEDY, source=job.job_id) for h in job.hosts]
+                        message=f"{job.prefix}{message}", remedy=remedy, source=job.job_id) for h in job.hosts]
 
     if outcome.transport_error:
         return error(f"could not run the job on launcher {outcome.launcher}: {outcome.transport_error}"), None
@@ -102,10 +103,12 @@ def grade_job(outcome: JobOutcome, spec: BenchmarkSpec, ctx: BenchContext) -> tu
     try:
         parsed = spec.parse(text)
     except ParseError as exc:
-        launcher = parse_launcher_errors(text)
-        why = "; ".join(e.message for e in launcher[:3]) if launcher else f"unreadable output: {exc}"
-        tail = (outcome.stderr.strip().splitlines() or [""])[-1][:200]
-        return error(f"{why} (rc {outcome.rc}){f'; stderr: {tail}' if tail and not launcher else ''}"), None
+        cause, known, remedy = _failure_cause(outcome)
+        if known:
+            return error(f"{cause} (rc {outcome.rc})", remedy), None
+        if cause:
+            return error(f"exited with rc {outcome.rc}: {cause} (unreadable output: {exc})", remedy), None
+        return error(f"unreadable output: {exc} (rc {outcome.rc}; nothing on stderr)", remedy), None
     except Exception as exc:  # a parser bug: this job is ERROR, every other job is still graded
         return error(f"the {job.benchmark} parser crashed: {type(exc).__name__}: {exc} (a healthcheck bug: "
                      f"attach raw/_jobs/{job.job_id}.out)"), None
@@ -115,10 +118,21 @@ def grade_job(outcome: JobOutcome, spec: BenchmarkSpec, ctx: BenchContext) -> tu
         return error(f"the {job.benchmark} evaluation crashed: {type(exc).__name__}: {exc} (a healthcheck bug: "
                      f"attach raw/_jobs/{job.job_id}.out)"), None
     if outcome.rc not in (0, None) and not any(f.status in (Status.FAIL, Status.ERROR) for f in findings):
-        launcher = "; ".join(e.message for e in parse_launcher_errors(text)[:3])
+        cause, _, remedy = _failure_cause(outcome, stdout_lines=False)  # stdout is the result itself
         findings += error(f"the launcher exited with rc {outcome.rc} although the output looked complete"
-                          f"{f': {launcher}' if launcher else ''}")
+                          + (f": {cause}" if cause else ""), remedy)
     return findings, parsed
+
+
+def _failure_cause(outcome: JobOutcome, stdout_lines: bool = True) -> tuple[str, bool, str]:
+    """(cause, recognised, remedy) of a job that failed: the launcher's recognised causes (running as
+    root, too few slots, ssh from the launcher, a missing binary or work dir), else the most telling
+    lines of its stderr (then, with ``stdout_lines``, of its stdout); empty when neither says anything."""
+    errors = parse_launcher_errors(outcome.stdout + "\n" + outcome.stderr)
+    if errors:
+        return "; ".join(e.message for e in errors[:3]), True, launcher_remedy(errors, _JOB_REMEDY)
+    said = telling_lines(outcome.stderr) or (telling_lines(outcome.stdout) if stdout_lines else "")
+    return said, False, _JOB_REMEDY
 
 
 def _metric(spec: BenchmarkSpec, parsed: Any) -> float | None:
@@ -130,6 +144,13 @@ def _metric(spec: BenchmarkSpec, parsed: Any) -> float | None:
     except Exception:  # the findings already say what is wrong with the output
         return None
     return value if isinstance(value, int | float) and math.isfinite(value) else None
+
+
+def job_status(findings: Sequence[Finding]) -> Status:
+    """A job's own grade: its worst graded finding (a SKIP beside PASSes, such as the NCCL transport not
+    being logged, does not make a measured job SKIP); SKIP when nothing was graded, ERROR with no finding."""
+    graded = [f.status for f in findings if f.status is not Status.SKIP]
+    return worst(graded) if graded else (Status.SKIP if findings else Status.ERROR)
 
 
 def job_ok(findings: Sequence[Finding]) -> bool:
@@ -174,27 +195,24 @@ def grade_outcomes(outcomes: Sequence[JobOutcome], hosts: Sequence[Host], profil
             parsed_by_bench.setdefault((job.benchmark, profile.name), []).append((job, parsed))
         metrics[job.job_id] = _metric(spec, parsed)
         summary = {"job_id": job.job_id, "test": job.test, "shape": job.shape, "hosts": list(job.hosts),
-                   "rail": job.rail, "retest_of": job.retest_of, "rc": outcome.rc,
+                   "rail": job.rail, "retest_of": job.retest_of, **({"excluded": list(job.excluded)}
+                                                                     if job.excluded else {}), "rc": outcome.rc,
                    "duration_s": round(outcome.duration_s, 3),
                    "metric": metrics[job.job_id],
-                   "status": worst((f.status for f in findings), default=Status.ERROR).value}
+                   "status": job_status(findings).value}
         series = spec.series(to_jsonable(parsed)) if parsed is not None else {}
         if series:
             summary["series"] = dict(series)
         for h in job.hosts:
             observations.setdefault(h, {"benchmarks": {}})["benchmarks"].setdefault(job.benchmark, []).append(summary)
-    findings: list[Finding] = []
-    blames: list[PairBlame] = []
-    bad_nodes: dict[tuple[str, str], dict[str, NodeBlame]] = {}
-    for (bench, test, shape, rail), results in pair_results(graded).items():
-        nodes, pairs = attribute(results)
-        base = f"{check_base(Job('', bench, test, shape, (), 1))}.{'rails' if shape == 'rail' else 'pairs'}"
-        findings += attribution_findings(base, nodes, pairs, component=f"rail {rail}" if rail else "node")
-        blames += pairs
-        bad_nodes.setdefault((bench, test), {}).update({h: n for h, n in nodes.items() if n.verdict == "bad"})
+    findings, blames, bad_nodes = attributed(graded)
+    reruns = {(o.job.benchmark, o.job.test, frozenset(o.job.hosts + o.job.excluded)): o.job
+              for o, _ in graded if o.job.shape == "cluster" and o.job.excluded}
     for outcome, _findings in graded:  # a cluster job with a node found bad in the pairs is blamed on it
         job = outcome.job
-        blame = included_blame(job.job_id, job.hosts, bad_nodes.get((job.benchmark, job.test), {})) \
+        rerun = reruns.get((job.benchmark, job.test, frozenset(job.hosts)))
+        blame = included_blame(job.job_id, job.hosts, bad_nodes.get((job.benchmark, job.test), {}),
+                               rerun.component if rerun and not job.excluded else None) \
             if job.shape == "cluster" else None
         blames += [blame] if blame else []
     isolated: dict[str, tuple[str, Conclusion]] = {}  # job id -> (probe key, conclusion) of its isolation
@@ -215,6 +233,22 @@ def grade_outcomes(outcomes: Sequence[JobOutcome], hosts: Sequence[Host], profil
             profile = next((p for p in profiles.values() if p.name == profile_name), EMPTY_PROFILE)
             findings += spec.fleet(parsed, BenchContext(profile, by_name, options))
     return findings, observations
+
+
+def attributed(graded: Sequence[tuple[JobOutcome, list[Finding]]]) -> tuple[
+        list[Finding], list[PairBlame], dict[tuple[str, str], dict[str, NodeBlame]]]:
+    """The pair jobs' attribution: its findings (per node, per link), the blame of every failed pair,
+    and the nodes proved bad per (benchmark, test) (``cluster_rerun`` runs a cluster job without them)."""
+    findings: list[Finding] = []
+    blames: list[PairBlame] = []
+    bad_nodes: dict[tuple[str, str], dict[str, NodeBlame]] = {}
+    for (bench, test, shape, rail), results in pair_results(graded).items():
+        nodes, pairs = attribute(results)
+        base = f"{check_base(Job('', bench, test, shape, (), 1))}.{'rails' if shape == 'rail' else 'pairs'}"
+        findings += attribution_findings(base, nodes, pairs, component=f"rail {rail}" if rail else "node")
+        blames += pairs
+        bad_nodes.setdefault((bench, test), {}).update({h: n for h, n in nodes.items() if n.verdict == "bad"})
+    return findings, blames, bad_nodes
 
 
 def inventory_options(host: Host, options: Mapping[str, Any]) -> dict[str, Any]:

@@ -25,10 +25,9 @@ from typing import Any
 
 from healthcheck.benchmarks import NUMBER_RE, BenchContext, BenchmarkSpec, Program, bench_setting, finite, register
 from healthcheck.benchmarks.bands import band_finding
-from healthcheck.benchmarks.launch import LauncherError, parse_launcher_errors
+from healthcheck.benchmarks.launcher_errors import LauncherError, launcher_remedy, parse_launcher_errors
 from healthcheck.benchmarks.nccl import host_of
 from healthcheck.benchmarks.plan import Job
-
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.model import Finding, Status
 from healthcheck.core.profiles import Profile
@@ -312,12 +311,16 @@ def _run_findings(job: Job, result: HplResult) -> list[Finding]:
         return _job_findings(job, "hpl.run", Status.FAIL,
                              f"{job.prefix}HPL aborted: {'; '.join(result.errors[:3])}", _REMEDY["run"],
                              value=result.errors[0])
+    if not result.tests and result.launcher_errors and result.flavor == "unknown":  # HPL never started
+        return _job_findings(job, "hpl.job", Status.ERROR, f"{job.prefix}launch failed: "
+                             f"{'; '.join(e.message for e in result.launcher_errors[:3])}",
+                             launcher_remedy(result.launcher_errors, _REMEDY["job"]))
     if not result.tests:
         where = f" at Prog= {result.progress_pct}%" if result.progress_pct is not None else ""
         launcher = f"; {result.launcher_errors[0].message}" if result.launcher_errors else ""
         return _job_findings(job, "hpl.job", Status.ERROR,
                              f"{job.prefix}run ended{where} without a result line (truncated){launcher}",
-                             _REMEDY["job"])
+                             launcher_remedy(result.launcher_errors, _REMEDY["job"]))
     missing = [t for t in result.tests if t.residual_passed is None]
     if missing:
         return _job_findings(job, "hpl.job", Status.ERROR,

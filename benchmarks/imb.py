@@ -22,7 +22,7 @@ from typing import Any
 
 from healthcheck.benchmarks import BenchContext, BenchmarkSpec, Program, bench_setting, finite, register
 from healthcheck.benchmarks.bands import band_finding
-from healthcheck.benchmarks.launch import LauncherError, parse_launcher_errors
+from healthcheck.benchmarks.launcher_errors import LauncherError, launcher_remedy, parse_launcher_errors
 from healthcheck.benchmarks.plan import Job
 from healthcheck.core.model import Finding, Status
 from healthcheck.core.profiles import Profile
@@ -150,7 +150,8 @@ def evaluate_imb(job: Job, result: ImbResult, ctx: BenchContext) -> list[Finding
     problem = _problem(result, wanted)
     if problem:
         return [Finding(host=h, check="imb.job", status=Status.ERROR, component=job.component,
-                        message=f"{job.prefix}{problem}", remedy=REMEDY["job"], source=job.job_id)
+                        message=f"{job.prefix}{problem}", remedy=launcher_remedy(result.launcher_errors, REMEDY["job"]),
+                        source=job.job_id)
                 for h in job.hosts]
     out: list[Finding] = []
     for section in result.sections:

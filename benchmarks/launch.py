@@ -1,5 +1,5 @@
-"""Launch lines for benchmark jobs: mpirun (Open MPI / HPC-X) and srun argv lists, hostfiles, the
-POSIX sh script a launcher host runs, and the launcher's own error messages.
+"""Launch lines for benchmark jobs: mpirun (Open MPI / HPC-X) and srun argv lists, hostfiles and the
+POSIX sh script a launcher host runs (what launchers print when a job fails: ``launcher_errors``).
 
     settings = LauncherSettings(kind="mpirun", mca={"btl": "tcp,self"})
     argv = mpirun_argv(Program(argv=("hpcc",)), ranks=2, ranks_per_host=1, timeout_s=60, settings=settings)
@@ -158,55 +158,3 @@ def launch_script(argv: Sequence[str], program: Program, hostfile: str | None,
 
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-@dataclass(frozen=True)
-class LauncherError:
-    """One failure the launcher (mpirun, srun, ssh) reported, with the node or rank it names."""
-
-    message: str
-    node: str | None = None
-    rank: int | None = None
-    timeout: bool = False
-
-
-_SIMPLE = (
-    ("There are not enough slots available in the system", "mpirun: not enough slots for the requested ranks"),
-    ("ORTE was unable to reliably start one or more daemons", "mpirun: could not start its daemons (orted)"),
-    ("ORTE has lost communication with a remote daemon", "mpirun: lost contact with a remote daemon"),
-    ("An ORTE daemon has unexpectedly failed", "mpirun: a remote daemon failed after launch"),
-    ("mpirun was unable to launch the specified application", "mpirun: could not launch the application"),
-    ("mpirun was unable to find the specified executable", "mpirun: executable not found"),
-    ("Primary job  terminated normally, but", "mpirun: a rank returned a non-zero exit code"),
-)
-_TIMEOUT = "The user-provided time limit for job execution has been reached"
-_SIGNAL = re.compile(r"mpirun noticed that process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)")
-_PROC = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]\s*\n\s*Exit code:\s*(\d+)")
-_SRUN = re.compile(r"^srun: error: (?:(\S+): task (\d+): )?(.*)$", re.M)
-_SSH = re.compile(r"^ssh: connect to host (\S+) port \d+: (.*)$|^(\S+): Permission denied \((.*)\)", re.M)
-
-
-def parse_launcher_errors(text: str) -> tuple[LauncherError, ...]:
-    """mpirun/srun/ssh failure messages in a job's output (Open MPI 4 help texts, Slurm 20+)."""
-    found: list[LauncherError] = []
-    for needle, message in _SIMPLE:
-        if needle in text:
-            found.append(LauncherError(message))
-    if _TIMEOUT in text:
-        found.append(LauncherError("mpirun: job time limit reached (job hung or ran too long)", timeout=True))
-    for m in _SIGNAL.finditer(text):
-        found.append(LauncherError(f"rank {m[1]} on {m[2]} exited on signal {m[3]}", node=m[2], rank=int(m[1])))
-    for m in _PROC.finditer(text):
-        found.append(LauncherError(f"rank {m[1]} exited with code {m[2]}", rank=int(m[1])))
-    for m in _SRUN.finditer(text):
-        timeout = "DUE TO TIME LIMIT" in m[3] or "time limit" in m[3].lower()
-        where = f"{m[1]} task {m[2]}: " if m[1] else ""  # the message names the node, as srun's line does
-        found.append(LauncherError(f"srun: {where}{m[3].strip()}", node=m[1], rank=int(m[2]) if m[2] else None,
-                                   timeout=timeout))
-    for m in _SSH.finditer(text):
-        node = m[1] or m[3]
-        found.append(LauncherError(f"ssh to {node} failed: {m[2] or 'permission denied ' + m[4]}", node=node))
-    unique: dict[tuple[str, str | None], LauncherError] = {}
-    for err in found:
-        unique.setdefault((err.message, err.node), err)
-    return tuple(unique.values())

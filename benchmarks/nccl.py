@@ -27,7 +27,7 @@ from typing import Any
 
 from healthcheck.benchmarks import NUMBER_RE, BenchContext, BenchmarkSpec, Program, bench_setting, finite, register
 from healthcheck.benchmarks.bands import band_finding
-from healthcheck.benchmarks.launch import LauncherError, parse_launcher_errors
+from healthcheck.benchmarks.launcher_errors import LauncherError, launcher_remedy, parse_launcher_errors
 from healthcheck.benchmarks.nccl_groups import busbw_expectation, rail_gpu
 from healthcheck.benchmarks.nccl_transport import NcclTransport, evaluate_nccl_transport, parse_nccl_transport
 from healthcheck.benchmarks.plan import Job
@@ -368,7 +368,8 @@ def _run_findings(job: Job, result: NcclTestResult, base: str, ctx: BenchContext
         what = "; ".join(e.message for e in errors[:4])
         hung = any(e.timeout for e in errors)
         return _all(job, f"{base}.job", Status.ERROR,
-                    f"{job.prefix}{'job hung' if hung else 'launch failed'}: {what}", _REMEDY["job"])
+                    f"{job.prefix}{'job hung' if hung else 'launch failed'}: {what}",
+                    launcher_remedy(errors, _REMEDY["job"]))
     if not result.rows:
         return _all(job, f"{base}.job", Status.ERROR, f"{job.prefix}no result rows in the output"
                     + (f"; NCCL WARN: {result.warnings[0].text}" if result.warnings else ""), _REMEDY["job"])

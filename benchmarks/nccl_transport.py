@@ -25,17 +25,22 @@ from dataclasses import dataclass, field
 
 from healthcheck.benchmarks import BenchContext
 from healthcheck.benchmarks.plan import Job
-
 from healthcheck.core.grading import finding_from_expectation
 from healthcheck.core.model import Finding, Status
 
-_WHO = r"(?P<host>[A-Za-z0-9_.{}-]+):\d+:\d+\s+\[\d+\]\s+NCCL INFO\s+"
-_USING = re.compile(_WHO + r"NET/(?P<net>IB|Socket)\s*:\s*Using\s+(?P<devs>.*?)\s*(?:;\s*OOB\s+\S+)?\s*$")
-_DEVICE = re.compile(r"\[\d+\](\S+)")
-_NETWORK = re.compile(_WHO + r"Using network (?P<name>\S+)")
-_GDR_ON = re.compile(_WHO + r"NET/IB\s*:\s*GPU Direct RDMA Enabled for HCA")
-_CHANNEL = re.compile(_WHO + r"Channel \d+/\d+ : .* via NET/(?P<net>[A-Za-z_]+)/\d+(?P<gdr>/GDRDMA)?")
-_ANY_INFO = re.compile(r"NCCL INFO")
+# Each pattern reads a bounded piece of one line at a fixed place, so the parse stays linear in the input:
+# the "host:pid:tid [dev] " part just before "NCCL INFO" (at most _WHO_MAX characters of it), and what
+# follows "NCCL INFO", matched from its start.
+_INFO = "NCCL INFO"
+_WHO_MAX = 320   # a host name (253) + ":pid:tid [dev] " with room to spare
+_WHO = re.compile(r"(?P<host>[A-Za-z0-9_.{}-]+):\d{1,20}:\d{1,20}\s+\[\d{1,10}\]\s+$")
+_USING = re.compile(r"NET/(?P<net>IB|Socket)\s*:\s*Using\s+")
+_OOB = re.compile(r"OOB\s+\S+\s*")
+_DEVICE = re.compile(r"\[\d{1,10}\](\S+)")
+_NETWORK = re.compile(r"Using network (?P<name>\S+)")
+_GDR_ON = re.compile(r"NET/IB\s*:\s*GPU Direct RDMA Enabled for HCA")
+_CHANNEL = re.compile(r"Channel \d{1,10}/\d{1,10} : ")
+_VIA = re.compile(r"NET/(?P<net>[A-Za-z_]+)/\d{1,10}(?P<gdr>/GDRDMA)?")
 _SOCKET_NAMES = {"Socket"}
 
 
@@ -80,33 +85,58 @@ class NcclTransport:
 
 
 def parse_nccl_transport(text: str) -> NcclTransport:
-    """The networks, HCAs and GDR use each host reported (pure; any text, never raises)."""
+    """The networks, HCAs and GDR use each host reported (pure; any text, never raises; linear in it)."""
     by_host: dict[str, HostNet] = {}
     info = 0
     for line in text.splitlines():
-        if not _ANY_INFO.search(line):
+        at = line.find(_INFO)
+        if at < 0:
             continue
         info += 1
-        if m := _USING.search(line):
-            net = by_host.setdefault(m["host"], HostNet())
-            devices = tuple(_DEVICE.findall(m["devs"]))
-            if m["net"] == "IB":
-                net.ib_devices = tuple(dict.fromkeys(net.ib_devices + devices))
-            else:
-                net.socket_devices = tuple(dict.fromkeys(net.socket_devices + devices))
-        elif m := _NETWORK.search(line):
-            by_host.setdefault(m["host"], HostNet()).networks.add(m["name"])
-        elif m := _GDR_ON.search(line):
-            by_host.setdefault(m["host"], HostNet()).gdr_enabled_line = True
-        elif m := _CHANNEL.search(line):
-            net = by_host.setdefault(m["host"], HostNet())
-            if m["net"] == "Socket":
-                net.networks.add("Socket")
-            elif m["gdr"]:
-                net.gdr_channels += 1
-            else:
-                net.plain_channels += 1
+        who = _WHO.search(line, max(0, at - _WHO_MAX), at)
+        body = line[at + len(_INFO):]
+        if who is not None and body[:1].isspace():
+            _read_info(by_host, who["host"], body.lstrip())
     return NcclTransport(info_lines=info, by_host=by_host)
+
+
+def _read_info(by_host: dict[str, HostNet], host: str, body: str) -> None:
+    """One ``NCCL INFO`` message (the text after it) of ``host`` into ``by_host``."""
+    if m := _USING.match(body):
+        net = by_host.setdefault(host, HostNet())
+        devices = tuple(_DEVICE.findall(_devices_part(body[m.end():])))
+        if m["net"] == "IB":
+            net.ib_devices = tuple(dict.fromkeys(net.ib_devices + devices))
+        else:
+            net.socket_devices = tuple(dict.fromkeys(net.socket_devices + devices))
+    elif m := _NETWORK.match(body):
+        by_host.setdefault(host, HostNet()).networks.add(m["name"])
+    elif _GDR_ON.match(body):
+        by_host.setdefault(host, HostNet()).gdr_enabled_line = True
+    elif _CHANNEL.match(body) and (via := _last_via(body)) is not None:
+        net = by_host.setdefault(host, HostNet())
+        if via["net"] == "Socket":
+            net.networks.add("Socket")
+        elif via["gdr"]:
+            net.gdr_channels += 1
+        else:
+            net.plain_channels += 1
+
+
+def _last_via(body: str) -> re.Match[str] | None:
+    """The last `` via NET/<net>/<n>[/GDRDMA]`` of a channel line (each occurrence tried once, from the end)."""
+    end = len(body)
+    while (at := body.rfind(" via ", 0, end)) >= 0:
+        if m := _VIA.match(body, at + 5):
+            return m
+        end = at
+    return None
+
+
+def _devices_part(rest: str) -> str:
+    """The device list of a ``NET/IB : Using ...`` line: what precedes a trailing ``; OOB <if>`` part."""
+    head, sep, tail = rest.rpartition(";")
+    return head if sep and _OOB.fullmatch(tail.strip() + " ") else rest
 
 
 REMEDY_SOCKET = ("NCCL fell back to TCP sockets: check that the IB/RoCE HCAs are up (ibstat), that the RDMA "

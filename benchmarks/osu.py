@@ -19,9 +19,8 @@ from typing import Any
 from healthcheck.benchmarks import BenchContext, BenchmarkSpec, Program, bench_setting, finite, register
 from healthcheck.benchmarks.bands import band_finding
 from healthcheck.benchmarks.imb import REMEDY
-from healthcheck.benchmarks.launch import LauncherError, parse_launcher_errors
+from healthcheck.benchmarks.launcher_errors import LauncherError, launcher_remedy, parse_launcher_errors
 from healthcheck.benchmarks.plan import Job
-
 from healthcheck.core.model import Finding, Status
 from healthcheck.core.profiles import Profile
 from healthcheck.core.spec import ParseError
@@ -70,7 +69,7 @@ def parse_osu(text: str) -> OsuResult:
             banner = m
         elif banner and line.startswith("# Size"):
             columns = tuple(c.strip() for c in re.split(r"\s{2,}", line[len("# Size"):].strip()) if c.strip())
-        elif banner and columns and re.match(r"^\d+\s", line):
+        elif banner and columns and re.match(r"^\d{1,20}\s", line):  # a message size, never a digit run
             try:
                 tokens = line.split()
                 values = tuple(float(t) for t in tokens[1:])
@@ -88,7 +87,8 @@ def evaluate_osu(job: Job, result: OsuResult, ctx: BenchContext) -> list[Finding
     if not result.rows:
         why = "; ".join(e.message for e in result.launcher_errors[:2]) or "no result rows (truncated?)"
         return [Finding(host=h, check=f"osu.{result.kind}.job", status=Status.ERROR, component=job.component,
-                        message=f"{job.prefix}{result.title}: {why}", remedy=REMEDY["job"], source=job.job_id)
+                        message=f"{job.prefix}{result.title}: {why}",
+                        remedy=launcher_remedy(result.launcher_errors, REMEDY["job"]), source=job.job_id)
                 for h in job.hosts]
     out: list[Finding] = []
     for check, unit_key, value, what in (("latency", "latency_us", result.small_latency_us, "small-message latency"),

@@ -9,7 +9,9 @@ no pair repeats), ``rail`` (the pairs again, one job per rail/HCA), ``cluster`` 
 once). The isolation plan (``benchmarks/isolate.py``) adds ``group`` (k nodes, every GPU and rail) and
 ``group_rail`` (k nodes, one GPU each, pinned to one rail: the rails of a node run side by side).
 Stages run in order; the runner packs the jobs of one stage into batches of disjoint hosts (host and
-rail, ``Job.slots``) that run together. Pure: no I/O.
+rail, ``Job.slots``) that run together. After the pairs, suspects are retested against a known-good
+partner (``retest_pairs``), and a cluster job that included nodes the pairs proved bad is run again
+without them (``cluster_rerun``), so the other nodes are graded on a run they can pass. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ from ClusterShell.NodeSet import NodeSet
 
 SHAPES = ("node", "pair", "rail", "cluster")
 GROUP_SHAPES = ("group", "group_rail")  # the isolation plan's, planned round by round (benchmarks/isolate.py)
-# Stage order of the shapes; retests (pairs against a known-good partner) come after all pairs.
-_STAGE_BASE = {"node": 0, "pair": 100, "rail": 500, "isolate": 700, "retest": 900, "cluster": 1000}
+# Stage order of the shapes; retests (pairs against a known-good partner) come after all pairs, the
+# cluster job without the nodes they proved bad after the cluster job.
+_STAGE_BASE = {"node": 0, "pair": 100, "rail": 500, "isolate": 700, "retest": 900, "cluster": 1000, "rerun": 1100}
 
 
 @dataclass(frozen=True)
@@ -32,7 +35,8 @@ class Job:
     """One launch of one benchmark test on a set of hosts.
 
     ``job_id`` is stable and filename-safe (it names ``raw/_jobs/<job_id>.out``); ``retest_of``
-    names the failed pair job a retest checks; ``rail`` is the HCA a per-rail job is pinned to.
+    names the failed pair job a retest checks, or the cluster job a rerun repeats without the
+    ``excluded`` nodes; ``rail`` is the HCA a per-rail job is pinned to.
     """
 
     job_id: str
@@ -45,6 +49,7 @@ class Job:
     rail: str | None = None
     retest_of: str | None = None
     timeout_s: float = 1800.0
+    excluded: tuple[str, ...] = ()
 
     @property
     def ranks(self) -> int:
@@ -52,17 +57,20 @@ class Job:
 
     @property
     def component(self) -> str:
-        """How findings name this job: ``node``, ``pair a-b``, ``rail mlx5_0 a-b``, ``cluster (N nodes)``,
-        ``group gpu[001-008]``, ``rail mlx5_0:1 group gpu[001,009]``."""
+        """How findings name this job: ``node``, ``pair a-b``, ``retest pair a-b``, ``rail mlx5_0 a-b``,
+        ``cluster (N nodes)``, ``cluster (3 nodes, without c)``, ``group gpu[001-008]``,
+        ``rail mlx5_0:1 group gpu[001,009]``."""
         if self.shape == "node":
             return "node"
         if self.shape == "cluster":
-            return f"cluster ({len(self.hosts)} nodes)"
+            without = ", ".join(self.excluded) if len(self.excluded) <= 3 else f"{len(self.excluded)} blamed nodes"
+            return f"cluster ({len(self.hosts)} nodes{f', without {without}' if self.excluded else ''})"
         if self.shape in GROUP_SHAPES:
             group = f"group {NodeSet.fromlist(self.hosts)}"
             return f"rail {self.rail} {group}" if self.rail else group
         pair = "-".join(self.hosts)
-        return f"rail {self.rail} {pair}" if self.rail else f"pair {pair}"
+        where = f"rail {self.rail} {pair}" if self.rail else f"pair {pair}"
+        return f"retest {where}" if self.retest_of else where
 
     @property
     def slots(self) -> tuple[tuple[str, str | None], ...]:
@@ -80,12 +88,17 @@ class Job:
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["hosts"] = list(self.hosts)
+        if self.excluded:  # only a cluster rerun has it: other jobs' records stay as they were
+            out["excluded"] = list(self.excluded)
+        else:
+            del out["excluded"]
         return out
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> Job:
         known = {k: obj[k] for k in cls.__dataclass_fields__ if k in obj}
         known["hosts"] = tuple(known.get("hosts", ()))
+        known["excluded"] = tuple(known.get("excluded", ()))
         return cls(**known)
 
 
@@ -144,9 +157,13 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 def job_id(benchmark: str, test: str, shape: str, hosts: Sequence[str], rail: str | None = None,
-           retest: bool = False) -> str:
-    """A stable, filename-safe id: ``nccl-all_reduce_perf-pair-node01-node02``."""
+           retest: bool = False, excluded: Sequence[str] = ()) -> str:
+    """A stable, filename-safe id: ``nccl-all_reduce_perf-pair-node01-node02``; a cluster rerun
+    ``nccl-all_reduce_perf-retest-3nodes-node01-without-node03`` (``stored.job_from_id`` reads them back)."""
     where = f"{len(hosts)}nodes-{hosts[0]}" if shape == "cluster" else "-".join(hosts)
+    if excluded:
+        without = "-".join(excluded)
+        where += f"-without-{without if len(without) <= 120 else f'{len(excluded)}nodes'}"
     parts = [benchmark, test, "retest" if retest else shape, *([rail] if rail else []), where]
     return _UNSAFE.sub("_", "-".join(parts))
 
@@ -158,6 +175,19 @@ def isolation_job_id(benchmark: str, test: str, round_number: int, purpose: str,
     parts = [benchmark, test, "isolate", f"r{round_number}", purpose, hosts[0], f"{len(hosts)}nodes",
              *([rail] if rail else [])]
     return _UNSAFE.sub("_", "-".join(parts))
+
+
+def cluster_rerun(job: Job, bad: Iterable[str]) -> Job | None:
+    """The cluster ``job`` again without the ``bad`` nodes it included (as a pair suspect is retested),
+    or None when it included none or fewer than two nodes would remain."""
+    excluded = tuple(h for h in job.hosts if h in set(bad))
+    hosts = tuple(h for h in job.hosts if h not in excluded)
+    if job.shape != "cluster" or job.retest_of or not excluded or len(hosts) < 2:
+        return None
+    return Job(job_id=job_id(job.benchmark, job.test, "cluster", hosts, retest=True, excluded=excluded),
+               benchmark=job.benchmark, test=job.test, shape="cluster", hosts=hosts,
+               ranks_per_host=job.ranks_per_host, stage=stage_of("rerun"), retest_of=job.job_id,
+               timeout_s=job.timeout_s, excluded=excluded)
 
 
 def stage_of(shape: str, round_index: int = 0) -> int:

@@ -33,7 +33,6 @@ from importlib.resources import files
 from typing import Any
 
 from healthcheck.benchmarks import BenchContext, BenchmarkSpec, Program, bench_setting, register
-
 from healthcheck.core.model import Finding, Status
 from healthcheck.core.profiles import Profile
 from healthcheck.core.spec import ParseError

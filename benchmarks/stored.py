@@ -27,6 +27,7 @@ from healthcheck.store.safeio import BundleFileError, read_regular
 
 JOBS_DIR = Path("raw") / "_jobs"
 _ID = re.compile(r"^(?P<bench>[a-z]+)-(?P<test>.+?)-(?P<shape>node|pair|rail|cluster|retest)-(?P<rest>.+)$")
+_RERUN = re.compile(r"^(?P<count>\d+)nodes-(?P<first>.+?)-without-(?P<without>.+)$")
 
 
 def _manifest(folder: Path) -> tuple[dict[str, dict[str, Any]], str | None]:
@@ -57,11 +58,28 @@ def _split_hosts(text: str, count: int, known: Sequence[str]) -> tuple[str, ...]
     return None
 
 
+def _cluster_rerun(bench: str, test: str, rest: str, known: Sequence[str]) -> Job | None:
+    """``3nodes-first-without-bad1-bad2``: the bundle's hosts but the excluded ones (every host of the
+    bundle was in the cluster job it reran)."""
+    m = _RERUN.match(rest)
+    if m is None:
+        return None
+    count, first = int(m["count"]), m["first"]
+    excluded = _split_hosts(m["without"], len(known) - count, known) if len(known) > count else None
+    if excluded is None or first not in known or first in excluded:
+        return None
+    hosts = (first, *[h for h in known if h != first and h not in excluded])
+    return Job(job_id=f"{bench}-{test}-retest-{rest}", benchmark=bench, test=test, shape="cluster", hosts=hosts,
+               ranks_per_host=0, retest_of="(unknown)", excluded=excluded)
+
+
 def job_from_id(job_id: str, known: Sequence[str]) -> Job | None:
     """The job an id names (see ``plan.job_id``), or None when it cannot be resolved."""
     m = _ID.match(job_id)
     if m is None or m["bench"] not in {spec.name for spec in benchmarks.all_benchmarks()}:
         return None
+    if m["shape"] == "retest" and _RERUN.match(m["rest"]):
+        return _cluster_rerun(m["bench"], m["test"], m["rest"], known)
     shape, rest, rail = m["shape"], m["rest"], None
     if shape == "rail":
         rail, _, rest = rest.partition("-")

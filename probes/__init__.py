@@ -15,6 +15,7 @@ import sys
 from collections.abc import Iterable
 
 from healthcheck.core.spec import FleetCheck, Probe
+from healthcheck.core.suggest import did_you_mean
 
 
 class RegistryError(KeyError):
@@ -91,7 +92,8 @@ def get(name: str) -> Probe:
     try:
         return _PROBES[name]
     except KeyError:
-        raise RegistryError(f"unknown probe {name!r} (known: {', '.join(sorted(_PROBES))})") from None
+        raise RegistryError(f"unknown probe {name!r}{did_you_mean(name, _PROBES)} "
+                            f"(known: {', '.join(sorted(_PROBES))})") from None
 
 
 def select(names: Iterable[str] | None = None, skip: Iterable[str] = ()) -> list[Probe]:

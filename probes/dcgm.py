@@ -19,13 +19,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from healthcheck.probes import register
-from healthcheck.probes.dcgm_diag import DiagReport, DiagTest, DiagWarning, parse_dcgmi_diag, report_level
-from healthcheck.probes.dcgm_health import DcgmDiscovery, HealthReport, parse_dcgmi_discovery, parse_dcgmi_health
-
 from healthcheck.core.grading import finding_from_expectation
 from healthcheck.core.model import CommandResult, Finding, Status
 from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
+from healthcheck.probes import register
+from healthcheck.probes.dcgm_diag import DiagReport, DiagTest, DiagWarning, parse_dcgmi_diag, report_level
+from healthcheck.probes.dcgm_health import DcgmDiscovery, HealthReport, parse_dcgmi_discovery, parse_dcgmi_health
 
 NOT_INSTALLED = "healthcheck: dcgmi not installed"
 _GUARD = f"command -v dcgmi >/dev/null 2>&1 || {{ echo '{NOT_INSTALLED}'; exit 0; }}; "

@@ -13,12 +13,11 @@ every GPU that does not gets its own finding.
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from healthcheck.core.grading import finding_from_expectation
+from healthcheck.core.grading import grade_value
 from healthcheck.core.model import Finding, Status
 from healthcheck.core.profiles import Expectation, Profile
 from healthcheck.probes.dmon_parse import FieldSample, FieldTable
@@ -230,22 +229,23 @@ def grade_check(host: str, check: FieldCheck, gpus: Sequence[GpuSummary], profil
     if not measured:
         return [Finding(host=host, check=name, status=Status.SKIP, source=source, unit=check.unit,
                         message=f"{name}: not sampled {where} (the field is absent or N/A on every GPU)")]
-    graded = [(g, v, finding_from_expectation(host, name, expectation_for(check, g, profile), _tidy(v),
-                                              source=source, remedy=check.remedy, component=g.gpu,
-                                              profile=profile)) for g, v in measured]
-    bad = [f for _, _, f in graded if f.status is not Status.PASS]
-    if bad and all(f.status is Status.SKIP for f in bad):
+    graded = [(g, v, grade_value(name, expectation_for(check, g, profile), _tidy(v), remedy=check.remedy,
+                                 profile=profile)) for g, v in measured]
+    bad = [(g, grade) for g, _, grade in graded if grade.status is not Status.PASS]
+    if bad and all(grade.status is Status.SKIP for _, grade in bad):
         why = f"no expectation {' or '.join(check.keys)} in profile {profile.name}"
-        return [dataclasses.replace(bad[0], component="node", message=f"{name}: {why} ({where})")]
+        return [Finding(host=host, check=name, status=Status.SKIP, component="node", value=bad[0][1].value,
+                        message=f"{name}: {why} ({where})", source=source)]
     if bad:
-        return [dataclasses.replace(f, message=f"{f.message} ({where})") for f in bad
-                if f.status is not Status.SKIP]
+        return [grade.finding(host, g.gpu, source, detail=f" ({where})") for g, grade in bad
+                if grade.status is not Status.SKIP]
     exp = expectation_for(check, graded[0][0], profile)
     pick = min if exp is not None and exp.op in ("ge", "gt") else max  # the worst GPU: lowest of a floor
     worst_gpu, worst, first = pick(graded, key=lambda t: t[1])
-    return [dataclasses.replace(first, component="node", value=_tidy(worst),
-                                message=f"all {len(graded)} GPUs within {first.expected} {where}: worst "
-                                        f"{_tidy(worst)} {check.unit} on {worst_gpu.gpu}")]
+    return [Finding(host=host, check=name, status=Status.PASS, component="node", value=_tidy(worst),
+                    expected=first.expected, unit=first.unit, source=source,
+                    message=f"all {len(graded)} GPUs within {first.expected} {where}: worst "
+                            f"{_tidy(worst)} {check.unit} on {worst_gpu.gpu}")]
 
 
 def _tidy(v: float) -> float | int:

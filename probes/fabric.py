@@ -15,15 +15,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from healthcheck.core.grading import ValueGrades, finding_from_expectation
+from healthcheck.core.model import CommandResult, Finding, Status
+from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 from healthcheck.probes import register
 from healthcheck.probes.gpu import BUNDLE_SOURCES, GPU_ID, parse_gpu_sources
 from healthcheck.probes.gpu import COMMAND_TOOLS as GPU_TOOLS
 from healthcheck.probes.gpu import COMMANDS as GPU_COMMANDS
 from healthcheck.probes.gpu_model import GpuObservation, GpuObservations
-
-from healthcheck.core.grading import ComponentGrades, finding_from_expectation
-from healthcheck.core.model import CommandResult, Finding, Status
-from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 
 FM_ID = "fabricmanager-status"
 _UNIT_STATES = {"active", "inactive", "failed", "activating", "deactivating", "reloading", "unknown",
@@ -107,7 +106,7 @@ def evaluate_fabric(obs: FabricObservation, ctx: EvalContext) -> list[Finding]:
         status = Status.SKIP if state_exp is None else Status.ERROR
         out.append(Finding(host=host, check="fabric.state", status=status, source=GPU_ID,
                            message=f"GPU fabric state not available: {obs.state_error}"))
-    grades = {check: ComponentGrades(host, check, exp, source=GPU_ID, remedy=REMEDY_STATE, profile=ctx.profile)
+    grades = {check: ValueGrades(host, check, exp, source=GPU_ID, remedy=REMEDY_STATE, profile=ctx.profile)
               for check, exp in (("fabric.state", state_exp), ("fabric.status", status_exp))}
     for gpu in obs.gpus:
         comp = f"gpu{gpu.index}"
@@ -120,7 +119,7 @@ def evaluate_fabric(obs: FabricObservation, ctx: EvalContext) -> list[Finding]:
                                    message=f"{comp} {own} (graded without a fabric expectation in profile "
                                            f"{ctx.profile.name}: the GPU reports it itself)"))
                 continue
-            out.append(grades[check].finding(comp, value))  # eight GPUs alike: graded once
+            out.append(grades[check].finding(comp, value))
     return out
 
 

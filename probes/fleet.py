@@ -19,12 +19,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from healthcheck.probes import register_fleet
-from healthcheck.probes.versions import GPU_ID, IB_ID, PINNED_BY, grade_version, version_facts, with_legacy_pins
-
 from healthcheck.core.grading import expected_text, majority
 from healthcheck.core.model import Finding, Host, JSONScalar, Status
 from healthcheck.core.profiles import EMPTY_PROFILE, Expectation, Profile
+from healthcheck.probes import register_fleet
+from healthcheck.probes.versions import GPU_ID, IB_ID, PINNED_BY, grade_version, version_facts, with_legacy_pins
 
 SOURCES = {"driver": "nvidia-driver-version", "cuda": GPU_ID, "nccl": "nccl-libs", "ofed": "ofed-info",
            "vbios": GPU_ID, "hca_fw": IB_ID, "kernel": "uname-r", "os": "os-release"}

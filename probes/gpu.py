@@ -26,16 +26,11 @@ from healthcheck.core.model import CommandResult, Status
 from healthcheck.core.spec import LocalCollector, ParseError, ProbeSpec
 from healthcheck.probes import register
 from healthcheck.probes.gpu_eval import evaluate_gpu
-from healthcheck.probes.gpu_model import (
-    GpuObservation,
-    GpuObservations,
-    observations_from_layout,
-    observations_from_log,
-)
+from healthcheck.probes.gpu_model import GpuObservation, GpuObservations, observations_from_log
 from healthcheck.probes.nvidia_smi_list import parse_nvidia_smi_l, parse_nvidia_smi_table
-from healthcheck.probes.nvidia_smi_log import SmiLayoutLog, SmiLog, exit_code_error
+from healthcheck.probes.nvidia_smi_log import SmiLog, exit_code_error
 from healthcheck.probes.nvidia_smi_text import parse_nvidia_smi_q
-from healthcheck.probes.nvidia_smi_xml import parse_nvidia_smi_xml, parse_nvidia_smi_xml_layout
+from healthcheck.probes.nvidia_smi_xml import parse_nvidia_smi_xml
 from healthcheck.probes.nvml import local_observations
 from healthcheck.probes.parse_memo import shared_parser
 
@@ -62,15 +57,13 @@ def parse_nvidia_smi_output(command_id: str, text: str, rc: int | None) -> GpuOb
     exit code with an unparseable report raises ``ParseError``.
     """
     try:
-        # the report's tree is not built when its layout was seen before: its observations are read by index
-        log = parse_nvidia_smi_xml_layout(text) if command_id == GPU_ID else PARSERS[command_id](text)
+        log = PARSERS[command_id](text)
     except ParseError:
         error = exit_code_error(rc, text)
         if error is None:
             raise
         return GpuObservations(source=command_id, count=0, errors=(error,))
-    obs = (observations_from_layout(log, command_id) if isinstance(log, SmiLayoutLog)
-           else observations_from_log(log, command_id))
+    obs = observations_from_log(log, command_id)
     if rc not in (None, 0) and not obs.errors:
         error = exit_code_error(rc, text)
         obs = dataclasses.replace(obs, errors=(error,) if error else ())

@@ -15,16 +15,14 @@ the same ``nvidia-smi -q -x``: one pinned version gives one finding, never two.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 
-from healthcheck.probes.gpu_eval_health import evaluate_gpu_health
-from healthcheck.probes.gpu_findings import FoldableGpu, GpuResult, GpuScope, built, collapse, gpu_finding, graded
-from healthcheck.probes.gpu_model import GpuObservation, GpuObservations
-from healthcheck.probes.nvidia_smi_log import SmiError
-
-from healthcheck.core.grading import expected_text, finding_from_expectation
+from healthcheck.core.grading import Outcome, ValueGrades, expected_text, finding_from_expectation
 from healthcheck.core.model import Finding, Status
 from healthcheck.core.spec import EvalContext
+from healthcheck.probes.gpu_eval_health import evaluate_gpu_health
+from healthcheck.probes.gpu_findings import GpuScope, collapse, gpu_finding, graded
+from healthcheck.probes.gpu_model import GpuObservation, GpuObservations
+from healthcheck.probes.nvidia_smi_log import SmiError
 
 _ERROR_CHECKS = {"gpu_lost": "gpu.lost", "inforom_corrupted": "gpu.inforom"}
 _ERROR_REMEDY = {
@@ -67,12 +65,13 @@ def evaluate_gpu(obs: GpuObservations, ctx: EvalContext) -> list[Finding]:
         findings.append(finding_from_expectation(
             ctx.host.name, "gpu.count", ctx.profile.expect("gpu.count"), obs.count, source=obs.source,
             profile=ctx.profile, remedy=REMEDY_MISSING))
-    per_gpu: list[GpuResult | None] = []
+    per_gpu: list[Outcome | None] = []
+    grades: dict[str, ValueGrades] = {}  # per check, shared by the host's GPUs
     for gpu in obs.gpus:
-        at = GpuScope(ctx, obs, gpu)
+        at = GpuScope(ctx, obs, gpu, grades)
         per_gpu += _inventory(at) + _pcie(at) + _state(at)
         per_gpu += evaluate_gpu_health(at)
-    return findings + collapse(per_gpu, len(obs.gpus))
+    return findings + collapse(per_gpu, len(obs.gpus), ctx.host.name, obs.source)
 
 
 def _error_finding(error: SmiError, obs: GpuObservations, ctx: EvalContext) -> Finding:
@@ -87,7 +86,7 @@ def _error_finding(error: SmiError, obs: GpuObservations, ctx: EvalContext) -> F
                    remedy=_ERROR_REMEDY[error.kind], source=obs.source)
 
 
-def _inventory(at: GpuScope) -> list[GpuResult | None]:
+def _inventory(at: GpuScope) -> list[Outcome | None]:
     gpu = at.gpu
     out = [graded(at, "gpu.model", gpu.name, REMEDY_MODEL),
            graded(at, "gpu.memory_mib", gpu.memory_total_mib, REMEDY_MEMORY),
@@ -106,9 +105,9 @@ def _inventory(at: GpuScope) -> list[GpuResult | None]:
     return out
 
 
-def _pcie(at: GpuScope) -> list[GpuResult | None]:
+def _pcie(at: GpuScope) -> list[Outcome | None]:
     gpu, ctx = at.gpu, at.ctx
-    out: list[GpuResult | None] = [
+    out: list[Outcome | None] = [
         graded(at, "gpu.pcie.gen_max", gpu.pcie_gen_max, REMEDY_GEN_MAX),
         _replays(at)]
     width_exp = ctx.profile.expect("gpu.pcie.width")
@@ -148,7 +147,7 @@ def _previous_replays(ctx: EvalContext, gpu: GpuObservation) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _replays(at: GpuScope) -> GpuResult | None:
+def _replays(at: GpuScope) -> Outcome | None:
     """PCIe replays graded by their growth since the previous run (``gpu.pcie.replays.growth``).
 
     The counter accumulates from driver load: healthy HGX H100s in the corpus (gpud captures,
@@ -169,20 +168,13 @@ def _replays(at: GpuScope) -> GpuResult | None:
     growth, note = ((gpu.pcie_replays - before, f"{before} -> {gpu.pcie_replays} since the previous run")
                     if gpu.pcie_replays >= before else
                     (gpu.pcie_replays, f"counter reset since the previous run ({before} before)"))
-    result = graded(at, "gpu.pcie.replays", growth, REMEDY_REPLAYS, exp, detail=note)
-    if result is None:
-        return None
-    message = result.message.replace("gpu pcie replays", "PCIe replay growth", 1)
-    if isinstance(result, FoldableGpu) and message.startswith(f"{at.label}: "):
-        result.text = message[len(at.label) + 2:]  # stays light: most GPUs pass and are folded
-        return result
-    return replace(built(result), message=message)
+    return graded(at, "gpu.pcie.replays", growth, REMEDY_REPLAYS, exp, detail=note, what="PCIe replay growth")
 
 
-def _state(at: GpuScope) -> list[GpuResult | None]:
+def _state(at: GpuScope) -> list[Outcome | None]:
     """The driver's reset/recovery flags, unreadable fields, fan errors (fabric: the fabric probe)."""
     gpu = at.gpu
-    out: list[GpuResult | None] = []
+    out: list[Outcome | None] = []
     flags = [name for name, on in (("reset required", gpu.reset_required),
                                    ("drain and reset recommended", gpu.drain_and_reset_recommended)) if on]
     if gpu.reset_required is not None or flags:

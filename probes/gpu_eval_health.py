@@ -24,12 +24,12 @@ Rules (thresholds from the profile where they are numbers; see docs/gpu.md for s
 
 from __future__ import annotations
 
-from healthcheck.probes.gpu_findings import GpuResult, GpuScope, gpu_finding, graded
-from healthcheck.probes.gpu_model import GpuObservation, GpuObservations
-
 from healthcheck.core.defaults import DEFAULTS
+from healthcheck.core.grading import Outcome
 from healthcheck.core.model import Status
 from healthcheck.core.verdicts import flag_vs_measurement
+from healthcheck.probes.gpu_findings import GpuScope, gpu_finding, graded
+from healthcheck.probes.gpu_model import GpuObservation, GpuObservations
 
 CLOCK_EVENT_STATUS = {"hw_slowdown": Status.FAIL, "hw_thermal_slowdown": Status.FAIL,
                       "hw_power_brake_slowdown": Status.FAIL, "sw_thermal_slowdown": Status.WARN}
@@ -57,13 +57,13 @@ REMEDY_RETIRED = ("Pages are pending retirement: reboot (or reload the driver) t
 REMEDY_THERMAL = "Check fans, airflow, inlet temperature and heatsink seating; re-run under the same load"
 
 
-def evaluate_gpu_health(at: GpuScope) -> list[GpuResult | None]:
+def evaluate_gpu_health(at: GpuScope) -> list[Outcome | None]:
     return [*_ecc(at), *_memory_repair(at), *_thermal(at), _clock_events(at)]
 
 
-def _ecc(at: GpuScope) -> list[GpuResult | None]:
+def _ecc(at: GpuScope) -> list[Outcome | None]:
     gpu = at.gpu
-    out: list[GpuResult | None] = []
+    out: list[Outcome | None] = []
     for counter in ("sram_uncorrectable", "sram_correctable", "dram_uncorrectable", "dram_correctable"):
         volatile, aggregate = getattr(gpu.ecc_volatile, counter), getattr(gpu.ecc_aggregate, counter)
         present = [v for v in (volatile, aggregate) if v is not None]
@@ -79,9 +79,9 @@ def _ecc(at: GpuScope) -> list[GpuResult | None]:
     return out
 
 
-def _memory_repair(at: GpuScope) -> list[GpuResult | None]:
+def _memory_repair(at: GpuScope) -> list[Outcome | None]:
     gpu, obs = at.gpu, at.obs
-    out: list[GpuResult | None] = []
+    out: list[Outcome | None] = []
     remap = gpu.remap
     if remap is not None:
         hist = (f"bank histogram max {_show(remap.banks_max)}, high {_show(remap.banks_high)}, partial "
@@ -117,10 +117,10 @@ def _memory_repair(at: GpuScope) -> list[GpuResult | None]:
     return out
 
 
-def _thermal(at: GpuScope) -> list[GpuResult | None]:
+def _thermal(at: GpuScope) -> list[Outcome | None]:
     """GPU core against its own limits (absolute or T.Limit), then HBM against its max operating."""
     gpu = at.gpu
-    out: list[GpuResult | None] = []
+    out: list[Outcome | None] = []
     limits = _core_limits(gpu)
     if limits is not None:
         margin_slow, margin_op, expected, mode, limit = limits
@@ -171,7 +171,7 @@ def _core_limits(gpu: GpuObservation) -> tuple[float, float | None, str, str, st
     return None
 
 
-def _clock_events(at: GpuScope) -> GpuResult | None:
+def _clock_events(at: GpuScope) -> Outcome | None:
     gpu, obs = at.gpu, at.obs
     if not gpu.clock_events and not _reports_reasons(obs, gpu):
         return None

@@ -4,30 +4,21 @@
     obs.gpus[3].pcie_width_current          # 8
     obs.gpus[3].remap.pending               # True
 
-Units are converted here, once: "81920 MiB" -> 81920 (``_mib``), "67.03 W" -> 67.03 (``_w``),
-"-8 C" -> -8 (``_c``), "16x" -> 16. "N/A", "[N/A]", "Not Supported" become None. A value of
-"Unknown Error" (the driver asked the GPU and failed) also becomes None, and the field's name is
-listed in ``unreadable`` so the evaluator can say so instead of treating it as absent.
-
-A report whose layout was seen before (``nvidia_smi_xml.parse_nvidia_smi_xml_layout``) is read without
-its tree (``observations_from_layout``): the same reads in the same order, each path resolved once per
-layout and GPU to the index of its text, and a group of paths to one ``itemgetter`` of the texts
-(``_Reader.reads``). A ``GpuObservation`` is built without its frozen ``__init__`` (``_gpu_observation``).
-~0.74 -> ~0.41 CPU-ms for 8 GPUs.
+Units are converted here, once (``_leaf``): "81920 MiB" -> 81920, "67.03 W" -> 67.03, "-8 C" -> -8,
+"16x" -> 16. "N/A", "[N/A]", "Not Supported" become None. A value of "Unknown Error" (the driver
+asked the GPU and failed) also becomes None, and the field's path is listed in ``unreadable`` so the
+evaluator can say so instead of treating it as absent. Every field is read by its path in the tree.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import operator
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from itertools import repeat
 from typing import Any, NamedTuple
 
-from healthcheck.probes.nvidia_smi_log import NOT_AVAILABLE, UNREADABLE, SmiError, SmiLayoutLog, SmiLog
+from healthcheck.probes.nvidia_smi_log import NOT_AVAILABLE, UNREADABLE, SmiError, SmiLog
 from healthcheck.probes.parse_memo import memoized
 
 FAULT_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
@@ -141,18 +132,7 @@ class GpuObservations:
 
 def observations_from_log(log: SmiLog, source: str) -> GpuObservations:
     """Normalized tree -> typed observations, GPUs numbered in the order nvidia-smi printed them."""
-    return _observations(log, source, map(_Reader, log.gpus))
-
-
-def observations_from_layout(report: SmiLayoutLog, source: str) -> GpuObservations:
-    """``observations_from_log`` of the report ``report`` stands for (its tree built), read through
-    its layout's trees instead: the same reads in the same order, each leaf's text looked up by index."""
-    return _observations(report.log, source, map(_LayoutReader, report.log.gpus, report.plans,
-                                                 repeat(report.texts)))
-
-
-def _observations(log: SmiLog, source: str, readers: Iterable[_Reader]) -> GpuObservations:
-    gpus = tuple(_gpu(i, r) for i, r in enumerate(readers))
+    gpus = tuple(_gpu(i, _Reader(tree)) for i, tree in enumerate(log.gpus))
     # A subset (-d, -i, an excerpt) lists fewer fields or GPUs than the node has: trust "Attached GPUs".
     partial = (log.fragment or any("product_name" not in tree for tree in log.gpus)
                or (log.attached_gpus or 0) > len(gpus))
@@ -194,8 +174,7 @@ def _leaf(value: str) -> _Leaf:
 
 
 _YES = {"yes": True, "no": False}
-_NONE = _Leaf(None, None, None, None, False)  # not a leaf: absent, or a section (equal to _leaf(""))
-_LOST = _Leaf(None, None, None, None, True)   # every unreadable leaf
+_NONE = _Leaf(None, None, None, None, False)  # not a leaf: absent, or a section
 
 
 @memoized(256, typed=False)
@@ -204,283 +183,175 @@ def _steps(path: str) -> tuple[str, ...]:
 
 
 class _Reader:
-    """Reads typed values from one GPU tree and remembers which ones were unreadable."""
+    """Reads typed leaves of one GPU's tree (or of a section of it, ``at``) by path, and records the
+    paths nvidia-smi printed as unreadable (in the order read; a section shares its GPU's record)."""
 
-    def __init__(self, tree: Mapping[str, Any]) -> None:
-        self.tree = tree
-        self.unreadable: list[str] = []
+    __slots__ = ("prefix", "tree", "unreadable")
+
+    def __init__(self, tree: Any, prefix: str = "", unreadable: list[str] | None = None) -> None:
+        self.tree: Mapping[str, Any] = tree if isinstance(tree, dict) else {}
+        self.prefix = prefix
+        self.unreadable: list[str] = [] if unreadable is None else unreadable
+
+    def get(self, path: str) -> Any:
+        """The node at ``path`` (a leaf's text, a section, a list), None when absent."""
+        if "/" not in path:
+            return self.tree.get(path)
+        node: Any = self.tree
+        for step in _steps(path):
+            if not isinstance(node, dict):
+                return None
+            node = node.get(step)
+        return node
+
+    def at(self, path: str) -> _Reader:
+        """The section at ``path`` (empty when absent or not a section), its reads recorded here."""
+        return _Reader(self.get(path), f"{self.prefix}{path}/", self.unreadable)
 
     def read(self, path: str) -> _Leaf:
         """The leaf at ``path`` (``_NONE`` when absent or not a leaf); an unreadable one is recorded."""
-        node: Any = self.tree   # tree_get, unrolled: this runs ~80 times per GPU
-        for step in _steps(path):
-            if type(node) is dict or isinstance(node, Mapping):
-                node = node.get(step)
-            else:
-                return _NONE
-        if type(node) is not str:
-            return self.leaf_of(node, path)
+        node = self.tree.get(path) if "/" not in path else self.get(path)
+        if not isinstance(node, str):
+            return _NONE
         leaf = _leaf(node)
         if leaf.unreadable:
-            self.unreadable.append(path)
+            self.unreadable.append(self.prefix + path)
         return leaf
-
-    def leaf_of(self, value: Any, path: str) -> _Leaf:
-        if not isinstance(value, str):
-            return _NONE
-        leaf = _leaf(value)
-        if leaf.unreadable:
-            self.unreadable.append(path)
-        return leaf
-
-    def get(self, key: str) -> Any:
-        """The tree's child ``key`` (None when absent), as ``value`` reads it."""
-        return self.tree.get(key)
-
-    def value(self, node: Any) -> Any:
-        """A node of the tree (a leaf's text, a section) as the tree holds it."""
-        return node
-
-    def reads(self, paths: tuple[str, ...]) -> list[_Leaf]:
-        """``read`` of each of ``paths``, in order."""
-        return [self.read(path) for path in paths]
-
-    def text(self, path: str) -> str | None:
-        return self.read(path).text
-
-    def leaf(self, value: Any, path: str) -> str | None:
-        """``value`` (read at ``path``) as text; None for N/A and for unreadable, which is recorded."""
-        return self.leaf_of(value, path).text
-
-
-
-class _LayoutReader(_Reader):
-    """``_Reader`` of the tree a report's layout stands for (``SmiLayoutLog``): ``tree`` is the layout's,
-    each leaf an ``int`` (the index of its text in ``texts``). ``plan`` (the layout's, for this GPU)
-    remembers where each path leads: a leaf's index, or the text read there that is not a leaf's (an
-    attribute's; "" where ``_Reader.read`` finds no leaf, whose ``_leaf`` is ``_NONE``'s); and for each
-    tuple of paths ``reads`` is given, the function from ``texts`` to theirs (one ``itemgetter`` call)."""
-
-    def __init__(self, tree: Mapping[str, Any], plan: dict[Any, Any], texts: Sequence[str]) -> None:
-        super().__init__(tree)
-        self.plan, self.texts = plan, texts
-
-    def read(self, path: str) -> _Leaf:
-        try:
-            at = self.plan[path]
-        except KeyError:
-            at = self.plan[path] = _at(self.tree, path, len(self.texts) - 1)
-        leaf = _leaf(self.texts[at] if type(at) is int else at)
-        if leaf.unreadable:
-            self.unreadable.append(path)
-        return leaf
-
-    def reads(self, paths: tuple[str, ...]) -> list[_Leaf]:
-        try:
-            texts_of = self.plan[paths]
-        except KeyError:
-            blank = len(self.texts) - 1
-            texts_of = self.plan[paths] = _texts_of(tuple(_at(self.tree, path, blank) for path in paths))
-        leaves = list(map(_leaf, texts_of(self.texts)))
-        if _LOST in leaves:
-            self.unreadable.extend(path for path, leaf in zip(paths, leaves, strict=True) if leaf.unreadable)
-        return leaves
-
-    def leaf_of(self, value: Any, path: str) -> _Leaf:
-        return super().leaf_of(self.value(value), path)
-
-    def get(self, key: str) -> Any:
-        return self.value(self.tree.get(key))
-
-    def value(self, node: Any) -> Any:
-        return self.texts[node] if isinstance(node, int) else node
-
-
-def _at(tree: Mapping[str, Any], path: str, blank: int) -> int | str:
-    """Where ``path`` leads in a layout's tree (``_LayoutReader.plan``), as ``_Reader.read`` walks it: a
-    leaf's index, else the text read there (an attribute's; "" when absent, or a section)."""
-    node: Any = tree
-    for step in _steps(path):
-        if not isinstance(node, Mapping):
-            return blank
-        node = node.get(step)
-    if isinstance(node, int):
-        return int(node)
-    return node if isinstance(node, str) else blank
-
-
-def _texts_of(ats: tuple[int | str, ...]) -> Callable[[Sequence[str]], Sequence[str]]:
-    """The texts at ``ats`` (``_at``'s) of a report's texts: one ``itemgetter`` when all are leaves'."""
-    if len(ats) > 1 and all(type(at) is int for at in ats):
-        return operator.itemgetter(*ats)
-    return lambda texts: [texts[at] if type(at) is int else at for at in ats]
-
-
-# What _gpu reads, in its order, a group at a time (``_Reader.reads``; in a layout, one C call a group).
-_IDENTITY = ("product_name", "uuid", "serial", "product_architecture", "vbios_version", "gpu_module_id",
-             "platformInfo/module_id", "board_part_number", "gpu_part_number", "board_id")
-_MODES = ("persistence_mode", "mig_mode/current_mig", "mig_mode/pending_mig")
-_MEMORY = ("fb_memory_usage/total", "fb_memory_usage/used", "ecc_mode/current_ecc", "ecc_mode/pending_ecc")
-_MEMORY_HEALTH = ("ecc_errors/aggregate/sram_threshold_exceeded", "ecc_errors/channel_repair_pending",
-                  "ecc_errors/unrepairable_memory")
-_READINGS = (
-    "retired_pages/multiple_single_bit_retirement/retired_count", "retired_pages/double_bit_retirement/retired_count",
-    "retired_pages/pending_blacklist", "retired_pages/pending_retirement",
-    "temperature/gpu_temp", "temperature/gpu_temp_max_threshold", "temperature/gpu_temp_slow_threshold",
-    "temperature/gpu_temp_max_gpu_threshold", "temperature/gpu_temp_tlimit",
-    "temperature/gpu_temp_max_tlimit_threshold", "temperature/gpu_temp_slow_tlimit_threshold",
-    "temperature/gpu_temp_max_gpu_tlimit_threshold", "temperature/memory_temp",
-    "temperature/gpu_temp_max_mem_threshold", "temperature/gpu_temp_max_mem_tlimit_threshold",
-    "gpu_power_readings/power_draw", "gpu_power_readings/instant_power_draw",
-    "gpu_power_readings/average_power_draw", "gpu_power_readings/current_power_limit",
-    "gpu_power_readings/enforced_power_limit", "gpu_power_readings/power_limit",
-    "gpu_power_readings/default_power_limit", "gpu_power_readings/max_power_limit",
-    "pci/pci_gpu_link_info/pcie_gen/current_link_gen", "pci/pci_gpu_link_info/pcie_gen/max_link_gen",
-    "pci/pci_gpu_link_info/link_widths/current_link_width", "pci/pci_gpu_link_info/link_widths/max_link_width",
-    "pci/replay_counter")
-_STATE = ("clocks/sm_clock", "max_clocks/sm_clock", "utilization/gpu_util", "performance_state", "fan_speed",
-          "fabric/state", "fabric/status", "gpu_reset_status/reset_required",
-          "gpu_reset_status/drain_and_reset_recommended", "gpu_recovery_action")
 
 
 def _gpu(index: int, r: _Reader) -> GpuObservation:
+    """One GPU's observation, its fields read by name (in an order that lists unreadable fields as before)."""
     bus_id = r.get("@id") or r.read("pci/pci_bus_id").text
-    (name, uuid, serial, architecture, vbios, module_id, platform_module_id, board_part_number, gpu_part_number,
-     board_id) = r.reads(_IDENTITY)
-    inforom, platform = _texts(r, "inforom_version"), _texts(r, "platformInfo")
-    persistence_mode, mig_current, mig_pending = r.reads(_MODES)
-    mig_devices = len(r.get("mig_devices") or ())
-    memory_total, memory_used, ecc_current, ecc_pending = r.reads(_MEMORY)
-    ecc_volatile, ecc_aggregate = _ecc(r, "ecc_errors/volatile"), _ecc(r, "ecc_errors/aggregate")
-    sram_threshold_exceeded, channel_repair_pending, unrepairable_memory = r.reads(_MEMORY_HEALTH)
-    remap = _remap(r)
-    (retired_sbe, retired_dbe, pending_blacklist, pending_retirement,
-     temp, shutdown, slowdown, max_operating, tlimit, shutdown_tlimit, slowdown_tlimit, max_operating_tlimit,
-     memory_temp, memory_max_operating, memory_max_operating_tlimit,
-     power_draw, instant_power_draw, average_power_draw, current_power_limit, enforced_power_limit, power_limit,
-     default_power_limit, max_power_limit,
-     gen_current, gen_max, width_current, width_max, replays) = r.reads(_READINGS)
-    clock_events = _clock_events(r)
-    (sm_clock, sm_clock_max, utilization, performance_state, fan_speed, fabric_state, fabric_status,
-     reset_required, drain_and_reset_recommended, recovery_action) = r.reads(_STATE)
-    values = {
-        "index": index, "bus_id": bus_id, "name": name.text, "uuid": uuid.text, "serial": serial.text,
-        "architecture": architecture.text, "vbios": vbios.text,
-        "module_id": _first(module_id.integer, platform_module_id.integer),
-        "board_part_number": _first(board_part_number.text, gpu_part_number.text), "board_id": board_id.text,
-        "inforom": inforom, "platform": platform,
-        "persistence_mode": persistence_mode.text, "mig_current": mig_current.text,
-        "mig_pending": mig_pending.text, "mig_devices": mig_devices,
-        "memory_total_mib": memory_total.integer, "memory_used_mib": memory_used.integer,
-        "ecc_current": ecc_current.text, "ecc_pending": ecc_pending.text,
-        "ecc_volatile": ecc_volatile, "ecc_aggregate": ecc_aggregate,
-        "sram_threshold_exceeded": sram_threshold_exceeded.yes, "channel_repair_pending": channel_repair_pending.yes,
-        "unrepairable_memory": unrepairable_memory.yes, "remap": remap,
-        "retired_sbe": retired_sbe.integer, "retired_dbe": retired_dbe.integer,
-        "retired_pending": _first_bool(pending_blacklist.yes, pending_retirement.yes),
-        "temp_c": temp.number, "shutdown_c": shutdown.number, "slowdown_c": slowdown.number,
-        "max_operating_c": max_operating.number, "tlimit_c": tlimit.number,
-        "shutdown_tlimit_c": shutdown_tlimit.number, "slowdown_tlimit_c": slowdown_tlimit.number,
-        "max_operating_tlimit_c": max_operating_tlimit.number, "memory_temp_c": memory_temp.number,
-        "memory_max_operating_c": memory_max_operating.number,
-        "memory_max_operating_tlimit_c": memory_max_operating_tlimit.number,
-        "power_draw_w": _first(power_draw.number, instant_power_draw.number, average_power_draw.number),
-        "power_limit_w": _first(current_power_limit.number, enforced_power_limit.number, power_limit.number),
-        "power_default_limit_w": default_power_limit.number, "power_max_limit_w": max_power_limit.number,
-        "pcie_gen_current": gen_current.integer, "pcie_gen_max": gen_max.integer,
-        "pcie_width_current": width_current.integer, "pcie_width_max": width_max.integer,
-        "pcie_replays": replays.integer, "clock_events": clock_events,
-        "sm_clock_mhz": sm_clock.integer, "sm_clock_max_mhz": sm_clock_max.integer,
-        "utilization_pct": utilization.integer, "performance_state": performance_state.text,
-        "fan_speed": fan_speed.text, "fabric_state": fabric_state.text, "fabric_status": fabric_status.text,
-        "reset_required": reset_required.yes, "drain_and_reset_recommended": drain_and_reset_recommended.yes,
-        "recovery_action": recovery_action.text,
-    }
-    return _gpu_observation(values, r.unreadable)
+    fields = {"index": index, "bus_id": bus_id, **_identity(r), **_modes(r), **_memory(r), **_thermal(r),
+              **_power_and_pcie(r), "clock_events": _clock_events(r), **_state(r)}
+    return GpuObservation(**fields, unreadable=tuple(dict.fromkeys(r.unreadable)))
 
 
-def _gpu_observation(values: dict[str, Any], unreadable: list[str]) -> GpuObservation:
-    """``GpuObservation(**values, unreadable=...)`` (the fields in ``unreadable``, each once) for
-    ``values`` naming every other field, without the generated ``__init__``: a frozen dataclass sets
-    each of its 65 fields with ``object.__setattr__`` (~14 us a GPU). The instance is the same, its
-    attributes in field order as ``__init__`` sets them."""
-    if values.keys() != _GPU_VALUES:
-        raise TypeError(f"GpuObservation fields: {sorted(values.keys() ^ _GPU_VALUES)}")
-    state = _GPU_FIELDS.copy()
-    state.update(values)
-    if unreadable:
-        state["unreadable"] = tuple(dict.fromkeys(unreadable))
-    obs = object.__new__(GpuObservation)
-    object.__setattr__(obs, "__dict__", state)
-    return obs
+def _identity(r: _Reader) -> dict[str, Any]:
+    return {"name": r.read("product_name").text, "uuid": r.read("uuid").text, "serial": r.read("serial").text,
+            "architecture": r.read("product_architecture").text, "vbios": r.read("vbios_version").text,
+            "module_id": _first(r.read("gpu_module_id").integer, r.read("platformInfo/module_id").integer),
+            "board_part_number": _first(r.read("board_part_number").text, r.read("gpu_part_number").text),
+            "board_id": r.read("board_id").text,
+            "inforom": _texts(r, "inforom_version"), "platform": _texts(r, "platformInfo")}
 
 
-_GPU_FIELDS = {f.name: () for f in dataclasses.fields(GpuObservation)}  # in order; () is unreadable's default
-_GPU_VALUES = frozenset(_GPU_FIELDS) - {"unreadable"}
+def _modes(r: _Reader) -> dict[str, Any]:
+    mig = r.at("mig_mode")
+    return {"persistence_mode": r.read("persistence_mode").text, "mig_current": mig.read("current_mig").text,
+            "mig_pending": mig.read("pending_mig").text, "mig_devices": len(r.get("mig_devices") or ())}
 
 
-def _ecc(r: _Reader, base: str) -> EccCounts:
+def _memory(r: _Reader) -> dict[str, Any]:
+    """Frame buffer, ECC mode and counters, the driver's memory flags, row remapping, retired pages."""
+    fb, mode, ecc = r.at("fb_memory_usage"), r.at("ecc_mode"), r.at("ecc_errors")
+    out = {"memory_total_mib": fb.read("total").integer, "memory_used_mib": fb.read("used").integer,
+           "ecc_current": mode.read("current_ecc").text, "ecc_pending": mode.read("pending_ecc").text,
+           "ecc_volatile": _ecc(ecc.at("volatile")), "ecc_aggregate": _ecc(ecc.at("aggregate")),
+           "sram_threshold_exceeded": ecc.read("aggregate/sram_threshold_exceeded").yes,
+           "channel_repair_pending": ecc.read("channel_repair_pending").yes,
+           "unrepairable_memory": ecc.read("unrepairable_memory").yes, "remap": _remap(r)}
+    retired = r.at("retired_pages")
+    sbe = retired.read("multiple_single_bit_retirement/retired_count").integer
+    dbe = retired.read("double_bit_retirement/retired_count").integer
+    pending = _first_bool(retired.read("pending_blacklist").yes, retired.read("pending_retirement").yes)
+    return {**out, "retired_sbe": sbe, "retired_dbe": dbe, "retired_pending": pending}
+
+
+def _thermal(r: _Reader) -> dict[str, Any]:
+    t = r.at("temperature")
+    return {"temp_c": t.read("gpu_temp").number, "shutdown_c": t.read("gpu_temp_max_threshold").number,
+            "slowdown_c": t.read("gpu_temp_slow_threshold").number,
+            "max_operating_c": t.read("gpu_temp_max_gpu_threshold").number,
+            "tlimit_c": t.read("gpu_temp_tlimit").number,
+            "shutdown_tlimit_c": t.read("gpu_temp_max_tlimit_threshold").number,
+            "slowdown_tlimit_c": t.read("gpu_temp_slow_tlimit_threshold").number,
+            "max_operating_tlimit_c": t.read("gpu_temp_max_gpu_tlimit_threshold").number,
+            "memory_temp_c": t.read("memory_temp").number,
+            "memory_max_operating_c": t.read("gpu_temp_max_mem_threshold").number,
+            "memory_max_operating_tlimit_c": t.read("gpu_temp_max_mem_tlimit_threshold").number}
+
+
+def _power_and_pcie(r: _Reader) -> dict[str, Any]:
+    p, link = r.at("gpu_power_readings"), r.at("pci/pci_gpu_link_info")
+    draw = _first(p.read("power_draw").number, p.read("instant_power_draw").number,
+                  p.read("average_power_draw").number)
+    limit = _first(p.read("current_power_limit").number, p.read("enforced_power_limit").number,
+                   p.read("power_limit").number)
+    return {"power_draw_w": draw, "power_limit_w": limit,
+            "power_default_limit_w": p.read("default_power_limit").number,
+            "power_max_limit_w": p.read("max_power_limit").number,
+            "pcie_gen_current": link.read("pcie_gen/current_link_gen").integer,
+            "pcie_gen_max": link.read("pcie_gen/max_link_gen").integer,
+            "pcie_width_current": link.read("link_widths/current_link_width").integer,
+            "pcie_width_max": link.read("link_widths/max_link_width").integer,
+            "pcie_replays": r.read("pci/replay_counter").integer}
+
+
+def _state(r: _Reader) -> dict[str, Any]:
+    """Clocks, load, fan, fabric and the driver's reset/recovery flags."""
+    reset = r.at("gpu_reset_status")
+    return {"sm_clock_mhz": r.read("clocks/sm_clock").integer,
+            "sm_clock_max_mhz": r.read("max_clocks/sm_clock").integer,
+            "utilization_pct": r.read("utilization/gpu_util").integer,
+            "performance_state": r.read("performance_state").text, "fan_speed": r.read("fan_speed").text,
+            "fabric_state": r.read("fabric/state").text, "fabric_status": r.read("fabric/status").text,
+            "reset_required": reset.read("reset_required").yes,
+            "drain_and_reset_recommended": reset.read("drain_and_reset_recommended").yes,
+            "recovery_action": r.read("gpu_recovery_action").text}
+
+
+def _ecc(r: _Reader) -> EccCounts:
     """Ampere+ ``sram_*``/``dram_*`` counters, else the pre-Ampere ``single_bit``/``double_bit`` ones."""
-    parity, secded, sram_unc, sram_corr, dram_corr, dram_unc = (leaf.integer for leaf in r.reads(_ECC[base]))
+    parity, secded = r.read("sram_uncorrectable_parity").integer, r.read("sram_uncorrectable_secded").integer
+    sram_unc, sram_corr = r.read("sram_uncorrectable").integer, r.read("sram_correctable").integer
+    dram_corr, dram_unc = r.read("dram_correctable").integer, r.read("dram_uncorrectable").integer
     if sram_unc is None and (parity is not None or secded is not None):
         sram_unc = (parity or 0) + (secded or 0)
     if sram_corr is not None or sram_unc is not None or dram_corr is not None or dram_unc is not None:
         return EccCounts(sram_corr, sram_unc, dram_corr, dram_unc)
-    counts = [leaf.integer for leaf in r.reads(_ECC_PRE_AMPERE[base])]
-    on_chip = len(_ON_CHIP)
-    return EccCounts(sram_correctable=_sum(counts[:on_chip]), sram_uncorrectable=_sum(counts[on_chip:2 * on_chip]),
-                     dram_correctable=counts[-2], dram_uncorrectable=counts[-1])
+    single, double = r.at("single_bit"), r.at("double_bit")
+    sram_correctable = _sum(single.read(k).integer for k in _ON_CHIP)
+    sram_uncorrectable = _sum(double.read(k).integer for k in _ON_CHIP)
+    return EccCounts(sram_correctable=sram_correctable, sram_uncorrectable=sram_uncorrectable,
+                     dram_correctable=single.read("device_memory").integer,
+                     dram_uncorrectable=double.read("device_memory").integer)
 
 
 _ON_CHIP = ("register_file", "l1_cache", "l2_cache", "texture_memory", "texture_shm", "cbu")
-_ECC = {base: tuple(f"{base}/{k}" for k in ("sram_uncorrectable_parity", "sram_uncorrectable_secded",
-                                             "sram_uncorrectable", "sram_correctable", "dram_correctable",
-                                             "dram_uncorrectable"))
-        for base in ("ecc_errors/volatile", "ecc_errors/aggregate")}
-_ECC_PRE_AMPERE = {base: (*(f"{base}/single_bit/{k}" for k in _ON_CHIP), *(f"{base}/double_bit/{k}" for k in _ON_CHIP),
-                          f"{base}/single_bit/device_memory", f"{base}/double_bit/device_memory")
-                   for base in _ECC}
 
 
 def _remap(r: _Reader) -> RowRemap | None:
     if not isinstance(r.get("remapped_rows"), Mapping):
         return None  # "N/A": pre-Ampere, or MIG enabled (the driver hides it per GPU instance)
-    corr, unc, pending, failure, banks_max, high, partial, low, none = r.reads(_REMAP)
-    return RowRemap(correctable=corr.integer, uncorrectable=unc.integer, pending=pending.yes, failure=failure.yes,
-                    banks_max=banks_max.integer, banks_high=high.integer, banks_partial=partial.integer,
-                    banks_low=low.integer, banks_none=none.integer)
-
-
-_REMAP = (*(f"remapped_rows/remapped_row_{k}" for k in ("corr", "unc", "pending", "failure")),
-          *(f"remapped_rows/row_remapper_histogram/row_remapper_histogram_{k}"
-            for k in ("max", "high", "partial", "low", "none")))
+    rows = r.at("remapped_rows")
+    hist = rows.at("row_remapper_histogram")
+    return RowRemap(correctable=rows.read("remapped_row_corr").integer,
+                    uncorrectable=rows.read("remapped_row_unc").integer,
+                    pending=rows.read("remapped_row_pending").yes, failure=rows.read("remapped_row_failure").yes,
+                    banks_max=hist.read("row_remapper_histogram_max").integer,
+                    banks_high=hist.read("row_remapper_histogram_high").integer,
+                    banks_partial=hist.read("row_remapper_histogram_partial").integer,
+                    banks_low=hist.read("row_remapper_histogram_low").integer,
+                    banks_none=hist.read("row_remapper_histogram_none").integer)
 
 
 def _clock_events(r: _Reader) -> tuple[str, ...]:
     reasons = r.get("clocks_event_reasons")
     if not isinstance(reasons, Mapping):
         return ()
-    return tuple(k for k, v in zip(reasons, map(r.value, reasons.values()), strict=True)
-                 if isinstance(v, str) and v.strip().lower() == "active")
+    return tuple(k for k, v in reasons.items() if isinstance(v, str) and v.strip().lower() == "active")
 
 
-def _sum(values: Any) -> int | None:
+def _sum(values: Iterable[int | None]) -> int | None:
     present = [v for v in values if v is not None]
     return sum(present) if present else None
 
 
 def _texts(r: _Reader, section: str) -> dict[str, str]:
     """A flat section (``inforom_version``, ``platformInfo``) as {leaf: text}, N/A leaves dropped."""
-    leaves = r.get(section)
-    if not isinstance(leaves, Mapping):
-        return {}
-    keys = tuple(leaves)
-    return {k: leaf.text for k, leaf in zip(keys, r.reads(_paths(section, keys)), strict=True) if leaf.text}
-
-
-@memoized(256)  # a handful of sections, each with its model's leaves
-def _paths(section: str, keys: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(f"{section}/{k}" for k in keys)
+    leaves = r.at(section)
+    return {k: text for k in leaves.tree if (text := leaves.read(k).text)}
 
 
 def _first(*values: Any) -> Any:

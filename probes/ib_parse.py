@@ -12,9 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from healthcheck.probes.parse_memo import memoized, shared_parser
-
 from healthcheck.core.spec import ParseError
+from healthcheck.probes.parse_memo import memoized, shared_parser
 
 # Width in bits of the IBA PortCounters error counters that sysfs exposes (IBA spec vol. 1,
 # PortCounters attribute): they saturate at 2**bits - 1, so growth cannot be seen past that.
@@ -26,10 +25,10 @@ COUNTER_BITS = {
 }
 _STATE_WORDS = {"active": "ACTIVE", "down": "DOWN", "initializing": "INIT", "init": "INIT",
                 "armed": "ARMED", "active_defer": "ACTIVE_DEFER"}
-_SYSFS_LINE = re.compile(r"^(?P<path>\S*?class/infiniband/(?P<dev>[^/:]+)/(?:ports/(?P<port>\d+)/)?"
-                         r"(?P<attr>[^:]+)):(?P<value>.*)$")
 _SYSFS_ROOT = "/sys/class/infiniband/"
-_TRAILING_NUMBER = re.compile(r"^(.*?)(\d+)$")
+_SYSFS_MARK = "class/infiniband/"   # any path prefix (a chroot, a copied tree) before it
+MAX_PORT_DIGITS = 9
+MAX_COUNTER_DIGITS = 20             # a 64-bit counter
 _RATE = re.compile(r"^(?P<gbps>\d+(?:\.\d+)?) Gb/sec(?: \((?P<width>\d+X)(?: (?P<speed>[A-Za-z0-9]+))?\))?")
 
 
@@ -123,11 +122,11 @@ def parse_ib_sysfs(text: str) -> tuple[IbDevice, ...]:
             fields = _path_fields(path) if colon else None
         elif not line.strip() or line.startswith("#"):
             continue
-        if fields is None:  # any other form: the pattern decides
-            m = _SYSFS_LINE.match(line)
-            if m is None:
+        if fields is None:  # any other form: a prefix, then class/infiniband/<dev>/[ports/<n>/]<attr>:<value>
+            split = _sysfs_line(line)
+            if split is None:
                 raise ParseError("ib-sysfs line is not '<sysfs path>:<value>'", line)
-            fields, value = (m["dev"], None if m["port"] is None else int(m["port"]), m["attr"]), m["value"]
+            fields, value = split
         dev, port, attr = fields
         if dev not in devices:
             devices[dev] = {}
@@ -151,15 +150,40 @@ def parse_ib_sysfs(text: str) -> tuple[IbDevice, ...]:
 @memoized(maxsize=4096, typed=False)  # every node of a fleet has the same sysfs paths
 def _path_fields(path: str) -> tuple[str, int | None, str] | None:
     """``/sys/class/infiniband/mlx5_0/ports/1/rate`` (a line's text before its first ':') -> ("mlx5_0", 1,
-    "rate"): what ``_SYSFS_LINE`` reads from such a line, or None where only the pattern can tell."""
-    dev, slash, tail = path[len(_SYSFS_ROOT):].partition("/")
-    if not dev or not slash or not tail:
+    "rate"), or None where ``_sysfs_line`` must decide."""
+    return _tail_fields(path[len(_SYSFS_ROOT):])
+
+
+def _tail_fields(tail: str) -> tuple[str, int | None, str] | None:
+    """``<dev>/[ports/<n>/]<attr>`` -> (dev, port, attr), or None when it is not one. A port number is at
+    most ``MAX_PORT_DIGITS`` decimal digits (a longer run is no port: ParseError)."""
+    dev, slash, rest = tail.partition("/")
+    if not dev or not slash or not rest:
         return None
-    if tail.startswith("ports/"):
-        number, slash, attr = tail[6:].partition("/")
-        if slash and attr and number.isdecimal():  # \d+ is any Unicode decimal digit, as isdecimal
+    if rest.startswith("ports/"):
+        number, slash, attr = rest[6:].partition("/")
+        if slash and attr and number.isdecimal():  # any Unicode decimal digit, as the pattern's \d
+            if len(number) > MAX_PORT_DIGITS:
+                raise ParseError(f"ib-sysfs port number of {len(number)} digits", tail[:200])
             return dev, int(number), attr
-    return dev, None, tail
+    return dev, None, rest
+
+
+def _sysfs_line(line: str) -> tuple[tuple[str, int | None, str], str] | None:
+    """A ``<prefix>class/infiniband/<dev>/[ports/<n>/]<attr>:<value>`` line with any prefix free of
+    whitespace -> ((dev, port, attr), value), or None. Each occurrence of the marker is tried once, from
+    the left, with str methods only: linear in the line (a regex with a lazy prefix was quadratic)."""
+    blank = next((i for i, c in enumerate(line) if c.isspace()), len(line))
+    start = 0
+    while 0 <= (at := line.find(_SYSFS_MARK, start)) < blank:
+        path, colon, value = line[at + len(_SYSFS_MARK):].partition(":")
+        fields = _tail_fields(path) if colon else None
+        if fields is not None:
+            return fields, value
+        if not colon:
+            return None  # no ':' after this marker: none after a later one either
+        start = at + 1
+    return None
 
 
 def _sysfs_port(dev: str, port: int, attrs: Mapping[str, str]) -> IbPort:
@@ -167,11 +191,10 @@ def _sysfs_port(dev: str, port: int, attrs: Mapping[str, str]) -> IbPort:
     gbps, width, speed = parse_rate(rate) if rate else (None, None, None)
     counters, hw_counters = {}, {}
     for key, value in attrs.items():
-        if key.startswith("counters/"):
-            if value.isdecimal():
-                counters[key[9:]] = int(value)
-        elif key.startswith("hw_counters/") and value.isdecimal():
-            hw_counters[key[12:]] = int(value)
+        if key.startswith(("counters/", "hw_counters/")) and value.isdecimal():
+            if len(value) > MAX_COUNTER_DIGITS:
+                raise ParseError(f"{dev}/{port} {key} has {len(value)} digits: not a 64-bit counter", value[:60])
+            (counters if key.startswith("counters/") else hw_counters)[key.partition("/")[2]] = int(value)
     return IbPort(device=dev, port=port,
                   state=_state(attrs["state"]) if "state" in attrs else None,
                   phys_state=_phys_state(attrs["phys_state"]) if "phys_state" in attrs else None,
@@ -181,14 +204,18 @@ def _sysfs_port(dev: str, port: int, attrs: Mapping[str, str]) -> IbPort:
 
 
 def _natural(name: str) -> tuple[str, int]:
-    m = _TRAILING_NUMBER.match(name)
-    return (m[1], int(m[2])) if m else (name, -1)
+    """``mlx5_10`` -> ("mlx5_", 10): device names sort by their trailing number (at most 18 digits)."""
+    cut = len(name)
+    while cut and name[cut - 1].isdecimal():
+        cut -= 1
+    digits = name[cut:]
+    return (name[:cut], int(digits)) if digits and len(digits) <= 18 else (name, -1)
 
 
 _CA = re.compile(r"^CA '(?P<name>[^']+)'\s*$")
-_PORT = re.compile(r"^\s+Port (?P<port>\d+):\s*$")
-_KV = re.compile(r"^\s+(?P<key>[A-Za-z][A-Za-z ]*?):\s*(?P<value>.*?)\s*$")
-_PANIC = re.compile(r"^ibpanic: (?P<msg>.*?)\s*$")
+_PORT = re.compile(r"^\s+Port (?P<port>\d{1,9}):\s*$")
+_KV = re.compile(r"^\s+(?P<key>[A-Za-z][A-Za-z ]*?):(?P<value>.*)$")   # value stripped in code: linear
+_PANIC = re.compile(r"^ibpanic: (?P<msg>.*)$")
 _PANIC_DEV = re.compile(r"IB device '(?P<dev>[^']+)'")
 
 
@@ -203,8 +230,9 @@ def parse_ibstat(text: str) -> IbstatReport:
     port: dict | None = None
     for line in text.splitlines():
         if m := _PANIC.match(line):
-            dev = _PANIC_DEV.search(m["msg"])
-            panic = IbstatPanic(message=m["msg"], device=dev["dev"] if dev else None)
+            message = m["msg"].rstrip()
+            dev = _PANIC_DEV.search(message)
+            panic = IbstatPanic(message=message, device=dev["dev"] if dev else None)
         elif m := _CA.match(line):
             cas.append({"name": m["name"], "attrs": {}, "ports": []})
             port = None
@@ -212,7 +240,7 @@ def parse_ibstat(text: str) -> IbstatReport:
             port = {"port": int(m["port"])}
             cas[-1]["ports"].append(port)
         elif (m := _KV.match(line)) and cas:
-            (port if port is not None else cas[-1]["attrs"])[m["key"]] = m["value"]
+            (port if port is not None else cas[-1]["attrs"])[m["key"]] = m["value"].strip()
     if not cas and panic is None and text.strip():
         raise ParseError("ibstat output has no \"CA '<name>'\" line", text)
     devices = tuple(IbDevice(name=ca["name"], hca_type=ca["attrs"].get("CA type"),

@@ -14,9 +14,13 @@ Parsers live in ``probes/ib_parse.py``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
+from healthcheck.core.grading import ValueGrades, grade_value
+from healthcheck.core.model import CommandResult, Finding, Status
+from healthcheck.core.profiles import Expectation, Profile
+from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 from healthcheck.probes import register
 from healthcheck.probes.ib_parse import (
     COUNTER_BITS,
@@ -27,11 +31,6 @@ from healthcheck.probes.ib_parse import (
     parse_ibstat,
     parse_peermem_module,
 )
-
-from healthcheck.core.grading import expected_text, finding_from_expectation, grade, passes
-from healthcheck.core.model import CommandResult, Finding, Status
-from healthcheck.core.profiles import Expectation, Profile
-from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 
 _SYSFS_FILES = ("fw_ver", "hca_type", "board_id", "ports/*/state", "ports/*/phys_state", "ports/*/rate",
                 "ports/*/link_layer", "ports/*/counters/*", "ports/*/hw_counters/*")
@@ -142,13 +141,14 @@ def _count_findings(host: str, selection: PortSelection, profile: Profile, sourc
     note = _left_out_note(selection, profile)
     out = []
     for check, value in (("ib.hca.count", len(hcas)), ("ib.port.count", len(selection.fabric))):
-        f = finding_from_expectation(host, check, profile.expect(check), value, source=source,
-                                     remedy=_REMEDY_COUNT, profile=profile)
-        if f.status is not Status.PASS and not selection.fabric and not selection.other_layer \
-                and selection.other_hcas:
+        grade = grade_value(check, profile.expect(check), value, remedy=_REMEDY_COUNT, profile=profile)
+        if grade.status is Status.PASS:
+            out.append(grade.finding(host, "node", source))
+            continue
+        if not selection.fabric and not selection.other_layer and selection.other_hcas:
             # every HCA is of an unselected type: the profile's selector, not the node, is the likely fault
-            f = replace(f, status=Status.ERROR, remedy=_REMEDY_TYPES)
-        out.append(_with_note(f, note) if f.status is not Status.PASS else f)
+            grade = grade._replace(status=Status.ERROR, remedy=_REMEDY_TYPES)
+        out.append(grade.finding(host, "node", source, note=note))
     return out
 
 
@@ -188,91 +188,76 @@ def evaluate_infiniband(obs: IbObservation, ctx: EvalContext) -> list[Finding]:
     findings += _count_findings(host, selection, profile, source)
     findings += _other_port_findings(host, selection, source)
     previous = previous_counters(ctx.previous.get("infiniband"))
-    rules, verdicts = _counter_rules(profile), {}
-    facets = _PortFacets(profile)
+    rules = _counter_rules(host, profile, source, growth=bool(previous))
+    facets = _PortFacets(host, profile, source)
     for port in selection.fabric:
-        findings += facets.findings(host, port, source)
-        findings += _counter_findings(host, port, ctx, source, previous.get(port.name), rules, verdicts)
+        findings += facets.findings(port)
+        findings += _counter_findings(host, port, source, previous.get(port.name), rules)
     findings += _gpudirect_findings(host, obs, ctx)
     return findings
 
 
+_Facet = tuple[str, Any, ValueGrades]  # label, the port's value, its grades
+
+
 class _PortFacets:
-    """A host's ``ib.port.state`` and ``ib.port.rate`` findings: the profile's five expectations looked up once,
-    and each distinct set of port values graded once (a node's ports print the same state and rate: only
-    the component differs between their findings)."""
+    """A host's ``ib.port.state`` and ``ib.port.rate`` findings: one finding a port for several facets
+    (state + physical state; rate + width + speed), each facet's values graded once on the host."""
 
-    def __init__(self, profile: Profile) -> None:
-        self.state = (profile.expect("ib.port.state"), profile.expect("ib.port.phys_state"))
-        self.rate = (profile.expect("ib.port.rate_gbps"), profile.expect("ib.port.width"),
-                     profile.expect("ib.port.speed"))
-        self.graded: dict[tuple[Any, ...], _Outcome] = {}
+    def __init__(self, host: str, profile: Profile, source: str) -> None:
+        self.host, self.source = host, source
+        self.grades = {key: ValueGrades(host, key, profile.expect(key), source=source, remedy="", profile=profile)
+                       for key in ("ib.port.state", "ib.port.phys_state", "ib.port.rate_gbps", "ib.port.width",
+                                   "ib.port.speed")}
 
-    def findings(self, host: str, port: IbPort, source: str) -> list[Finding]:
-        state, phys = self.state
-        rate, width, speed = self.rate
-        return [
-            self._finding(host, "ib.port.state", port.name, source, _REMEDY_LINK, [
-                ("state", port.state, state), ("physical state", port.phys_state, phys)]),
-            self._finding(host, "ib.port.rate", port.name, source, _REMEDY_RATE, [
-                ("rate", port.rate_gbps, rate), ("width", port.width, width), ("speed", port.speed, speed)],
-                shown=port.rate_text)]
+    def findings(self, port: IbPort) -> list[Finding]:
+        g = self.grades
+        state = [("state", port.state, g["ib.port.state"]),
+                 ("physical state", port.phys_state, g["ib.port.phys_state"])]
+        rate = [("rate", port.rate_gbps, g["ib.port.rate_gbps"]), ("width", port.width, g["ib.port.width"]),
+                ("speed", port.speed, g["ib.port.speed"])]
+        return [self._finding("ib.port.state", port.name, _REMEDY_LINK, state),
+                self._finding("ib.port.rate", port.name, _REMEDY_RATE, rate, shown=port.rate_text)]
 
-    def _finding(self, host: str, check: str, component: str, source: str, remedy: str,
-                 parts: list[tuple[str, Any, Expectation | None]], shown: str | None = None) -> Finding:
-        # the values with their types: 400 and 400.0 grade alike but print differently
-        key = (check, source, shown, *[(value.__class__, value) for _, value, _ in parts])
-        try:
-            outcome = self.graded.get(key)
-        except TypeError:  # an unhashable value: graded on its own
-            return _combined(host, check, component, source, remedy, parts, shown)
-        if outcome is None:
-            outcome = self.graded[key] = _combined_outcome(check, source, remedy, parts, shown)
-        status, value, expected, message, remedy_out = outcome
-        return Finding(host=host, check=check, component=component, status=status, value=value,
-                       expected=expected, message=component + message, source=source, remedy=remedy_out)
-
-
-# status, value, expected, message without its leading component, remedy
-_Outcome = tuple[Status, Any, Any, str, str | None]
-
-
-def _combined(host: str, check: str, component: str, source: str, remedy: str,
-              parts: list[tuple[str, Any, Expectation | None]], shown: str | None = None) -> Finding:
-    """One finding for several facets of a port (state + physical state; rate + width + speed)."""
-    status, value, expected, message, remedy_out = _combined_outcome(check, source, remedy, parts, shown)
-    return Finding(host=host, check=check, component=component, status=status, value=value,
-                   expected=expected, message=component + message, source=source, remedy=remedy_out)
-
-
-def _combined_outcome(check: str, source: str, remedy: str, parts: list[tuple[str, Any, Expectation | None]],
-                      shown: str | None) -> _Outcome:
-    """``_combined``'s grading of ``parts``, which does not depend on the port's name."""
-    expected_parts = [(label, value, exp) for label, value, exp in parts if exp is not None]
-    measured = shown or " / ".join(str(v) for _, v, _ in parts if v is not None)
-    if not expected_parts:
-        return Status.SKIP, measured, None, f": no expectation for {check} in the profile", None
-    # a value the tool does not print (ibstat has no width or speed) is not graded, and says so
-    unprinted = [label for label, value, _ in expected_parts if value is None]
-    graded = [(label, value, exp) for label, value, exp in expected_parts if value is not None]
-    why = f" ({', '.join(unprinted)} not reported by {source}: not graded)" if unprinted else ""
-    if not graded:
-        return Status.SKIP, measured or None, None, f": {', '.join(unprinted)} not reported by {source}", None
-    statuses, bad, expected = [], [], []
-    for label, value, exp in graded:
-        status = grade(exp, value)
-        statuses.append(status)
-        expected.append(expected_text(exp))
+    def _finding(self, check: str, component: str, remedy: str, parts: list[_Facet],
+                 shown: str | None = None) -> Finding:
+        """One finding for several facets of a port; a facet the tool does not print is not graded, and
+        the message says so."""
+        measured = shown or " / ".join(str(v) for _, v, _ in parts if v is not None)
+        unprinted: list[str] = []
+        expected: list[str] = []
+        bad: list[str] = []
+        sources: set[str] = set()
+        status = Status.PASS
+        for label, value, grades in parts:
+            if grades.exp is None:
+                continue
+            if value is None:
+                unprinted.append(label)
+                continue
+            grade = grades.grade(value)
+            expected.append(grades.expected or "")
+            sources.add(grades.exp.source)
+            if grade.status is not Status.PASS:
+                bad.append(f"{label} {value} instead of {grades.exp.value}")
+                status = max(status, grade.status, key=lambda s: s.rank)
+        if not expected:
+            why = f"{', '.join(unprinted)} not reported by {self.source}" if unprinted else \
+                f"no expectation for {check} in the profile"
+            return self._skip(check, component, measured or None if unprinted else measured, why)
+        why = f" ({', '.join(unprinted)} not reported by {self.source}: not graded)" if unprinted else ""
+        message = f"{component}: {check.split('.')[-1]} {measured}"
         if status is not Status.PASS:
-            bad.append(f"{label} {value if value is not None else 'unknown'} instead of {exp.value}")
-    status = max(statuses, key=lambda s: s.rank)
-    what = check.split(".")[-1]
-    if status is Status.PASS:
-        message = f": {what} {measured}{why}"
-    else:
-        sources = sorted({exp.source for _, _, exp in graded})
-        message = f": {what} {measured}: {'; '.join(bad)}{why} (source: {'; '.join(sources)})"
-    return status, measured, ", ".join(expected), message, None if status is Status.PASS else remedy
+            message += f": {'; '.join(bad)}{why} (source: {'; '.join(sorted(sources))})"
+        else:
+            message += why
+        return Finding(host=self.host, check=check, component=component, status=status, value=measured,
+                       expected=", ".join(expected), message=message, source=self.source,
+                       remedy=None if status is Status.PASS else remedy)
+
+    def _skip(self, check: str, component: str, value: str | None, why: str) -> Finding:
+        return Finding(host=self.host, check=check, component=component, status=Status.SKIP, value=value,
+                       message=f"{component}: {why}", source=self.source)
 
 
 def previous_counters(previous: Any) -> dict[str, dict[str, int]]:
@@ -293,69 +278,54 @@ _MISSING = object()
 
 @dataclass(frozen=True)
 class _CounterRule:
-    """The profile's expectations for one counter name, with their check ids."""
+    """The profile's grades of one counter name: ``ib.counter.NAME`` and ``ib.counter_growth.NAME``."""
 
     name: str
-    exp: Expectation | None         # ib.counter.NAME
-    growth_exp: Expectation | None  # ib.counter_growth.NAME
-
-    @property
-    def check(self) -> str:
-        return _COUNTER + self.name
-
-    @property
-    def growth_check(self) -> str:
-        return _GROWTH + self.name
+    grades: ValueGrades | None
+    growth: ValueGrades | None
 
 
-def _counter_rules(profile: Profile) -> list[_CounterRule]:
-    """The counters the profile grades (``ib.counter.NAME``, ``ib.counter_growth.NAME``), by name: looked up
-    once per host, not twice per counter of every port."""
+def _counter_rules(host: str, profile: Profile, source: str, growth: bool = True) -> list[_CounterRule]:
+    """The counters the profile grades, by name: looked up once per host, not twice per counter of every port
+    (their growth only with ``growth``: a previous run to grow from)."""
     rules: dict[str, list[Expectation | None]] = {}
     for key, exp in profile.expectations.items():
-        if not key.startswith("ib.counter"):  # one test for the ~100 keys that are neither
+        if not key.startswith("ib.counter"):  # most keys: neither kind
             continue
         if key.startswith(_COUNTER):
             rules.setdefault(key[len(_COUNTER):], [None, None])[0] = exp
         elif key.startswith(_GROWTH):
             rules.setdefault(key[len(_GROWTH):], [None, None])[1] = exp
-    return [_CounterRule(name, exp, growth) for name, (exp, growth) in sorted(rules.items())]
+
+    def grades(check: str, exp: Expectation | None) -> ValueGrades | None:
+        return None if exp is None else ValueGrades(host, check, exp, source=source, remedy=_REMEDY_COUNTER,
+                                                    profile=profile)
+    return [_CounterRule(name, grades(_COUNTER + name, exp), grades(_GROWTH + name, growth_exp) if growth else None)
+            for name, (exp, growth_exp) in sorted(rules.items())]
 
 
-def _counter_findings(host: str, port: IbPort, ctx: EvalContext, source: str,
-                      before: Mapping[str, int] | None, rules: list[_CounterRule],
-                      verdicts: dict[tuple[str, type, int], bool]) -> list[Finding]:
+def _counter_findings(host: str, port: IbPort, source: str, before: Mapping[str, int] | None,
+                      rules: list[_CounterRule]) -> list[Finding]:
     """Every counter over its threshold or grown too fast (a Finding is built only for those), else one
-    PASS for the port. ``verdicts`` remembers ``passes`` per check and value across the host's ports."""
-    findings, checked, profile, counters = [], 0, ctx.profile, port.counters
+    PASS for the port."""
+    findings, checked, counters = [], 0, port.counters
     for rule in rules:  # by counter name
-        value = counters.get(rule.name, _MISSING)
+        name = rule.name
+        value = counters.get(name, _MISSING)
         if value is _MISSING:
             continue
-        name, exp, growth_exp = rule.name, rule.exp, rule.growth_exp
-        if exp is not None:
+        if rule.grades is not None:
             checked += 1
-            key = (value.__class__, value, name)  # never a growth check's key (check, type, value)
-            ok = verdicts.get(key)
-            if ok is None:
-                ok = verdicts[key] = passes(exp, value)
-            if not ok:
-                f = finding_from_expectation(host, rule.check, exp, value, source=source,
-                                             component=port.name, remedy=_REMEDY_COUNTER, profile=profile)
-                if f.status is not Status.PASS:
-                    findings.append(_with_note(f, _saturation_note(name, value)))
-        if growth_exp is None or before is None or name not in before:
+            if not rule.grades.passes(value):
+                findings.append(rule.grades.finding(port.name, value, note=_saturation_note(name, value)))
+        if rule.growth is None or before is None or name not in before:
             continue
         checked += 1
         growth = value - before[name] if value >= before[name] else value  # a drop means a counter reset
-        if _passes(verdicts, rule.growth_check, growth_exp, growth):
-            continue
-        f = finding_from_expectation(host, rule.growth_check, growth_exp, growth, source=source,
-                                     component=port.name, remedy=_REMEDY_COUNTER, profile=profile)
-        if f.status is not Status.PASS:
+        if not rule.growth.passes(growth):
             flap = " since the previous run: the link is flapping" if name == "link_downed" else \
                 " since the previous run"
-            findings.append(_with_note(f, flap + _saturation_note(name, value)))
+            findings.append(rule.growth.finding(port.name, growth, note=flap + _saturation_note(name, value)))
     if checked and not findings:
         findings.append(Finding(host=host, check="ib.port.counters", component=port.name, status=Status.PASS,
                                 value=checked, source=source,
@@ -363,26 +333,11 @@ def _counter_findings(host: str, port: IbPort, ctx: EvalContext, source: str,
     return findings
 
 
-def _passes(verdicts: dict[tuple[str, type, int], bool], check: str, exp: Expectation, value: int) -> bool:
-    key = (check, value.__class__, value)
-    ok = verdicts.get(key)
-    if ok is None:
-        ok = verdicts[key] = passes(exp, value)
-    return ok
-
-
 def _saturation_note(name: str, value: int) -> str:
     bits = COUNTER_BITS.get(name)
     if bits is None or value < (1 << bits) - 1:
         return ""
     return f" (saturated at its {bits}-bit maximum: the true count is higher)"
-
-
-def _with_note(f: Finding, note: str) -> Finding:
-    if not note:
-        return f
-    head, sep, tail = f.message.partition(" (source:")
-    return replace(f, message=head + note + sep + tail)
 
 
 def _gpudirect_findings(host: str, obs: IbObservation, ctx: EvalContext) -> list[Finding]:
@@ -397,12 +352,11 @@ def _gpudirect_findings(host: str, obs: IbObservation, ctx: EvalContext) -> list
                         message="peermem-module output missing or truncated: cannot tell whether "
                                 "nvidia_peermem is loaded")]
     loaded = bool(obs.peermem_modules)
-    f = finding_from_expectation(
-        host, "ib.gpudirect_rdma", exp, loaded, source="peermem-module", profile=ctx.profile,
-        remedy="Load the GPUDirect RDMA module: `modprobe nvidia-peermem` (and list it in "
-               "/etc/modules-load.d)")
+    grade = grade_value("ib.gpudirect_rdma", exp, loaded, profile=ctx.profile,
+                        remedy="Load the GPUDirect RDMA module: `modprobe nvidia-peermem` (and list it in "
+                               "/etc/modules-load.d)")
     detail = ", ".join(obs.peermem_modules) if loaded else "neither nvidia_peermem nor nv_peer_mem loaded"
-    return [replace(f, message=f"{f.message} ({detail})")]
+    return [grade.finding(host, "node", "peermem-module", detail=f" ({detail})")]
 
 
 PROBE = register(ProbeSpec(

@@ -23,7 +23,7 @@ OWOD#81), "WARNING: infoROM is corrupted at gpu ..." (NVIDIA/gpu-operator#20, rc
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,20 +61,6 @@ class SmiLog:
     gpus: tuple[Mapping[str, Any], ...]
     errors: tuple[SmiError, ...] = ()
     fragment: bool = False
-
-
-@dataclass(frozen=True)
-class SmiLayoutLog:
-    """One report read by its layout (``nvidia_smi_xml.parse_nvidia_smi_xml_layout``), its tree not
-    built: ``log`` is the report as ``parse_nvidia_smi_xml`` gives it but for its GPU trees, which are
-    its layout's, every leaf an ``int``: the index in ``texts`` of the leaf's text as printed (not
-    stripped); the last text is "", what a reader reads where there is no leaf. ``plans`` (one dict
-    per GPU, shared by every report of the layout) is where readers remember what each path leads to
-    in the layout (``gpu_model.observations_from_layout``)."""
-
-    log: SmiLog
-    texts: Sequence[str]
-    plans: tuple[dict[Any, Any], ...]  # path, or tuple of paths -> where it leads
 
 
 _ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (

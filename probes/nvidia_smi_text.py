@@ -22,9 +22,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from healthcheck.probes.nvidia_smi_log import SmiLog, find_nvidia_smi_errors, normalize_bus_id, tree_set
-
 from healthcheck.core.spec import ParseError
+from healthcheck.probes.nvidia_smi_log import SmiLog, find_nvidia_smi_errors, normalize_bus_id, tree_set
 
 # ``Label : value``: the first colon followed by whitespace or the end of the line. Found with one linear
 # search: the former ``^(\S.*?)\s*:(?:\s+(.*))?$`` backtracked quadratically on long colon-less lines.

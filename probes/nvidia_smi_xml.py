@@ -16,24 +16,12 @@ gpu ...") is returned as error lines, not a parse failure. ``<supported_clocks>`
 ``<supported_clocks>`` (lollipopkit/flutter_server_box#286). A document without its closing
 ``</nvidia_smi_log>`` is truncated and raises ``ParseError``.
 
-Speed (a fleet replay parses one 90 KB report per host): expat checks the document is well-formed
-(the same parser and settings as ElementTree) and reports any comment, CDATA section, processing
-instruction or namespace declaration past the prolog; a plain document (none of those, no entity and
-no carriage return: every nvidia-smi report) is then split on its tags with string methods into the
-same tree ElementTree would give. Anything else, and every malformed document, goes through
-ElementTree itself, whose error ``ParseError`` quotes. (A single pass in Python instead, checking
-names, nesting and characters while splitting, measured slower than expat's C check plus the split.)
-Nodes of one model and driver print the same tags with other values, so when the text between the
-tags is plain ASCII that XML accepts as character data (checked in C, ``_plain_text``), expat checks
-the tags alone, once per distinct set (``_plain_skeleton``, memoized): a document is well-formed
-exactly when its tags are and its text is such character data (2.57 -> 2.25 ms a host). The gpu
-probe does not need the tree at all
-(``parse_nvidia_smi_xml_layout``): a plain report's tags also give its *layout* (``_Layout``, made
-once per set of tags), the tree with each leaf's text left as its index in the split parts, and its
-observations are read from that and the report's own texts (``gpu_model.observations_from_layout``:
-the same reads in the same order, each path resolved once per layout). The tags are remembered as
-one string (hashed and compared in C, not 3,300 new strings), and the unread sections are found by
-one regex search each. 1.75 -> 1.05 CPU-ms a host (parse and observations, ``bench/smi_parse.py``).
+A plain document (no comment, CDATA, processing instruction, namespace declaration or entity past
+its prolog, no carriage return: every nvidia-smi report) is split on its tags into the tree
+ElementTree would give; anything else goes through ElementTree itself, whose error ``ParseError``
+quotes. Nodes of one model and driver print the same tags with other values, so the tags are checked
+(expat) and laid out as a tree once per distinct set (``_plain_skeleton``, ``_Layout``), and each
+report fills that layout with its own texts.
 """
 
 from __future__ import annotations
@@ -44,18 +32,16 @@ from itertools import chain
 from typing import Any
 from xml.parsers import expat
 
+from healthcheck.core.spec import ParseError
 from healthcheck.probes.nvidia_smi_log import (
     RENAMED_SECTIONS,
     SmiError,
-    SmiLayoutLog,
     SmiLog,
     canonical_reason,
     find_nvidia_smi_errors,
     normalize_bus_id,
 )
 from healthcheck.probes.parse_memo import memoized
-
-from healthcheck.core.spec import ParseError
 
 _START = re.compile(r"<\?xml[^>]*\?>|<nvidia_smi_log\b")
 _END = "</nvidia_smi_log>"
@@ -73,26 +59,15 @@ def parse_nvidia_smi_xml(text: str) -> SmiLog:
     if isinstance(found, SmiLog):
         return found
     document, outside = found
-    return _log(_plain_tree(document), document, outside)
-
-
-def parse_nvidia_smi_xml_layout(text: str) -> SmiLog | SmiLayoutLog:
-    """``parse_nvidia_smi_xml``, without building the tree of a plain report whose tags were seen
-    before: that one is its layout's (``_Layout``) read with its own texts (``SmiLayoutLog``). What
-    the report's tree would be is the layout's with each leaf's text in place of its index, so a
-    reader that resolves the indexes reads exactly what it would read in the tree."""
-    found = _document(text)
-    if isinstance(found, SmiLog):
-        return found
-    document, outside = found
+    errors = find_nvidia_smi_errors(outside)
     plain = _plain_parts(document)
     layout = plain[1].layout() if plain is not None and plain[1] is not None else None
-    if layout is None:
-        return _log(_built(plain), document, outside)
-    return layout.read(plain[0], find_nvidia_smi_errors(outside))
+    if layout is not None:
+        return layout.log(plain[0], errors)
+    return _log(_built(plain), document, errors)
 
 
-def _log(top: dict[str, Any] | None, document: str, outside: str) -> SmiLog:
+def _log(top: dict[str, Any] | None, document: str, errors: tuple[SmiError, ...]) -> SmiLog:
     """The report whose tree is ``top`` (None: left to ElementTree, which reads ``document`` or says
     why it cannot)."""
     if top is None:
@@ -106,7 +81,7 @@ def _log(top: dict[str, Any] | None, document: str, outside: str) -> SmiLog:
         cuda_version=_text(top.get("cuda_version")),
         attached_gpus=_int(top.get("attached_gpus")),
         gpus=gpus,
-        errors=find_nvidia_smi_errors(outside),
+        errors=errors,
     )
 
 
@@ -129,32 +104,24 @@ def _document(text: str) -> tuple[str, str] | SmiLog:
 def _drop_unread(document: str) -> str:
     """``document`` without the ``<supported_clocks>``, ``<processes>`` and ``<accounted_processes>``
     sections: each from its opening tag to the first closing tag of the same name (an opening tag
-    never closed stays). One search finds the next opening tag of any of them; a tag found never
-    closed is no longer searched for (no later one of it is closed either)."""
-    opening, unclosed = _OPENING[_DROPPED], set()
+    never closed stays). The next opening of each tag is kept and searched for again only once passed;
+    a tag found never closed is no longer searched for (no later one of it is closed either)."""
+    following = {tag: document.find(f"<{tag}>") for tag in _DROPPED}  # next opening of each tag (-1: none)
     kept: list[str] = []
     pos = 0
-    while (found := opening.search(document, pos)) is not None:
-        tag = found.group(1)
-        closed = document.find(f"</{tag}>", found.end())
+    while live := [(at, tag) for tag, at in following.items() if at >= 0]:
+        at, tag = min(live)
+        closed = document.find(f"</{tag}>", at + len(tag) + 2)
         if closed < 0:
-            unclosed.add(tag)
-            live = tuple(t for t in _DROPPED if t not in unclosed)
-            if not live:
-                break
-            opening = _OPENING.get(live) or _opening(live)
-            continue  # pos unchanged: an earlier opening of a live tag may lie behind this one
-        kept.append(document[pos:found.start()])
+            del following[tag]
+            continue
+        kept.append(document[pos:at])
         pos = closed + len(tag) + 3
+        for other, next_at in following.items():
+            if 0 <= next_at < pos:
+                following[other] = document.find(f"<{other}>", pos)
     kept.append(document[pos:])
     return "".join(kept)
-
-
-def _opening(tags: tuple[str, ...]) -> re.Pattern[str]:
-    return re.compile("<(" + "|".join(map(re.escape, tags)) + ")>")
-
-
-_OPENING = {_DROPPED: _opening(_DROPPED)}
 
 
 def _etree_root(document: str) -> ET.Element:
@@ -176,10 +143,7 @@ def _plain_tree(document: str) -> dict[str, Any] | None:
 
 def _built(plain: tuple[list[str], _Skeleton | None] | None) -> dict[str, Any] | None:
     """``_plain_tree`` of the document whose ``_plain_parts`` are ``plain``."""
-    if plain is None:
-        return None
-    parts, skeleton = plain
-    return _split_tree(parts) if skeleton is None else skeleton(parts)
+    return None if plain is None else _split_tree(plain[0])
 
 
 def _plain_parts(document: str) -> tuple[list[str], _Skeleton | None] | None:
@@ -230,8 +194,7 @@ def _plain_skeleton(prolog: str, tags: str) -> _Skeleton | None:
 
 
 class _Skeleton:
-    """What documents with one set of ``tags`` share: their trees are built from their split parts
-    (``_split_tree``), and their layout (``layout``) is made once."""
+    """What documents with one set of ``tags`` share: their layout (``layout``), made once."""
 
     __slots__ = ("_layout", "tags")
 
@@ -245,44 +208,36 @@ class _Skeleton:
             self._layout = _Layout.of(self.tags)
         return self._layout
 
-    def __call__(self, parts: list[str]) -> dict[str, Any] | None:
-        return _split_tree(parts)
-
 
 class _Layout:
     """The tree of every plain document with one set of tags, normalized as a report's tree is, each
-    leaf's text left as its index in the document's split parts (a ``_Slot``: the text is
-    ``parts[slot]``, unstripped); ``plans`` holds one dict per GPU for readers to remember where a
-    path leads (``gpu_model._LayoutReader``). A tree's shape is a function of its tags alone, and so
-    is every step of ``_normalize_gpu`` but the bus id's (an attribute: part of the tags)."""
+    leaf's text left as its index in the document's split parts (the text is ``parts[index]``, stripped).
+    A tree's shape is a function of its tags alone, and so is every step of ``_normalize_gpu`` (the bus
+    id is an attribute: part of the tags)."""
 
-    __slots__ = ("gpus", "plans", "top")
+    __slots__ = ("gpus", "top")
 
     def __init__(self, top: dict[str, Any], gpus: tuple[dict[str, Any], ...]) -> None:
         self.top, self.gpus = top, gpus
-        self.plans: tuple[dict[Any, Any], ...] = tuple({} for _ in gpus)
 
     @classmethod
     def of(cls, tags: tuple[str, ...]) -> _Layout | None:
         """The layout of documents with ``tags``; None when they have none (not rooted at
-        ``<nvidia_smi_log>``, or a ``<gpu>`` without fields: ``parse_nvidia_smi_xml`` says why)."""
+        ``<nvidia_smi_log>``, or a ``<gpu>`` without fields: ``_log`` says why)."""
         slots = map(_Slot, range(2, 2 * len(tags) + 2, 2))
         top = _split_tree(["", *chain.from_iterable(zip(tags, slots, strict=True))])
         listed = top.get("gpu", []) if top is not None else None
         if listed is None or not all(isinstance(gpu, dict) for gpu in listed):
             return None
-        return cls(top, tuple(_normalize_gpu(gpu) for gpu in listed))
+        return cls(_indexed(top), tuple(_indexed(_normalize_gpu(gpu)) for gpu in listed))
 
-    def read(self, parts: list[str], errors: tuple[SmiError, ...]) -> SmiLayoutLog:
-        """The report whose split parts are ``parts``."""
-        def text(value: Any) -> Any:
-            return parts[value] if type(value) is _Slot else value
+    def log(self, parts: list[str], errors: tuple[SmiError, ...]) -> SmiLog:
+        """The report whose split parts are ``parts``: this layout filled with its texts (a new tree)."""
         top = self.top
-        log = SmiLog(driver_version=_text(text(top.get("driver_version"))),
-                     cuda_version=_text(text(top.get("cuda_version"))),
-                     attached_gpus=_int(text(top.get("attached_gpus"))), gpus=self.gpus, errors=errors)
-        parts.append("")  # the text of what is not a leaf
-        return SmiLayoutLog(log, parts, self.plans)
+        return SmiLog(driver_version=_text(_filled_value(top.get("driver_version"), parts)),
+                      cuda_version=_text(_filled_value(top.get("cuda_version"), parts)),
+                      attached_gpus=_int(_filled_value(top.get("attached_gpus"), parts)),
+                      gpus=tuple(_filled(gpu, parts) for gpu in self.gpus), errors=errors)
 
 
 class _Slot(int):
@@ -291,6 +246,32 @@ class _Slot(int):
 
     def strip(self) -> _Slot:
         return self
+
+
+def _indexed(value: Any) -> Any:
+    """A layout's tree with each slot as a plain ``int`` (the index of a leaf's text: no other value is one)."""
+    if type(value) is dict:
+        return {key: _indexed(item) for key, item in value.items()}
+    if type(value) is list:
+        return [_indexed(item) for item in value]
+    return int(value) if type(value) is _Slot else value
+
+
+def _filled(node: dict[str, Any], parts: list[str]) -> dict[str, Any]:
+    """A layout's element with children as a report's tree gives it: the texts of ``parts`` in place of its
+    leaves' indexes (a new dict)."""
+    return {key: parts[value].strip() if type(value) is int else _filled_value(value, parts)
+            for key, value in node.items()}
+
+
+def _filled_value(value: Any, parts: list[str]) -> Any:
+    if type(value) is int:
+        return parts[value].strip()
+    if type(value) is dict:
+        return _filled(value, parts)
+    if type(value) is list:
+        return [_filled_value(item, parts) for item in value]
+    return value  # an attribute's text, an empty element's "", or absent (None)
 
 
 def _plain_document(prolog: str, document: str) -> bool:

@@ -10,18 +10,16 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, replace
-from operator import attrgetter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from healthcheck.probes import register
-from healthcheck.probes.parse_memo import memoized, shared_parser
-
-from healthcheck.core.grading import ComponentGrades, expected_text, finding_from_expectation, passes
+from healthcheck.core.grading import ValueGrades, expected_text
 from healthcheck.core.model import CommandResult, Finding, Status
 from healthcheck.core.profiles import Expectation
 from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
+from healthcheck.probes import register
+from healthcheck.probes.parse_memo import memoized, shared_parser
 
 STATUS_ID, ERRORS_ID = "nvidia-smi-nvlink-s", "nvidia-smi-nvlink-e"
 _GPU = re.compile(r"^GPU (?P<index>\d+): (?P<name>.+?)(?: \(UUID: [^)]*\))?\s*$")
@@ -235,60 +233,26 @@ def _expected_links(ctx: EvalContext) -> int | None:
     return None if exp is None or exp.value is None else int(exp.value)
 
 
-def _passes_by_value(exp: Expectation) -> Callable[[Any], bool]:
-    """``passes(exp, value)``, worked out once per distinct value (and type): 144 link speeds and 432
-    counters a host hold a handful of distinct values."""
-    seen: dict[tuple[type, Any], bool] = {}
-
-    def check(value: Any) -> bool:
-        key = (value.__class__, value)
-        ok = seen.get(key)
-        if ok is None:
-            ok = seen[key] = passes(exp, value)
-        return ok
-    return check
-
-
-def _grade_gpu(gpu: GpuLinks, ctx: EvalContext, speed_passes: Callable[[Any], bool] | None,
-               links: ComponentGrades) -> list[Finding]:
+def _grade_gpu(gpu: GpuLinks, ctx: EvalContext, speeds: ValueGrades, links: ValueGrades) -> list[Finding]:
     host, comp = ctx.host.name, f"gpu{gpu.index}"
     if gpu.state == "mig":
         return [Finding(host=host, check="nvlink.links", component=comp, status=Status.SKIP, source=STATUS_ID,
                         message=f"{comp}: NVLink cannot be queried in MIG mode")]
     if gpu.state in ("no_nvlink", "all_inactive"):
         what = "reports no NVLink support" if gpu.state == "no_nvlink" else "has all NVLinks inactive"
-        f = links.finding(comp, 0)
-        return [replace(f, message=f"{comp} {what}; {f.message}")]
-    speeds = [ln.speed_gbps for ln in gpu.links if ln.active]
-    active = len(speeds)
+        return [links.finding(comp, 0, lead=f"{comp} {what}; ")]
+    active_speeds = [ln.speed_gbps for ln in gpu.links if ln.active]
+    active = len(active_speeds)
     out = [Finding(host=host, check="nvlink.link.active", component=f"{comp} link {ln.link}",
                    status=Status.FAIL, value="inactive", expected="active", source=STATUS_ID,
                    remedy=REMEDY_LINK, message=f"{comp} link {ln.link} is <inactive>")
            for ln in gpu.links if not ln.active] if active < len(gpu.links) else []
     out.append(links.finding(comp, active))
-    speed = ctx.profile.expect("nvlink.link.speed_gbps")
-    if speed is None or speed_passes is None or _all_pass(speeds, speed_passes):
+    if speeds.exp is None or speeds.all_pass(active_speeds):
         return out
-    for ln in gpu.links:  # 18 links x 8 GPUs: only a link that does not pass becomes a finding
-        if ln.active and not speed_passes(ln.speed_gbps):
-            out.append(finding_from_expectation(host, "nvlink.link.speed_gbps", speed, ln.speed_gbps,
-                                                source=STATUS_ID, remedy=REMEDY_LINK,
-                                                component=f"{comp} link {ln.link}", profile=ctx.profile))
+    out += [speeds.finding(f"{comp} link {ln.link}", ln.speed_gbps) for ln in gpu.links
+            if ln.active and not speeds.passes(ln.speed_gbps)]  # only a link that does not pass is a finding
     return out
-
-
-def _all_pass(values: list[Any], ok: Callable[[Any], bool]) -> bool:
-    """Whether every value that is not None passes, checked once per distinct value: the usual case of
-    hundreds of links, settled without a call per link. Only values of one type, int or float, are merged
-    (``1``, ``1.0`` and ``True`` are equal keys but may grade apart; the parsers print no ``-0.0``); anything
-    else gives False, for the caller's loop over every value."""
-    types = set(map(type, values))  # of every value: a set of the values would keep 0 and drop 0.0
-    types.discard(type(None))
-    if types and types != {int} and types != {float}:
-        return False
-    distinct = set(values)
-    distinct.discard(None)
-    return all(ok(v) for v in distinct)
 
 
 def _previous_counters(ctx: EvalContext) -> dict[tuple[int, int], Mapping[str, Any]]:
@@ -305,12 +269,11 @@ def _grade_counters(obs: NvLinkObservation, ctx: EvalContext) -> list[Finding]:
             exp = ctx.profile.expect(check)
             if exp is None or (growth and not previous):
                 continue
-            ok = _passes_by_value(exp)
+            grades = ValueGrades(host, check, exp, source=ERRORS_ID, remedy=REMEDY_COUNTERS, profile=ctx.profile)
             if not growth:
-                values = list(map(attrgetter(kind), obs.counters))
-                if _all_pass(values, ok):  # the usual case: no finding per link, one PASS
-                    graded = len(values) - values.count(None)
-                    out.append(_counters_pass(host, kind, check, exp, graded))
+                values = [getattr(c, kind) for c in obs.counters]
+                if grades.all_pass(values):  # the usual case: no finding per link, one PASS
+                    out.append(_counters_pass(host, kind, check, exp, len(values) - values.count(None)))
                     continue
             bad, graded = [], 0
             for c in obs.counters:
@@ -325,12 +288,8 @@ def _grade_counters(obs: NvLinkObservation, ctx: EvalContext) -> list[Finding]:
                     value, note = (value - before, "since the previous run") if value >= before else \
                         (value, "since a counter reset after the previous run")
                 graded += 1
-                if ok(value):
-                    continue
-                f = finding_from_expectation(host, check, exp, value, source=ERRORS_ID,
-                                             remedy=REMEDY_COUNTERS, component=f"gpu{c.gpu} link {c.link}",
-                                             profile=ctx.profile)
-                bad.append(replace(f, message=f"{f.message} ({note})"))
+                if not grades.passes(value):
+                    bad.append(grades.finding(f"gpu{c.gpu} link {c.link}", value, detail=f" ({note})"))
             out.extend(bad or [_counters_pass(host, kind, check, exp, graded)])
     return out
 
@@ -346,15 +305,13 @@ def evaluate_nvlink(obs: NvLinkObservation, ctx: EvalContext) -> list[Finding]:
     if expected == 0:
         return [Finding(host=host, check="nvlink.links", status=Status.SKIP, source=STATUS_ID,
                         message=f"profile {ctx.profile.name} has no NVLink (nvlink.links == 0)")]
+    links = ValueGrades(host, "nvlink.links", ctx.profile.expect("nvlink.links"), source=STATUS_ID,
+                        remedy=REMEDY_LINK, profile=ctx.profile)
     if not obs.gpus:
-        f = finding_from_expectation(host, "nvlink.links", ctx.profile.expect("nvlink.links"), 0,
-                                     source=STATUS_ID, remedy=REMEDY_LINK, profile=ctx.profile)
-        return [replace(f, message=f"nvidia-smi nvlink -s listed no GPU; {f.message}")]
-    speed = ctx.profile.expect("nvlink.link.speed_gbps")
-    speed_passes = _passes_by_value(speed) if speed is not None else None
-    links = ComponentGrades(host, "nvlink.links", ctx.profile.expect("nvlink.links"), source=STATUS_ID,
-                            remedy=REMEDY_LINK, profile=ctx.profile)
-    out = [f for gpu in obs.gpus for f in _grade_gpu(gpu, ctx, speed_passes, links)]
+        return [links.finding("node", 0, lead="nvidia-smi nvlink -s listed no GPU; ")]
+    speeds = ValueGrades(host, "nvlink.link.speed_gbps", ctx.profile.expect("nvlink.link.speed_gbps"),
+                         source=STATUS_ID, remedy=REMEDY_LINK, profile=ctx.profile)
+    out = [f for gpu in obs.gpus for f in _grade_gpu(gpu, ctx, speeds, links)]
     if obs.counters_read:
         out.extend(_grade_counters(obs, ctx))
     return out

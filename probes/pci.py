@@ -23,14 +23,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from healthcheck.core.grading import grade_value
+from healthcheck.core.model import CommandResult, Finding, Status
+from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 from healthcheck.probes import register
 from healthcheck.probes.gpu import BUNDLE_SOURCES, GPU_ID, GpuObservations, parse_gpu_sources
 from healthcheck.probes.gpu import COMMANDS as GPU_COMMANDS
 from healthcheck.probes.pci_parse import PciFunction, PciInventory, parse_lspci, parse_pci_sysfs, pci_address
-
-from healthcheck.core.grading import finding_from_expectation
-from healthcheck.core.model import CommandResult, Finding, Status
-from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 
 PCI_SYSFS = (
     "for d in /sys/bus/pci/devices/*; do v=; read v < \"$d/vendor\" 2>/dev/null; case \"$v\" in 0x10de|0x15b3) "
@@ -117,10 +116,9 @@ def _gpu_findings(ctx: EvalContext, bus: PciInventory, driver: DriverView | None
                         message=f"nvidia-smi lists GPUs the PCI listing lacks ({', '.join(unseen)}): the {source} "
                                 "listing is incomplete (container or restricted /sys?), the bus was not compared",
                         remedy="Run the sweep where the host's /sys/bus/pci is visible (not inside a container)")]
-    f = finding_from_expectation(host, "pci.gpu.count", count_exp, len(gpus), source=source,
-                                 remedy=_REMEDY_GPU_GONE, profile=profile)
+    grade = grade_value("pci.gpu.count", count_exp, len(gpus), remedy=_REMEDY_GPU_GONE, profile=profile)
     seen = f" (nvidia-smi lists {driver.count})" if driver is not None and driver.count is not None else ""
-    out = [dataclasses.replace(f, message=f"{f.message}; NVIDIA GPUs on the PCI bus: {listed}{seen}")]
+    out = [grade.finding(host, "node", source, detail=f"; NVIDIA GPUs on the PCI bus: {listed}{seen}")]
     return out + _driver_findings(host, gpus, driver, source)
 
 
@@ -184,10 +182,9 @@ def _hca_findings(ctx: EvalContext, bus: PciInventory) -> list[Finding]:
                                "both) to compare the HCAs")]
     # The bus also carries storage/management ports of the same family: at least the fabric HCAs must be there.
     floor = dataclasses.replace(exp, op="ge")
-    f = finding_from_expectation(host, "pci.hca.count", floor, len(hcas), source=source, remedy=_REMEDY_HCA_GONE,
-                                 profile=profile)
+    grade = grade_value("pci.hca.count", floor, len(hcas), remedy=_REMEDY_HCA_GONE, profile=profile)
     listed = ", ".join(f"{h.address} ({h.ids})" for h in hcas) or "none"
-    out = [dataclasses.replace(f, message=f"{f.message}; on the PCI bus: {listed}")]
+    out = [grade.finding(host, "node", source, detail=f"; on the PCI bus: {listed}")]
     if not bus.drivers_known:
         return [*out, Finding(host=host, check="pci.hca.driver", status=Status.SKIP, source=source,
                               message="lspci output carries no RDMA device mapping: not compared",

@@ -11,15 +11,14 @@ Parsers for the same data in other published forms (the ``find ... | while read 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from healthcheck.probes import register
-from healthcheck.probes.ras_parse import AerCounts, EdacCounts, parse_aer_sysfs, parse_edac_sysfs
-
-from healthcheck.core.grading import finding_from_expectation
+from healthcheck.core.grading import finding_from_expectation, grade_value
 from healthcheck.core.model import CommandResult, Finding, Status
 from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
+from healthcheck.probes import register
+from healthcheck.probes.ras_parse import AerCounts, EdacCounts, parse_aer_sysfs, parse_edac_sysfs
 
 _AER_FILES = ("aer_dev_correctable", "aer_dev_fatal", "aer_dev_nonfatal", "aer/err_cor", "aer/err_fatal",
               "aer/err_nonfatal")
@@ -114,10 +113,9 @@ def _aer_findings(obs: RasObservation, ctx: EvalContext) -> list[Finding]:
         check = f"ras.aer.{kind}"
         bad = {bdf: c for bdf, c in obs.aer.items() if getattr(c, kind)}
         for bdf, counts in sorted(bad.items()):
-            f = finding_from_expectation(host, check, profile.expect(check), getattr(counts, kind),
-                                         source="pcie-aer", component=bdf, profile=profile,
-                                         remedy=_REMEDY_AER)
-            out.append(_detail(f, counts))
+            grade = grade_value(check, profile.expect(check), getattr(counts, kind), profile=profile,
+                                remedy=_REMEDY_AER)
+            out.append(grade.finding(host, bdf, "pcie-aer", note=_detail(counts)))
         if not bad:
             out.append(finding_from_expectation(host, check, profile.expect(check), 0, source="pcie-aer",
                                                 profile=profile, remedy=_REMEDY_AER))
@@ -126,18 +124,15 @@ def _aer_findings(obs: RasObservation, ctx: EvalContext) -> list[Finding]:
     for bdf, counts in sorted(obs.aer.items()):
         growth = _growth(counts.correctable, (before.get(bdf) or {}).get("correctable"))
         if growth:
-            f = finding_from_expectation(host, "ras.aer.correctable_growth", exp, growth, source="pcie-aer",
-                                         component=bdf, profile=profile, remedy=_REMEDY_AER)
-            grown.append(_detail(f, counts))
+            grade = grade_value("ras.aer.correctable_growth", exp, growth, profile=profile, remedy=_REMEDY_AER)
+            grown.append(grade.finding(host, bdf, "pcie-aer", note=_detail(counts)))
     return out + grown
 
 
-def _detail(f: Finding, counts: AerCounts) -> Finding:
+def _detail(counts: AerCounts) -> str:
+    """`` [BadTLP 3, ...]``: the AER errors by name, for a finding's message ("" when none is named)."""
     named = ", ".join(f"{k} {v}" for k, v in sorted(counts.detail.items()))
-    if not named:
-        return f
-    head, sep, tail = f.message.partition(" (source:")
-    return replace(f, message=f"{head} [{named}]{sep}{tail}")
+    return f" [{named}]" if named else ""
 
 
 PROBE = register(ProbeSpec(

@@ -14,9 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from healthcheck.probes.parse_memo import shared_parser
-
 from healthcheck.core.spec import ParseError
+from healthcheck.probes.parse_memo import shared_parser
 
 
 @dataclass(frozen=True)

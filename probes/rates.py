@@ -5,14 +5,20 @@
 
 The previous collection comes from ``--previous RUN_DIR`` or, in ``healthcheck sweep``, the last recorded
 run (``ctx.previous["rates"]``: this probe's own observations of that run, node clock included). A rate is
-``(now - before) / hours between the two node clocks``, graded against ``rate.<family>.<counter>`` in the
-profile (per hour). A counter that went backwards (reset, driver reload, swapped part) or a changed boot id
-restarts the baseline: no rate, no negative or huge number, and a SKIP saying so. Check ids:
+``(now - before) / hours between the two collections``, graded against ``rate.<family>.<counter>`` in the
+profile (per hour). The hours are the collector's: the times it recorded for the two collections
+(``ctx.collected_at``, ``ctx.previous_at``), cross-checked with the node's clock; a node clock that does
+not agree (a reset to 0, a clock in 2100) is ``rate.clock`` ERROR naming both clocks, and a collection
+without a recorded time gives no rate (SKIP): the interval is never the node's word alone. A counter that
+went backwards (reset, driver reload, swapped part) or a changed boot id restarts the baseline: no rate, no
+negative or huge number, and a SKIP saying so. Check ids:
 
   ``rate.ib.<counter>``       per port (``mlx5_0/1``): symbol_error, link_downed, ...
   ``rate.nvlink.<counter>``   per link (``gpu3 link 5``): replay, recovery, crc
   ``rate.aer.<counter>``      per PCI function: correctable, nonfatal, fatal
-  ``rate.baseline``           no previous collection, node rebooted, interval too short, counters reset
+  ``rate.baseline``           no previous collection, node rebooted, interval too short, counters reset,
+                              no recorded collection time
+  ``rate.clock``              the node's clock and the collector's times disagree: no rate
 """
 
 from __future__ import annotations
@@ -22,6 +28,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from healthcheck.core.grading import grade_value
+from healthcheck.core.model import CommandResult, Finding, Status
+from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 from healthcheck.probes import register
 from healthcheck.probes.ib_parse import COUNTER_BITS, parse_ib_sysfs
 from healthcheck.probes.infiniband import COMMANDS as IB_COMMANDS
@@ -29,15 +38,14 @@ from healthcheck.probes.nvlink import ERRORS_ID, parse_nvidia_smi_nvlink_e
 from healthcheck.probes.ras import COMMANDS as RAS_COMMANDS
 from healthcheck.probes.ras_parse import parse_aer_sysfs
 
-from healthcheck.core.grading import finding_from_expectation, with_note
-from healthcheck.core.model import CommandResult, Finding, Status
-from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
-
 CLOCK_ID = "counter-clock"
 COMMANDS = {CLOCK_ID: "date -u +%s; cat /proc/sys/kernel/random/boot_id", "ib-sysfs": IB_COMMANDS["ib-sysfs"],
             ERRORS_ID: "nvidia-smi nvlink -e", "pcie-aer": RAS_COMMANDS["pcie-aer"]}
 SOURCES = {"ib": "ib-sysfs", "nvlink": ERRORS_ID, "aer": "pcie-aer"}
 MIN_INTERVAL_S = 60.0     # closer collections (a replay of the previous run itself) give no meaningful rate
+CLOCK_TOLERANCE_S = 600.0  # node clock vs collector interval: a host's collection may take minutes
+CLOCK_DRIFT = 0.01        # ... plus this share of the interval (clock drift between the two machines)
+MAX_EPOCH_DIGITS = 12     # `date +%s` until the year 33658
 _BOOT_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _REMEDY = {
     "ib": "Errors are accumulating on this port right now: check `mlxlink -d DEV -m` (BER, FEC), reseat or "
@@ -62,8 +70,8 @@ class CounterSnapshot:
 
 def parse_counter_clock(text: str) -> tuple[int, str | None]:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if not lines or not lines[0].isdigit():
-        raise ParseError("counter-clock: first line is not `date +%s` epoch seconds", text)
+    if not lines or not lines[0].isdigit() or len(lines[0]) > MAX_EPOCH_DIGITS:
+        raise ParseError("counter-clock: first line is not `date +%s` epoch seconds", text[:200])
     boot = lines[1].lower() if len(lines) > 1 and _BOOT_ID.match(lines[1].lower()) else None
     return int(lines[0]), boot
 
@@ -151,8 +159,9 @@ def counter_rates(now: Counters, before: Counters, hours: float) -> tuple[list[R
 
 
 def previous_snapshot(previous: Any) -> CounterSnapshot | None:
-    """This probe's observations of the previous run (JSON form), or None."""
-    if not isinstance(previous, Mapping) or not isinstance(previous.get("epoch_s"), int):
+    """This probe's observations of the previous run (JSON form), or None (``epoch_s`` not an integer:
+    ``true`` is not a clock)."""
+    if not isinstance(previous, Mapping) or type(previous.get("epoch_s")) is not int:
         return None
     return CounterSnapshot(epoch_s=previous["epoch_s"], boot_id=previous.get("boot_id"),
                            counters=previous.get("counters") or {})
@@ -176,10 +185,12 @@ def evaluate_rates(obs: CounterSnapshot, ctx: EvalContext) -> list[Finding]:
     if obs.boot_id and before.boot_id and obs.boot_id != before.boot_id:
         return [_baseline(host, "the node rebooted since the previous collection (boot id changed): "
                                 "counters restarted, this run is the new baseline")]
-    seconds = obs.epoch_s - before.epoch_s
+    seconds, clocks = trusted_interval(obs.epoch_s, before.epoch_s, ctx)
+    if clocks is not None or seconds is None:
+        return [clocks] if clocks is not None else []
     if seconds < MIN_INTERVAL_S:
-        return [_baseline(host, f"{seconds} s since the previous collection (node clock): too short for a "
-                                f"rate (at least {MIN_INTERVAL_S:g} s)")]
+        return [_baseline(host, f"{seconds:g} s since the previous collection (collector's times): too short "
+                                f"for a rate (at least {MIN_INTERVAL_S:g} s)")]
     rates, reset = counter_rates(obs.counters, before.counters, seconds / 3600)
     out = [_grade(host, r, ctx) for r in rates if ctx.profile.expect(f"rate.{r.family}.{r.counter}")]
     bad = [f for f in out if f.status is not Status.PASS]
@@ -195,16 +206,41 @@ def evaluate_rates(obs: CounterSnapshot, ctx: EvalContext) -> list[Finding]:
     return bad or [_baseline(host, "no counter present in both collections")]
 
 
+def trusted_interval(now_epoch: int, before_epoch: int, ctx: EvalContext) -> tuple[float | None, Finding | None]:
+    """Seconds between the two collections by the collector's recorded times, when the node's clock agrees
+    (within ``CLOCK_TOLERANCE_S`` plus ``CLOCK_DRIFT`` of the interval); else (None, the finding saying why)."""
+    host = ctx.host.name
+    if ctx.collected_at is None or ctx.previous_at is None:
+        which = "this collection" if ctx.collected_at is None else "the previous collection"
+        return None, _baseline(host, f"the collector's time of {which} is not recorded (_host.json collected_at): "
+                                     "no trusted interval, no rate (the node's clock alone is not one)")
+    collector_s = (ctx.collected_at - ctx.previous_at).total_seconds()
+    node_s = now_epoch - before_epoch
+    tolerance = CLOCK_TOLERANCE_S + CLOCK_DRIFT * abs(collector_s)
+    if collector_s > 0 and abs(node_s - collector_s) <= tolerance:
+        return collector_s, None
+    said = (f"node clock {before_epoch} -> {now_epoch} ({node_s / 3600:.1f} h apart), collector "
+            f"{ctx.previous_at.isoformat(timespec='seconds')} -> {ctx.collected_at.isoformat(timespec='seconds')} "
+            f"({collector_s / 3600:.1f} h apart)")
+    why = ("the collector's times go backwards" if collector_s <= 0
+           else f"they disagree by more than {tolerance:.0f} s")
+    return None, Finding(host=host, check="rate.clock", status=Status.ERROR, source=CLOCK_ID, value=node_s,
+                         unit="s", expected=f"the collector's interval {collector_s:.0f} s +- {tolerance:.0f} s",
+                         message=f"no error rates: {said}: {why}",
+                         remedy="Check the node's clock (chronyc tracking, timedatectl) and the collector's; "
+                                "the next run after both agree restarts the rates")
+
+
 def _grade(host: str, rate: Rate, ctx: EvalContext) -> Finding:
     check = f"rate.{rate.family}.{rate.counter}"
-    f = finding_from_expectation(host, check, ctx.profile.expect(check), round(rate.per_hour, 3),
-                                 source=SOURCES[rate.family], component=rate.component,
-                                 remedy=_REMEDY[rate.family], profile=ctx.profile)
-    if f.status is Status.PASS:
-        return f
+    grade = grade_value(check, ctx.profile.expect(check), round(rate.per_hour, 3), remedy=_REMEDY[rate.family],
+                        profile=ctx.profile)
+    if grade.status is Status.PASS:
+        return grade.finding(host, rate.component, SOURCES[rate.family])
     bits = COUNTER_BITS.get(rate.counter) if rate.family == "ib" else None
     note = " (the counter is saturated: the true rate is higher)" if bits and rate.delta >= (1 << bits) - 1 else ""
-    return with_note(f, f" [{rate.delta} in {rate.hours:.2f} h{note}]")
+    return grade.finding(host, rate.component, SOURCES[rate.family],
+                         note=f" [{rate.delta} in {rate.hours:.2f} h{note}]")
 
 
 PROBE = register(ProbeSpec(

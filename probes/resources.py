@@ -16,6 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from healthcheck.core.grading import finding_from_expectation
+from healthcheck.core.model import CommandResult, Finding, Status
+from healthcheck.core.spec import EvalContext, ProbeSpec
 from healthcheck.probes import register
 from healthcheck.probes.system_parse import (
     ServiceState,
@@ -25,10 +28,6 @@ from healthcheck.probes.system_parse import (
     parse_meminfo,
     parse_systemctl_units,
 )
-
-from healthcheck.core.grading import finding_from_expectation
-from healthcheck.core.model import CommandResult, Finding, Status
-from healthcheck.core.spec import EvalContext, ProbeSpec
 
 NO_SYSTEMCTL = "healthcheck: systemctl not installed"
 _LIST_UNITS = "systemctl list-units --type=service --all --no-legend --no-pager --plain"

@@ -20,12 +20,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from healthcheck.probes import register
-from healthcheck.probes.system_parse import MountEntry, parse_mount_probe, parse_proc_mounts
-
 from healthcheck.core.grading import finding_from_expectation
 from healthcheck.core.model import CommandResult, Finding, Status
 from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
+from healthcheck.probes import register
+from healthcheck.probes.system_parse import MountEntry, parse_mount_probe, parse_proc_mounts
 
 MOUNT_STAT_TIMEOUT_S = 5  # a healthy mount answers statfs in milliseconds; 5 s means it is hung
 # Filesystem types that never hang on statfs or are not storage: not probed.

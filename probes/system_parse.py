@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 from healthcheck.core.spec import ParseError
 
+MAX_CPU_DIGITS = 9   # a CPU number in a kernel CPU list (a longer digit run is garbage, never int()-ed)
+
 
 @dataclass(frozen=True)
 class ServiceState:
@@ -36,7 +38,7 @@ class MountEntry:
 
 def parse_meminfo(text: str) -> int:
     """``/proc/meminfo``: MemTotal in KiB (the kernel prints ``kB`` meaning KiB)."""
-    m = re.search(r"^MemTotal:\s+(\d+)\s*kB", text, re.MULTILINE)
+    m = re.search(r"^MemTotal:\s+(\d{1,20})\s*kB", text, re.MULTILINE)
     if m is None:
         raise ParseError("/proc/meminfo has no 'MemTotal: N kB' line", text[:200])
     return int(m[1])
@@ -49,8 +51,8 @@ def cpu_list_count(text: str) -> int:
         if not part:
             continue
         low, _, high = part.partition("-")
-        if not low.isdecimal() or (high and not high.isdecimal()):
-            raise ParseError("not a kernel CPU list", text)
+        if not low.isdecimal() or (high and not high.isdecimal()) or max(len(low), len(high)) > MAX_CPU_DIGITS:
+            raise ParseError("not a kernel CPU list", text[:200])
         total += int(high or low) - int(low) + 1
     return total
 
@@ -74,7 +76,7 @@ def parse_df_posix(text: str, mount: str) -> int:
         raise ParseError("df -P output has no 'Filesystem' header", text[:200])
     for line in lines[1:]:
         fields = line.split()
-        if len(fields) >= 6 and fields[-1] == mount and fields[1].isdecimal():
+        if len(fields) >= 6 and fields[-1] == mount and fields[1].isdecimal() and len(fields[1]) <= 20:
             return int(fields[1])
     raise ParseError(f"df -P output has no row for {mount}", text[:200])
 
@@ -114,7 +116,7 @@ def parse_mount_probe(text: str) -> dict[str, int]:
         raise ParseError("mount-probe output is truncated (no '# mount-probe end' line)", text[-200:])
     out = {}
     for line in text.splitlines():
-        m = re.match(r"^(\d+) (/.*)$", line)
+        m = re.match(r"^(\d{1,9}) (/.*)$", line)
         if m:
             out[m[2]] = int(m[1])
     return out

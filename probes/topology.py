@@ -15,19 +15,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from healthcheck.core.grading import ValueGrades, expected_text, finding_from_expectation
+from healthcheck.core.model import CommandResult, Finding, Status
+from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 from healthcheck.probes import register
 from healthcheck.probes.parse_memo import memoized
 
-from healthcheck.core.grading import expected_text, finding_from_expectation, passes
-from healthcheck.core.model import CommandResult, Finding, Status
-from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
-
 SOURCE = "nvidia-smi-topo"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_CLASS = r"NV\d+|SYS|SOC|NODE|PHB|PXB|PIX|X"
+_CLASS = r"NV\d{1,4}|SYS|SOC|NODE|PHB|PXB|PIX|X"   # NV<links>: bounded, so int() never sees a digit run
 _P2P_CLASS = r"OK|CNS|GNS|TNS|NS|U|X"
 _ONE_CLASS = re.compile(rf"^(?:{_CLASS})$")
 _FUSED = re.compile(rf"^(?:{_CLASS})+$")
@@ -217,21 +216,15 @@ def _grade_pairs(obs: TopologyObservation, ctx: EvalContext) -> list[Finding]:
         why = "fewer than 2 GPUs in the matrix" if len(gpus) < 2 else \
             f"no expectation for {check} in profile {ctx.profile.name}"
         return [Finding(host=host, check=check, status=Status.SKIP, message=why, source=SOURCE)]
-    (rows, columns), bad, verdicts = _link_table(obs), [], {}
+    (rows, columns), bad = _link_table(obs), []
+    grades = ValueGrades(host, check, exp, source=SOURCE, remedy=_REMEDY_PAIR, profile=ctx.profile)
     for i, a in enumerate(gpus):
         for b in gpus[i + 1:]:
             ab, ba = rows[a][columns[b]], rows[b][columns[a]]
             worst = ab if ab == ba else min({ab, ba}, key=nvlink_count)
-            ok = verdicts.get(worst)  # once per distinct class: a node's pairs are alike
-            if ok is None:
-                ok = verdicts[worst] = passes(exp, nvlink_count(worst))
-            if ok:
-                continue
-            pair = f"{a.lower()}-{b.lower()}"
-            f = finding_from_expectation(host, check, exp, nvlink_count(worst), source=SOURCE,
-                                         remedy=_REMEDY_PAIR, component=pair, profile=ctx.profile)
-            if f.status is not Status.PASS:
-                bad.append(replace(f, message=f"{f.message} [topo class {worst}]"))
+            if not grades.passes(nvlink_count(worst)):
+                bad.append(grades.finding(f"{a.lower()}-{b.lower()}", nvlink_count(worst),
+                                          detail=f" [topo class {worst}]"))
     npairs = len(gpus) * (len(gpus) - 1) // 2
     return _summarize(bad, host, check, f"all {npairs} GPU pairs at {expected_text(exp)}",
                       value=npairs, expected=expected_text(exp))
@@ -250,7 +243,8 @@ def _grade_nics(obs: TopologyObservation, ctx: EvalContext) -> list[Finding]:
                            message=f"no expectation for {check} in profile {ctx.profile.name} "
                                    f"(GPUDirect RDMA not expected)"))
         return out
-    (rows, columns), bad, verdicts = _link_table(obs), [], {}
+    (rows, columns), bad = _link_table(obs), []
+    grades = ValueGrades(host, check, exp, source=SOURCE, remedy=_REMEDY_NIC, profile=ctx.profile)
     places = [columns[nic] for nic in nics]
     for gpu in gpus:
         nearest: str | None = None
@@ -261,16 +255,10 @@ def _grade_nics(obs: TopologyObservation, ctx: EvalContext) -> list[Finding]:
             ranks = [_PCIE_RANK.get(cell, len(PCIE_ORDER)) for cell in cells]  # PCIe classes, then the rest
             first = ranks.index(min(ranks))  # the first of the nearest, as a stable sort's first
             nearest, cls = nics[first], cells[first]
-        ok = verdicts.get(cls)
-        if ok is None:
-            ok = verdicts[cls] = passes(exp, cls)
-        if ok:
+        if grades.passes(cls):
             continue
-        f = finding_from_expectation(host, check, exp, cls, source=SOURCE, remedy=_REMEDY_NIC,
-                                     component=gpu.lower(), profile=ctx.profile)
-        if f.status is not Status.PASS:
-            nic = f"nearest NIC {obs.nic_name(nearest)}" if nearest is not None else "no NIC in the matrix"
-            bad.append(replace(f, message=f"{f.message} [{nic}]"))
+        nic = f"nearest NIC {obs.nic_name(nearest)}" if nearest is not None else "no NIC in the matrix"
+        bad.append(grades.finding(gpu.lower(), cls, detail=f" [{nic}]"))
     out.extend(_summarize(bad, host, check, f"every GPU has a NIC at {expected_text(exp)}",
                           value=len(gpus), expected=expected_text(exp)))
     return out

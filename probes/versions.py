@@ -19,6 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from healthcheck.core.grading import expected_text, finding_from_expectation
+from healthcheck.core.model import CommandResult, Finding, Status
+from healthcheck.core.profiles import Expectation, Profile
+from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 from healthcheck.probes import register
 from healthcheck.probes.gpu import BUNDLE_SOURCES, GPU_ID, parse_gpu_sources
 from healthcheck.probes.gpu import COMMAND_TOOLS as GPU_TOOLS
@@ -27,11 +31,6 @@ from healthcheck.probes.gpu_model import GpuObservations
 from healthcheck.probes.ib_parse import parse_ib_sysfs
 from healthcheck.probes.infiniband import COMMAND_TOOLS as IB_TOOLS
 from healthcheck.probes.infiniband import COMMANDS as IB_COMMANDS
-
-from healthcheck.core.grading import expected_text, finding_from_expectation
-from healthcheck.core.model import CommandResult, Finding, Status
-from healthcheck.core.profiles import Expectation, Profile
-from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 
 IB_ID = "ib-sysfs"
 _NO_OFED = "healthcheck: ofed_info not installed"

@@ -21,6 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from healthcheck.core.defaults import DEFAULTS
+from healthcheck.core.model import CommandResult, Finding, Status
+from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 from healthcheck.probes import register
 from healthcheck.probes.gpu import BUNDLE_SOURCES, GPU_ID, parse_gpu_sources
 from healthcheck.probes.gpu import COMMAND_TOOLS as GPU_TOOLS
@@ -35,10 +39,6 @@ from healthcheck.probes.kernel_log import (
     parse_kernel_log,
 )
 from healthcheck.probes.parse_memo import memoized
-
-from healthcheck.core.defaults import DEFAULTS
-from healthcheck.core.model import CommandResult, Finding, Status
-from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 
 LOG_ID = "kernel-log"
 CATALOG_PATH = Path(str(files("healthcheck.probes") / "xid_catalog.yaml"))
@@ -119,7 +119,7 @@ def parse_xid(outputs: Mapping[str, CommandResult]) -> XidObservation:
 @functools.cache
 def load_catalog(path: Path = CATALOG_PATH) -> dict[str, Any]:
     """The Xid catalog, once per process: libyaml's safe loader where PyYAML has it (the same values as
-    ``yaml.safe_load``, about ten times faster: 4 ms instead of 45, in every grading worker)."""
+    ``yaml.safe_load``, much faster, in every grading worker)."""
     return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 

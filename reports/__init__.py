@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from healthcheck.core.suggest import did_you_mean
 from healthcheck.reports.digest import RunDigest, digest_of, load_digest
-
 from healthcheck.store.results import RunResults
 
 
@@ -77,7 +77,8 @@ def get(name: str) -> ReporterSpec:
     for spec in all_reporters():
         if spec.name == name:
             return spec
-    raise ReporterError(f"unknown reporter {name!r}; known: {', '.join(sorted(_REPORTERS))}")
+    raise ReporterError(f"unknown reporter {name!r}{did_you_mean(name, _REPORTERS)}; "
+                        f"known: {', '.join(sorted(_REPORTERS))}")
 
 
 def write_all(run_dir: Path, names: list[str] | None = None, results: RunResults | None = None,

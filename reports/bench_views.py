@@ -3,7 +3,7 @@
     views = bench_views(digest)
     views.curves["all_reduce_perf"]     # [Curve("gpu001", ..., ((8, 0.1), ..., (8 << 30, 476.5)))]
     views.peaks["all_reduce_perf"]      # {"gpu001": 476.5, ...} every node job, for the distribution
-    views.pairs                         # [PairValue("gpu001", "gpu002", "busbw_gbps", 48.1, "nccl ...")]
+    views.pairs                         # [PairValue("gpu001", "gpu002", "busbw_gbps", 48.1, "nccl ...", "PASS")]
     views.hpl                           # {"gpu001": 51230.0}
 
 Input: the job summaries the benchmark stage stores in each host's observations
@@ -40,6 +40,7 @@ class Job:
     status: str = ""
     rail: str | None = None
     series: Mapping[str, Any] = field(default_factory=dict)  # what the job record keeps for the charts
+    retest_of: str | None = None
 
 
 @dataclass(frozen=True)
@@ -52,11 +53,16 @@ class Curve:
 
 @dataclass(frozen=True)
 class PairValue:
+    """One pair job's value of one metric; ``status`` the job's own grade (before attribution), ``retest``
+    whether the job retested a suspect against a known-good partner."""
+
     a: str
     b: str
     metric: str
     value: float
     source: str
+    status: str = ""
+    retest: bool = False
 
 
 @dataclass
@@ -66,6 +72,7 @@ class BenchViews:
     pairs: list[PairValue] = field(default_factory=list)
     hpl: dict[str, float] = field(default_factory=dict)
     bands: dict[str, tuple[float, float | None]] = field(default_factory=dict)  # check id -> band
+    expected: dict[str, str] = field(default_factory=dict)  # check id -> the expectation as findings state it
 
     @property
     def empty(self) -> bool:
@@ -79,6 +86,24 @@ class BenchViews:
 
     def band(self, check: str) -> tuple[float, float | None] | None:
         return self.bands.get(check)
+
+
+# The check a pair metric is graded under, by (benchmark, metric): benchmarks/nccl.py, imb.py, osu.py.
+_PAIR_CHECKS = {("nccl", "busbw_gbps"): "nccl.{coll}.{shape}.busbw",
+                ("imb", "bandwidth_gbps"): "imb.pingpong.bandwidth", ("imb", "latency_us"): "imb.pingpong.latency",
+                ("osu", "latency_us"): "osu.latency.latency", ("osu", "bandwidth_gbps"): "osu.bw.bandwidth"}
+UNITS = {"busbw_gbps": "GB/s", "bandwidth_gbps": "GB/s", "latency_us": "µs", "gflops": "GFLOPS"}
+
+
+def pair_check(metric_key: str) -> str | None:
+    """The check id behind a ``pair_metrics`` key (``"nccl all_reduce_perf busbw_gbps"``,
+    ``"imb IMB-MPI1 latency_us"``, ``"nccl all_reduce_perf rail mlx5_0 busbw_gbps"``), None when unknown."""
+    parts = metric_key.split()
+    if len(parts) < 3:
+        return None
+    template = _PAIR_CHECKS.get((parts[0], parts[-1]))
+    coll = re.sub(r"_perf(_mpi)?$", "", parts[1])
+    return template.format(coll=coll, shape="rail" if "rail" in parts[2:-1] else "pair") if template else None
 
 
 def _number(value: Any) -> float | None:
@@ -98,7 +123,8 @@ def jobs(digest: RunDigest) -> list[Job]:
                         shape=str(s.get("shape") or ""), hosts=tuple(str(h) for h in s.get("hosts") or ()),
                         metric=_number(s.get("metric")), status=str(s.get("status") or ""),
                         rail=s.get("rail"),
-                        series=s["series"] if isinstance(s.get("series"), Mapping) else {})
+                        series=s["series"] if isinstance(s.get("series"), Mapping) else {},
+                        retest_of=s.get("retest_of") if isinstance(s.get("retest_of"), str) else None)
     return list(seen.values())
 
 
@@ -149,13 +175,17 @@ def _bench_views(digest: RunDigest) -> BenchViews:
             views.hpl[job.hosts[0]] = job.metric
         if job.shape in PAIR_SHAPES and len(job.hosts) == 2:
             source = f"{job.benchmark} {job.test}" + (f" rail {job.rail}" if job.rail else "")
+            retest = job.retest_of is not None
             if job.metric is not None:
-                views.pairs.append(PairValue(*job.hosts, _pair_metric(job), job.metric, source))
+                views.pairs.append(PairValue(*job.hosts, _pair_metric(job), job.metric, source, job.status, retest))
             if (lat := _number(job.series.get("latency_us"))) is not None:
-                views.pairs.append(PairValue(*job.hosts, "latency_us", lat, source))
+                views.pairs.append(PairValue(*job.hosts, "latency_us", lat, source, job.status, retest))
     for check, found in digest.index.by_check.items():
         if check.split(".", 1)[0] in ("nccl", "hpl", "imb", "osu"):  # the first finding with a band, per check
             band = next((b for f in found if f.expected is not None and (b := expected_band(f.expected))), None)
             if band is not None:
                 views.bands[check] = band
+            stated = next((f.expected for f in found if isinstance(f.expected, str) and f.expected), None)
+            if stated is not None:
+                views.expected[check] = stated
     return views

@@ -7,7 +7,10 @@
     strip_chart({"gpu001": 470.0, "gpu002": 301.0}, outliers={"gpu002"}, unit="GB/s")
 
 Charts return ``markupsafe.Markup`` so the template inserts them as they are; text inside goes
-through ``escape`` here. Layouts are plain arithmetic on a fixed viewBox.
+through ``escape`` here. Layouts are plain arithmetic on a fixed viewBox. What failed is drawn with the
+class ``fail`` (the page's one FAIL red, ``--fail`` in report.css, as the badges and table marks), never
+with a colour of its own; the palette of other lines has no red in it. Every chart states its units
+and draws its threshold with a label.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from markupsafe import Markup, escape
 
 W, H = 640, 260          # viewBox of line, bar and strip charts
 PAD_L, PAD_R, PAD_T, PAD_B = 56, 12, 10, 40
-PALETTE = ("#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4d7c0f", "#be185d")
+PALETTE = ("#2563eb", "#0891b2", "#7c3aed", "#0f766e", "#a16207", "#1e40af", "#6d28d9", "#475569")  # no red
+LEGEND_ROW = 14
 
 
 @dataclass(frozen=True)
@@ -77,8 +81,10 @@ def _y_ticks(lo: float, hi: float, sy, n: int = 4) -> list[tuple[float, str]]:
 
 
 def line_chart(series: Sequence[Series], *, band: tuple[float, float] | None = None, x_log: bool = True,
-               x_label: str = "", y_label: str = "", title: str = "", max_series: int = 40) -> Markup:
-    """Lines of (x, y) points with an optional horizontal expectation band (low, high)."""
+               x_label: str = "", y_label: str = "", title: str = "", max_series: int = 40,
+               unit: str = "") -> Markup:
+    """Lines of (x, y) points with an optional expectation band (pass threshold, nominal), its two bounds
+    labelled in ``unit``, and a legend naming every line (a highlighted one FAILs, in the FAIL red)."""
     series = [s for s in series if s.points][:max_series]
     xs = [x for s in series for x, _ in s.points]
     ys = [y for s in series for _, y in s.points] + (list(band) if band else [])
@@ -92,17 +98,41 @@ def line_chart(series: Sequence[Series], *, band: tuple[float, float] | None = N
         body.append(f'<text x="{sx(x):.1f}" y="{H - PAD_B + 14}" class="tick" text-anchor="middle">'
                     f'{escape(_fmt(x, size=x_log))}</text>')
     if band:
-        top, bottom = sy(max(band)), sy(min(band))
-        body.append(f'<rect x="{PAD_L}" y="{top:.1f}" width="{W - PAD_L - PAD_R}" '
-                    f'height="{max(bottom - top, 1):.1f}" class="band"><title>expected '
-                    f'{escape(_fmt(min(band)))}–{escape(_fmt(max(band)))}</title></rect>')
+        body += _band(band, sy, unit)
     for i, s in enumerate(series):
         pts = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in sorted(s.points))
-        color = "#dc2626" if s.highlight else PALETTE[i % len(PALETTE)]
-        width = 2.2 if s.highlight else 1.3
-        body.append(f'<polyline points="{pts}" fill="none" stroke="{color}" stroke-width="{width}">'
-                    f'<title>{escape(s.label)}</title></polyline>')
-    return _svg(body, title or y_label)
+        look = 'class="fail" stroke-width="2.2"' if s.highlight else \
+            f'stroke="{PALETTE[i % len(PALETTE)]}" stroke-width="1.6"'
+        body.append(f'<polyline points="{pts}" fill="none" {look}><title>{escape(s.label)}</title></polyline>')
+    legend = _legend(series)
+    return _svg(body + legend, title or y_label, W, H + LEGEND_ROW * (len(legend) // 2) + 8)
+
+
+def _band(band: tuple[float, float], sy, unit: str) -> list[str]:  # type: ignore[no-untyped-def]
+    """The expected band shaded, its pass threshold dashed, both bounds labelled with the unit."""
+    low, high = min(band), max(band)
+    top, bottom = sy(high), sy(low)
+    suffix = f" {unit}" if unit else ""
+    return [f'<rect x="{PAD_L}" y="{top:.1f}" width="{W - PAD_L - PAD_R}" height="{max(bottom - top, 1):.1f}" '
+            f'class="band"><title>expected {escape(_fmt(low))}–{escape(_fmt(high))}{escape(suffix)}</title></rect>',
+            f'<line x1="{PAD_L}" y1="{bottom:.1f}" x2="{W - PAD_R}" y2="{bottom:.1f}" class="ref"/>',
+            f'<text x="{W - PAD_R - 4}" y="{bottom - 3:.1f}" class="tick ref-label" text-anchor="end">pass &#8805; '
+            f'{escape(_fmt(low))}{escape(suffix)}</text>',
+            f'<text x="{W - PAD_R - 4}" y="{top - 3:.1f}" class="tick ref-label" text-anchor="end">expected '
+            f'{escape(_fmt(high))}{escape(suffix)}</text>']
+
+
+def _legend(series: Sequence[Series]) -> list[str]:
+    """One row per line under the plot: its colour (the FAIL red for a highlighted one) and its label."""
+    out = []
+    for i, s in enumerate(series):
+        y = H + LEGEND_ROW * i + 12
+        look = 'class="fail"' if s.highlight else f'stroke="{PALETTE[i % len(PALETTE)]}"'
+        label = f"{s.label}: below the pass threshold" if s.highlight else s.label
+        out.append(f'<line x1="{PAD_L}" y1="{y - 4}" x2="{PAD_L + 22}" y2="{y - 4}" {look} stroke-width="3"/>')
+        out.append(f'<text x="{PAD_L + 28}" y="{y}" class="lbl legend{" fail-text" if s.highlight else ""}">'
+                   f'{escape(label)}</text>')
+    return out
 
 
 def bar_chart(bars: Sequence[tuple[str, float]], *, reference: float | None = None, unit: str = "",
@@ -173,10 +203,15 @@ def _int_ticks(top: int) -> list[int]:
 
 
 def heatmap(labels: Sequence[str], cells: Mapping[tuple[str, str], float], *, unit: str = "",
-            title: str = "", low: float | None = None, higher_is_better: bool = True) -> Markup:
-    """Square matrix of pair values (symmetric pairs drawn both ways); darker is better, red below ``low``."""
+            title: str = "", low: float | None = None, higher_is_better: bool = True,
+            status: Mapping[tuple[str, str], str] | None = None,
+            retests: Mapping[tuple[str, str], tuple[float, str]] | None = None) -> Markup:
+    """Square matrix of pair values (symmetric pairs drawn both ways): a pair whose job FAILed (``status``;
+    without it, a value below ``low``) in the FAIL red, WARN in amber, the others blue, darker is better.
+    A retest of a pair (``retests``: value and status) is told in the same cell, not drawn as another pair."""
     if not labels or not cells:
         return Markup("")
+    status, retests = status or {}, retests or {}
     cell = max(12, min(36, 480 // len(labels)))
     values = list(cells.values())
     hi, lo_v = max(values), min(values)
@@ -189,16 +224,25 @@ def heatmap(labels: Sequence[str], cells: Mapping[tuple[str, str], float], *, un
                     f'text-anchor="end">{escape(name)}</text>'
                     f'<text x="0" y="0" class="tick" transform="translate({label_w + i * cell + cell - 3} '
                     f'{label_w - 4}) rotate(-90)">{escape(name)}</text>')
+    suffix = f" {unit}" if unit else ""
     for (a, b), v in sorted(cells.items()):
         if a not in index or b not in index:
             continue
+        state = status.get((a, b)) or ("FAIL" if low is not None and v < low else "")
         rel = (v - lo_v) / ((hi - lo_v) or 1.0)
         shade = 0.15 + 0.85 * (rel if higher_is_better else 1.0 - rel)
-        fill = "#dc2626" if low is not None and v < low else f"rgba(37,99,235,{shade:.2f})"
+        look = {"FAIL": 'class="fail"', "ERROR": 'class="error"', "WARN": 'class="warn"'}.get(
+            state, f'fill="rgba(37,99,235,{shade:.2f})"')
+        tip = f"{a} ↔ {b}: {_fmt(v)}{suffix}" + (f" {state}" if state else "")
+        again = retests.get((a, b)) or retests.get((b, a))
+        if again is not None:
+            tip += f"; retest: {_fmt(again[0])}{suffix}" + (f" {again[1]}" if again[1] else "")
         for i, j in {(index[a], index[b]), (index[b], index[a])}:
             body.append(f'<rect x="{label_w + j * cell}" y="{label_w + i * cell}" width="{cell - 1}" '
-                        f'height="{cell - 1}" fill="{fill}"><title>{escape(a)} ↔ {escape(b)}: '
-                        f'{escape(_fmt(v))} {escape(unit)}</title></rect>')
+                        f'height="{cell - 1}" {look}><title>{escape(tip)}</title></rect>')
+            if again is not None:  # "R": this pair was retested (the tooltip has both values)
+                x, y = label_w + j * cell + cell / 2, label_w + i * cell + cell / 2 + 4
+                body.append(f'<text x="{x:.1f}" y="{y:.1f}" class="tick retest-mark" text-anchor="middle">R</text>')
     return _svg(body, title or unit, size, size, fixed=True)
 
 

@@ -4,7 +4,7 @@
     # {"verdict": "FAIL", "head": "profile · group", "bad": [[...8 cells...]], "panels": [...], ...}
 
 On large runs most detailed hosts are not shown until their link is followed; as markup (even in an
-inert ``<template>``) 280 of them made a 14 MB page the browser spent seconds parsing. As data they
+inert ``<template>``) hundreds of them made a page the browser was slow to parse. As data they
 are a fraction of the size and of the rendering CPU, and the page's script builds one host's section
 with ``createElement``/``textContent`` when it is asked for: node text is never parsed as HTML.
 
@@ -22,11 +22,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from healthcheck.reports.digest import split_source
-from healthcheck.reports.panels import Panel
 from markupsafe import Markup
 
 from healthcheck.core.model import Finding
+from healthcheck.reports.digest import split_source
+from healthcheck.reports.panels import Panel
 
 CITE_SHOWN = 48  # characters of a message's "(source: ...)" clause shown inline
 PANEL_KINDS = {"panels/table.html.j2": "table", "panels/matrix.html.j2": "matrix", "panels/note.html.j2": "note"}

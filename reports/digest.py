@@ -64,8 +64,9 @@ def _fold(names: tuple[str, ...]) -> str:
 class FindingGroup:
     """Findings of one check on one component with one status, across hosts (``clush -b`` style).
 
-    ``messages`` holds the distinct messages (the measured value often differs per host); the
-    first one is shown, the count of the others is stated.
+    ``messages`` holds the distinct messages (the measured value, a host-key fingerprint or an address
+    often differs per host); the first one is shown, the count of the others is stated, and
+    ``message_hosts`` names the first host of each (the report lists them under the group).
     """
 
     status: Status
@@ -76,6 +77,12 @@ class FindingGroup:
     hosts: tuple[str, ...]
     expected: Any = None
     unit: str | None = None
+    message_hosts: tuple[str, ...] = ()
+
+    @property
+    def similar(self) -> list[tuple[str, str]]:
+        """(host, message) of the other distinct messages, the details a folded line leaves out."""
+        return list(zip(self.message_hosts[1:], self.messages[1:], strict=False))
 
     @property
     def category(self) -> str:
@@ -97,12 +104,15 @@ def group_findings(findings: Iterable[Finding], statuses: Iterable[Status] = BAD
     for f in findings:
         if f.status in wanted:
             buckets[(f.status, f.check, f.component)].append(f)
-    groups = [FindingGroup(status=s, check=c, component=comp,
-                           messages=tuple(dict.fromkeys(f.message for f in fs)),
-                           remedy=next((f.remedy for f in fs if f.remedy), None),
-                           hosts=tuple(sorted({f.host for f in fs})), expected=fs[0].expected,
-                           unit=fs[0].unit)
-              for (s, c, comp), fs in buckets.items()]
+    groups = []
+    for (s, c, comp), fs in buckets.items():
+        first: dict[str, str] = {}  # each distinct message with the first host that reported it
+        for f in fs:
+            first.setdefault(f.message, f.host)
+        groups.append(FindingGroup(status=s, check=c, component=comp, messages=tuple(first),
+                                   remedy=next((f.remedy for f in fs if f.remedy), None),
+                                   hosts=tuple(sorted({f.host for f in fs})), expected=fs[0].expected,
+                                   unit=fs[0].unit, message_hosts=tuple(first.values())))
     return sorted(groups, key=lambda g: (-g.status.rank, -len(g.hosts), g.check, _natural(g.component)))
 
 
@@ -192,7 +202,7 @@ class RunDigest:
         ``raw/_jobs/<command_id>.out``) as text, or None when there is no such output."""
         if "/" in command_id or "\\" in command_id or command_id.startswith("."):
             return None
-        try:  # resolved once per digest: following a replay's raw/_source.json checks the bundle (~1 ms)
+        try:  # resolved once per digest: following a replay's raw/_source.json checks the bundle
             raw = self.memo("raw_dir", lambda: raw_dir(self.run_dir))
         except RunDirError:
             return None

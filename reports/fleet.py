@@ -16,9 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from healthcheck.reports.digest import fold
-
 from healthcheck.core.grading import majority
+from healthcheck.reports.digest import fold
 from healthcheck.store.results import HostResult
 
 _VERSION_KEY = re.compile(r"(^|_)(version|kernel|firmware|fw_ver|fw_version|vbios|os_pretty_name)$")

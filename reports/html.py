@@ -7,7 +7,7 @@ host index travels as HTML-safe JSON read by ``textContent``-only JS, and a Cont
 allows exactly the one inline script (by hash) and no network at all. Per-host detail sections
 are rendered for the hosts that need attention (all hosts on small runs); on larger runs all but the
 first ``DETAIL_LIVE`` travel as JSON data (``detail_data``) the script turns into the same elements
-when a host's link is followed (as markup, 280 sections made a 14 MB page that took seconds to open);
+when a host's link is followed (as markup, hundreds of sections made a page slow to open);
 a section with charts stays markup in an inert ``<template>``. The host table covers every host and
 is filtered and paginated in the browser, so 10,000 hosts stay responsive.
 """
@@ -29,8 +29,9 @@ from markupsafe import Markup, escape
 from healthcheck.core.model import Status
 from healthcheck.core.textsafe import has_unsafe, printable
 from healthcheck.reports import ReporterSpec, register
-from healthcheck.reports.bench_views import bench_views, busbw_check
-from healthcheck.reports.charts import Series, bar_chart, heatmap, line_chart, sparkline, strip_chart
+from healthcheck.reports.attention import attention
+from healthcheck.reports.bench_charts import bench_context
+from healthcheck.reports.charts import sparkline
 from healthcheck.reports.detail_data import cite_parts, detail_data, pct, shared_strings
 from healthcheck.reports.digest import BAD, RunDigest, fold, margin, split_source
 from healthcheck.reports.field_views import field_context
@@ -45,8 +46,7 @@ DETAIL_ALL_UP_TO = 64      # runs this small get a detail section for every host
 DETAIL_MAX = 300           # at most this many hosts get a detail section (worst first)
 DETAIL_LIVE = 20           # on larger runs, the first detail sections in the page; the rest are data (detail_data)
 GROUPS_MAX = 400           # grouped findings listed in the page
-HEATMAP_MAX_NODES = 96
-HPL_BARS_MAX = 60          # slowest nodes drawn
+SIMILAR_MAX = 50           # per group, the other distinct messages listed with their host
 STATUS_ORDER = [s.value for s in sorted(Status, key=lambda s: -s.rank)]
 CATEGORY_NAMES = {"gpu": "GPU", "nvlink": "NVLink", "ib": "InfiniBand", "infiniband": "InfiniBand",
                   "ecc": "ECC", "xid": "Xid", "topo": "Topology", "topology": "Topology", "dcgm": "DCGM",
@@ -77,7 +77,7 @@ _JSON_CONTROL = re.compile(r"\\[bfr]|\\u00[01]")
 def script_json(value: Any) -> Markup:
     """JSON safe inside ``<script type=application/json>``: ``<``, ``>``, ``&`` never appear raw;
     control and bidi characters arrive in the page as visible escapes."""
-    text = dumps(value).decode("utf-8")  # orjson (jsoncodec): ~5x the standard library's speed at 10,000 hosts
+    text = dumps(value).decode("utf-8")  # orjson (jsoncodec), faster than the standard library's encoder
     if has_unsafe(text) or _JSON_CONTROL.search(text):  # some string needs ``visible``: encode it again
         text = dumps(visible(value)).decode("utf-8")
     for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
@@ -236,70 +236,6 @@ def host_detail(digest: RunDigest, host: HostResult, passing_rows: bool = True) 
             "trends": trend_views((digest.document.get("trends") or {}).get(host.name))}
 
 
-def pair_threshold(views: Any, metric: str) -> float | None:
-    """The pass threshold of a pair heatmap's metric (nccl pair busbw only), for red cells."""
-    parts = metric.split()
-    if len(parts) >= 3 and parts[0] == "nccl" and parts[-1] == "busbw_gbps":
-        band = views.band(busbw_check(parts[1], "pair"))
-        return band[0] if band else None
-    return None
-
-
-def _blamed_by_pairs(digest: RunDigest) -> dict[str, list[str]]:
-    """Nodes the pair attribution found bad (``<benchmark>.<test>.pairs.node`` FAIL), per benchmark."""
-    out: dict[str, set[str]] = {}
-    for check, found in digest.index.by_check.items():
-        if check.endswith(".pairs.node"):
-            for f in found:
-                if f.status is Status.FAIL:
-                    out.setdefault(check.split(".", 1)[0], set()).add(f.host)
-    return {bench: sorted(hosts) for bench, hosts in out.items()}
-
-
-def bench_context(digest: RunDigest) -> dict[str, Any]:
-    views = bench_views(digest)
-    curves = []
-    for test in sorted(set(views.curves) | set(views.peaks)):
-        band = views.band(busbw_check(test))
-        low = band[0] if band else None
-        items = views.curves.get(test, [])
-        peaks = views.peaks.get(test, {})
-        series = [Series(c.label, c.points, highlight=low is not None and c.peak_gbps < low) for c in items]
-        top = max([*peaks.values(), *(c.peak_gbps for c in items)], default=0.0)
-        chart_band = (band[0], band[1] or top) if band else None
-        curves.append({"test": test, "hosts": len(peaks), "drawn": len(items),
-                       "chart": line_chart(series, band=chart_band, x_label="message size (bytes)",
-                                           y_label="busbw (GB/s)", title=f"{test} busbw vs size"),
-                       "distribution": _distribution(peaks, low)})
-    heatmaps = []
-    blamed = _blamed_by_pairs(digest)
-    for metric, pairs in views.pair_metrics().items():
-        nodes = sorted({p.a for p in pairs} | {p.b for p in pairs})
-        lower_better = metric.endswith("_us")
-        worst = sorted(pairs, key=lambda p: p.value, reverse=lower_better)[:20]
-        low = pair_threshold(views, metric)
-        chart = (heatmap(nodes, {(p.a, p.b): p.value for p in pairs}, unit=metric.split()[-1],
-                         low=low, higher_is_better=not lower_better)
-                 if len(nodes) <= HEATMAP_MAX_NODES else "")
-        heatmaps.append({"metric": metric, "nodes": len(nodes), "pairs": len(pairs), "chart": chart,
-                         "worst": worst, "lower_better": lower_better, "low": low,
-                         "blamed": blamed.get(metric.split()[0], [])})
-    hpl_band = views.band("hpl.node.gflops")
-    hpl_ref = hpl_band[0] if hpl_band else None
-    hpl_bars = sorted(views.hpl.items(), key=lambda kv: kv[1])[:HPL_BARS_MAX]
-    return {"empty": views.empty, "curves": curves, "heatmaps": heatmaps, "hpl_nodes": len(views.hpl),
-            "hpl": bar_chart(hpl_bars, reference=hpl_ref, unit="GFLOPS", title="HPL GFLOPS per node",
-                             bad={h for h, v in hpl_bars if hpl_ref and v < hpl_ref}) if hpl_bars else ""}
-
-
-def _distribution(peaks: Mapping[str, float], low: float | None) -> dict[str, Any]:
-    from healthcheck.core.grading import fleet_outliers
-
-    outliers = set(fleet_outliers(peaks)) | {h for h, v in peaks.items() if low is not None and v < low}
-    return {"chart": strip_chart(peaks, outliers=outliers, unit="peak busbw (GB/s)", reference=low),
-            "outliers": fold(outliers), "count": len(outliers)}
-
-
 def render_context(digest: RunDigest) -> dict[str, Any]:
     hosts = digest.hosts
     small = len(hosts) <= DETAIL_ALL_UP_TO
@@ -316,14 +252,16 @@ def render_context(digest: RunDigest) -> dict[str, Any]:
             as_data[printable(x["host"].name)] = data  # the key is the name as the page shows it (``visible``)
     return {"d": digest, "summary": digest.summary(), "by_verdict": digest.hosts_by_verdict(),
             "statuses": [Status(s) for s in STATUS_ORDER], "categories": by_category(digest),
-            "groups_total": len(digest.groups), "groups_max": GROUPS_MAX,
+            "groups_total": len(digest.groups), "groups_max": GROUPS_MAX, "similar_max": SIMILAR_MAX,
             "profiles": sorted({h.profile or "(none)" for h in hosts}),
             "details": details, "details_live": live,
             "details_data": script_json(shared_strings(as_data)) if as_data else "",
             "details_skipped": sum(1 for h in hosts if verdicts[h.name] in BAD) - len(chosen)
             if not small else 0,
             "index": script_json(host_index(digest, {h.name for h in chosen})),
-            "versions": version_rows(hosts), "bench": bench_context(digest), "isolation": isolation_views(digest),
+            "versions": version_rows(hosts), "bench": bench_context(digest),
+            "isolation": isolation_views(digest),
+            "attention": attention(digest, {h.name for h in chosen}),
             "changes": digest.document.get("changes"), "detailed": {h.name for h in chosen},
             "script": script, "script_hash": script_hash, "field": field_context(digest),
             "manifest": manifest_text(digest.manifest) if digest.manifest else ""}
@@ -334,7 +272,7 @@ MANIFEST_HOSTS = 50  # past this many hosts the page's manifest names the count;
 
 def manifest_text(manifest: Mapping[str, Any]) -> str:
     """``manifest.json`` as the page shows it (indented JSON); a long host list is left to the file itself
-    (at 10,000 hosts it was 2 MB of the page, and the host table lists them already)."""
+    (at fleet scale it was much of the page, and the host table lists them already)."""
     hosts = manifest.get("hosts")
     if isinstance(hosts, list) and len(hosts) > MANIFEST_HOSTS:
         manifest = {**manifest, "hosts": f"{len(hosts)} hosts: listed in manifest.json"}

@@ -18,10 +18,9 @@ from operator import attrgetter, not_
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
+from healthcheck.core.model import Finding, Status
 from healthcheck.reports import ReporterSpec, register
 from healthcheck.reports.digest import RunDigest
-
-from healthcheck.core.model import Finding, Status
 from healthcheck.store.results import HostResult
 
 # XML 1.0 forbids most control characters; node output can contain any byte.

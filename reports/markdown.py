@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import re
 
+from healthcheck.core.model import Status
 from healthcheck.reports import ReporterSpec, register
 from healthcheck.reports.digest import RunDigest, expected_band, fold, short_cited
 from healthcheck.reports.field_views import field_context
 from healthcheck.reports.isolation_views import isolation_views, tree_lines
-
-from healthcheck.core.model import Status
 
 MAX_GROUPS = 25
 MAX_TEXT = 300

@@ -6,7 +6,8 @@
 ``telemetry`` observations come from ``run.telemetry.job_view`` (thinned series
 ``[t_s, gpu_temp_c, power_w, sm_clock_mhz]`` per GPU, ``limits``, ``gpus`` summaries);
 ``dcgm_fields`` from ``probes.dcgm_fields.FieldsObservation``. Each chart is a small inline SVG, one
-line per GPU, the limit drawn as a dashed red line, GPUs that throttled in red; every label is escaped.
+line per GPU, the limit drawn as a dashed line and GPUs that throttled in the report's FAIL red (the
+class ``fail``, as every chart); every label is escaped.
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
+from healthcheck.reports.charts import PALETTE
 from healthcheck.reports.metrics import number as _num
 from healthcheck.reports.panels import Panel, Table, _records, panel
 
 TABLE = "panels/table.html.j2"
 W, H, PAD_L, PAD_B, PAD_T = 260, 96, 34, 14, 6
-COLORS = ("#2563eb", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4d7c0f", "#be185d", "#64748b")
 HW_REASONS = ("hw_slowdown", "hw_thermal", "hw_power_brake")
 
 
@@ -54,15 +55,15 @@ def mini_chart(lines: Mapping[str, Sequence[tuple[float, float]]], *, limit: flo
             f'<text x="{W - 4}" y="{H - 2}" class="tick" text-anchor="end">{x1:.0f} s</text>',
             f'<text x="{PAD_L}" y="{H - 2}" class="tick">{escape(unit)}</text>']
     if limit is not None:
-        body.append(f'<line x1="{PAD_L}" y1="{sy(limit):.1f}" x2="{W - 4}" y2="{sy(limit):.1f}" stroke="#dc2626" '
+        body.append(f'<line x1="{PAD_L}" y1="{sy(limit):.1f}" x2="{W - 4}" y2="{sy(limit):.1f}" class="fail" '
                     f'stroke-dasharray="4 3"><title>limit {limit:g} {escape(unit)}</title></line>'
-                    f'<text x="{W - 6}" y="{sy(limit) - 2:.1f}" class="tick" text-anchor="end" fill="#dc2626">'
-                    f'limit {limit:g}</text>')
+                    f'<text x="{W - 6}" y="{sy(limit) - 2:.1f}" class="tick fail-text" text-anchor="end">'
+                    f'limit {limit:g} {escape(unit)}</text>')
     for i, (gpu, pts) in enumerate(sorted(lines.items())):
         path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
-        color, width = ("#dc2626", 2.0) if gpu in bad else (COLORS[i % len(COLORS)], 1.1)
-        body.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="{width}">'
-                    f'<title>{escape(gpu)}</title></polyline>')
+        look = 'class="fail" stroke-width="2.0"' if gpu in bad else \
+            f'stroke="{PALETTE[i % len(PALETTE)]}" stroke-width="1.1"'
+        body.append(f'<polyline points="{path}" fill="none" {look}><title>{escape(gpu)}</title></polyline>')
     return Markup(f'<svg class="chart fixed" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" '
                   f'xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>{"".join(body)}</svg>')
 

@@ -23,15 +23,15 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
+
 import healthcheck.reports.observation_metrics  # noqa: F401  (registers the built-in extractors)
+from healthcheck.core.model import Status
 from healthcheck.reports import ReporterSpec, register
 from healthcheck.reports.bench_views import bench_views
 from healthcheck.reports.digest import RunDigest
 from healthcheck.reports.metrics import METRICS, Sample, number, observation_samples
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.utils import floatToGoString
-
-from healthcheck.core.model import Status
 
 
 def run_samples(digest: RunDigest, detail: bool = False) -> Iterable[Sample]:

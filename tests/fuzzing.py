@@ -3,7 +3,8 @@
 
 Seeds are the sample bundle's outputs, our fixtures (``tests/fixtures``) and, when present, the
 corpus (``../shared/corpus``), each under the command id or benchmark it belongs to. A mutation
-keeps most of a real layout and breaks one thing: a cut, a number turned into ``nan``/``inf``/huge,
+keeps most of a real layout and breaks one thing: a cut, a number turned into ``nan``/``inf``/huge (up to
+a 5,000-digit run, which ``int()`` refuses),
 a line deleted or repeated, a control byte, a splice of two seeds.
 
 The contract (``check_probe`` / ``check_benchmark``): ``parse`` raises nothing but ``ParseError``;
@@ -23,10 +24,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from healthcheck import benchmarks, probes
 from healthcheck.benchmarks import BenchContext
 from healthcheck.benchmarks.plan import Job
-
-from healthcheck import benchmarks, probes
 from healthcheck.core.model import CommandResult, Finding, Host, Status, json_safe
 from healthcheck.core.profiles import load_profile
 from healthcheck.core.spec import EvalContext, ParseError
@@ -50,13 +50,13 @@ _SOURCES: tuple[tuple[str, str, str], ...] = (
     ("system", "proc-mounts", "proc-mounts"), ("system", "mount-probe", "mount-probe"),
     ("system", "systemctl", "systemd-units"), ("system", "nccl-libs", "nccl-libs"),
     ("nccl-tests", "", "bench:nccl"), ("imb", "", "bench:imb"), ("hpl", "", "bench:hpl"), ("osu", "", "bench:osu"),
-    ("sdc", "", "bench:sdc"),
+    ("sdc", "", "bench:sdc"), ("gpuperf", "", "bench:gpuperf"), ("nvbandwidth", "", "bench:nvbandwidth"),
     ("nvidia-smi", "nvidia-smi-q-", "nvidia-smi-q"),
 )
 
 _NOW = datetime(2026, 11, 21, 4, 0, tzinfo=timezone.utc)  # the sample bundle's collection time
 BAD_NUMBERS = ("nan", "-nan", "NaN", "inf", "-inf", "Infinity", "1e309", "-1", "99999999999999999999999",
-               "N/A", "[Not Supported]", "０", "")
+               "N/A", "[Not Supported]", "０", "", "7" * 5000)  # 5,000 digits: more than int() converts
 GARBAGE = ("\x00", "\xff", "\x1b[2J", "\x1b]0;x\x07", "\u202e", "<", "&", "]]>", "\r", "{", "[", "\t", "%s",
            "((((((((((", "x" * 5000)
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
@@ -163,8 +163,9 @@ def check_probe(probe_name: str, cid: str, text: str, alone: bool) -> str:
 
 
 def bench_job(name: str, text: str) -> Job:
-    test = {"nccl": "all_reduce_perf", "hpl": "xhpl", "imb": "PingPong", "osu": "osu_latency", "sdc": "sdc"}[name]
-    shape = "node" if name in ("nccl", "hpl", "sdc") else "pair"
+    test = {"nccl": "all_reduce_perf", "hpl": "xhpl", "imb": "PingPong", "osu": "osu_latency", "sdc": "sdc",
+            "gpuperf": "gpuperf", "nvbandwidth": "nvbandwidth"}[name]
+    shape = "node" if name in ("nccl", "hpl", "sdc", "gpuperf", "nvbandwidth") else "pair"
     hosts = ("fuzz1",) if shape == "node" else ("fuzz1", "fuzz2")
     return Job(job_id=f"{name}-fuzz", benchmark=name, test=test, shape=shape, hosts=hosts, ranks_per_host=8)
 

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import click
 
+from healthcheck.core.textsafe import printable
 from healthcheck.ops.assetdiff import diff_assets
-from healthcheck.ops.assets import asset_table, hosts_without_assets
+from healthcheck.ops.assets import asset_table, for_csv, for_terminal, hosts_without_assets
 from healthcheck.store.results import RunResults, load_results
 
 
@@ -33,17 +34,20 @@ def assets(run_dir: Path, as_csv: bool) -> None:
     """Print the asset table of a run: every GPU, HCA and system board by serial, with firmware.
 
     Rows: host, kind, slot, model, serial, uuid, firmware, part_number, detail. Hosts whose run
-    recorded no assets (unreachable, assets probe not selected) are named on stderr.
+    recorded no assets (unreachable, assets probe not selected) are named on stderr. Cells are node
+    strings: in CSV a cell starting with =, +, -, @, TAB or CR gets a leading ' (so a spreadsheet never
+    runs it), and control and bidi characters are shown as escapes.
     """
     results = _load(run_dir)
     frame = asset_table(results)
     if as_csv:
-        click.echo(frame.to_csv(index=False), nl=False)
+        click.echo(for_csv(frame).to_csv(index=False), nl=False)
     else:
-        click.echo(frame.to_string(index=False) if len(frame) else "no assets recorded")
+        click.echo(for_terminal(frame).to_string(index=False) if len(frame) else "no assets recorded")
     missing = hosts_without_assets(results)
     if missing:
-        click.echo(f"# no assets recorded for {len(missing)} host(s): {', '.join(missing)}", err=True)
+        click.echo(f"# no assets recorded for {len(missing)} host(s): {', '.join(map(printable, missing))}",
+                   err=True)
 
 
 @click.command("diff")
@@ -58,8 +62,8 @@ def diff(run_a: Path, run_b: Path) -> None:
     """
     changes = diff_assets(_load(run_a), _load(run_b))
     for change in changes:
-        click.echo(change.line())
-    click.echo(f"# {len(changes)} change(s) from {run_a.name} to {run_b.name}")
+        click.echo(printable(change.line()))
+    click.echo(f"# {len(changes)} change(s) from {printable(run_a.name)} to {printable(run_b.name)}")
     sys.exit(1 if changes else 0)
 
 

@@ -13,22 +13,27 @@ unchecked), 2 usage, 3 refused by the circuit breaker (``--force`` overrides).
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 
 from healthcheck.cli.options import command_line_flag
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.model import Host, Status
+from healthcheck.core.textsafe import printable
 from healthcheck.inventory.hosts import Inventory, InventoryError
 from healthcheck.inventory.load import load_inventory
 from healthcheck.ops.drain import ADVISORY_CHECKS, DrainPlan, DrainPolicy, plan_drain, with_fleet_state
-from healthcheck.ops.schedulers import Action, NodeRef, get_scheduler
-from healthcheck.ops.schedulers.controller import Controller, apply_actions, read_states
+from healthcheck.ops.fleet import Fleet, fleet_of
+from healthcheck.ops.schedulers import Action, NodeRef, Scheduler, get_scheduler
+from healthcheck.ops.schedulers.controller import Controller, apply_actions, read_fleet
+from healthcheck.store.bundle import read_manifest_hosts
 from healthcheck.store.results import load_results
+from healthcheck.store.rundir import RunDirError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REFUSED = 0, 1, 2, 3
 NODE_VAR = {"slurm": "slurm_node", "kubernetes": "k8s_node"}
@@ -42,11 +47,11 @@ def node_names(hosts: Sequence[Host], scheduler: str) -> dict[str, str]:
 
 
 def _manifest_hosts(run_dir: Path) -> list[Host]:
-    path = run_dir / "manifest.json"
-    if not path.is_file():
+    """The hosts the run's manifest lists (node names from their vars; a merged run's carry none)."""
+    try:
+        return read_manifest_hosts(run_dir) or []
+    except RunDirError:
         return []
-    listed = json.loads(path.read_text()).get("hosts") or []
-    return [Host(**{**h, "vars": h.get("vars") or {}}) for h in listed if isinstance(h, dict)]
 
 
 def make_controller(inventory: Inventory | None, controller: str | None,
@@ -68,27 +73,52 @@ def _policy(statuses: str, checks: str | None, ignore: str | None, advisory: str
 
     try:
         wanted = frozenset(Status(s.upper()) for s in split(statuses))
+        return DrainPolicy(statuses=wanted, checks=split(checks), ignore=split(ignore), advisory=split(advisory))
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--status") from None
-    return DrainPolicy(statuses=wanted, checks=split(checks), ignore=split(ignore), advisory=split(advisory))
 
 
-def _setup(run_dir: Path, scheduler: str, inventory_path: Path | None, policy: DrainPolicy,
-           max_fraction: float, controller: str | None,
-           ssh_config: Path | None) -> tuple[DrainPlan, Controller, list[str]]:
-    """The plan, the controller, and the scheduler names of the whole fleet (inventory or manifest)."""
+@dataclass(frozen=True)
+class _Setup:
+    plan: DrainPlan
+    controller: Controller
+    states: Any
+    error: str | None
+    fleet: Fleet
+
+
+def _setup(run_dir: Path, scheduler: Scheduler, inventory_path: Path | None, policy: DrainPolicy,
+           max_fraction: float, controller: str | None, ssh_config: Path | None, resume: bool = False) -> _Setup:
+    """The plan over the fleet's hosts (``healthcheck.ops.fleet``: the inventory's, else the scheduler's
+    node list, read here with the state of every node), the controller, and that state."""
     try:
         results = load_results(run_dir)
         inventory = load_inventory(inventory_path) if inventory_path else None
     except (OSError, ValueError, InventoryError) as exc:
         click.echo(f"healthcheck: {exc}", err=True)
         sys.exit(EXIT_USAGE)
-    hosts = list(inventory.hosts) if inventory else _manifest_hosts(run_dir)
-    names = node_names(hosts, scheduler)
-    plan = plan_drain(results, policy, node_names=names,
-                      fleet_size=max(len(hosts), len(results.hosts)), max_fraction=max_fraction)
-    fleet = sorted({names.get(h, h) for h in [*(h.name for h in hosts), *results.hosts]})
-    return plan, make_controller(inventory, controller, ssh_config), fleet
+    names = node_names(list(inventory.hosts) if inventory else _manifest_hosts(run_dir), scheduler.name)
+    ctl = make_controller(inventory, controller, ssh_config)
+    anything = resume or plan_drain(results, policy, node_names=names).decisions
+    states, error = read_fleet(scheduler, ctl) if anything else (None, None)
+    fleet = fleet_of([h.name for h in inventory.hosts] if inventory else None, names,
+                     scheduler.nodes(states) if states is not None else None, str(inventory_path or ""))
+    known, _ = fleet.split(results.hosts)
+    plan = plan_drain(results, policy, node_names=names, known_hosts=known, fleet_size=fleet.size(results.hosts),
+                      max_fraction=max_fraction)
+    if states is not None and plan.decisions:
+        plan = with_fleet_state(plan, results, fleet.scheduler_nodes(scheduler.out_of_service(states)),
+                                max_fraction=max_fraction)
+    return _Setup(plan, ctl, states, error, fleet)
+
+
+def _say_unknown(setup: _Setup) -> None:
+    unknown = setup.plan.unknown
+    if unknown:
+        shown = ", ".join(printable(h) for h in unknown[:8]) + (f" (+{len(unknown) - 8} more)" if len(unknown) > 8
+                                                                 else "")
+        click.echo(f"# not in the fleet ({setup.fleet.where}): {len(unknown)} host(s) of the run, never counted "
+                   f"or drained: {shown}")
 
 
 def _execute(actions: list[Action], controller: Controller, apply: bool, states_error: str | None,
@@ -137,13 +167,14 @@ _common = [
     click.option("-F", "--ssh-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
                  help="ssh_config for reaching the controller host."),
     click.option("--status", "statuses", default="FAIL", show_default=True,
-                 help="Statuses that take a node out (comma-separated)."),
+                 help="Statuses that take a node out (comma-separated): FAIL, and ERROR to drain nodes that "
+                      "could not be checked; WARN never drains."),
     click.option("--checks", help="Only these checks may drain (comma-separated globs, e.g. 'gpu.*,xid.*')."),
     click.option("--ignore", help="Checks that never drain (comma-separated globs)."),
     click.option("--advisory", default=",".join(ADVISORY_CHECKS), show_default=True,
-                 help="Checks that drain only when --checks names them (fleet version mismatches); "
-                      "'' makes them drain like any other. Benchmark findings (nccl, hpl, imb, osu) "
-                      "drain by --status only, never because their remedy mentions a drain."),
+                 help="Checks that drain only when --checks names them (fleet version mismatches, history, "
+                      "merge and replay notes); '' makes them drain like any other. Words in a finding's "
+                      "remedy never decide a drain."),
 ]
 
 
@@ -167,16 +198,14 @@ def drain(run_dir: Path, scheduler: str, apply: bool, inventory: Path | None, co
     someone else is left alone. Kubernetes: kubectl cordon, a healthcheck/<category> taint and
     labels. Exit codes: 0 done, 1 a command failed, 2 usage error, 3 refused by the circuit breaker.
     """
-    plan, ctl, fleet = _setup(run_dir, scheduler, inventory, _policy(statuses, checks, ignore, advisory),
-                              max_fraction, controller, ssh_config)
     sched = get_scheduler(scheduler)
-    # the whole fleet's state: nodes already drained or down (by anyone) count against the breaker
-    states, error = read_states(sched, ctl, fleet) if plan.decisions else (None, None)
-    if states is not None:
-        plan = with_fleet_state(plan, load_results(run_dir), sched.out_of_service(states), max_fraction=max_fraction)
+    setup = _setup(run_dir, sched, inventory, _policy(statuses, checks, ignore, advisory), max_fraction,
+                   controller, ssh_config)
+    plan, ctl = setup.plan, setup.controller
     click.echo(f"# healthcheck drain: run {plan.run_id or run_dir.name}, {scheduler} on {ctl.where}, "
                f"{len(plan.decisions)} node(s) to drain, limit {plan.breaker.limit} "
-               f"of {plan.breaker.fleet_size}")
+               f"of {plan.breaker.fleet_size} ({setup.fleet.where})")
+    _say_unknown(setup)
     if not plan.breaker.allowed:
         for why in plan.breaker.reasons:
             click.echo(f"# circuit breaker: {why}")
@@ -184,9 +213,9 @@ def drain(run_dir: Path, scheduler: str, apply: bool, inventory: Path | None, co
             click.echo("# REFUSED: nothing drained (--force overrides)", err=True)
             sys.exit(EXIT_REFUSED)
         click.echo("# circuit breaker overridden by --force")
-    if error:
-        click.echo(f"# state not read: {error}")
-    sys.exit(_execute(sched.drain_actions(plan.decisions, states), ctl, apply, error))
+    if setup.error:
+        click.echo(f"# state not read: {setup.error}")
+    sys.exit(_execute(sched.drain_actions(plan.decisions, setup.states), ctl, apply, setup.error))
 
 
 @click.command()
@@ -201,16 +230,17 @@ def resume(run_dir: Path, scheduler: str, apply: bool, inventory: Path | None, c
     the commands commented out with why. Exit codes: 0 done, 1 a command failed or the state could not
     be read, 2 usage error.
     """
-    plan, ctl, _fleet = _setup(run_dir, scheduler, inventory, _policy(statuses, checks, ignore, advisory),
-                       DEFAULTS.drain_max_fraction, controller, ssh_config)
     sched = get_scheduler(scheduler)
+    setup = _setup(run_dir, sched, inventory, _policy(statuses, checks, ignore, advisory),
+                   DEFAULTS.drain_max_fraction, controller, ssh_config, resume=True)
+    plan, ctl = setup.plan, setup.controller
     refs = [NodeRef(h, plan.node(h)) for h in plan.passing]
     click.echo(f"# healthcheck resume: run {plan.run_id or run_dir.name}, {scheduler} on {ctl.where}, "
                f"{len(refs)} passing node(s) checked for a drain of ours")
-    states, error = read_states(sched, ctl, [r.node for r in refs])
-    if error:
-        click.echo(f"# state not read: {error}")
-    sys.exit(_execute(sched.resume_actions(refs, states), ctl, apply, error, comment_unchecked=True))
+    _say_unknown(setup)
+    if setup.error:
+        click.echo(f"# state not read: {setup.error}")
+    sys.exit(_execute(sched.resume_actions(refs, setup.states), ctl, apply, setup.error, comment_unchecked=True))
 
 
 COMMANDS = [drain, resume]

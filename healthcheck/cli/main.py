@@ -21,7 +21,7 @@ import click
 import healthcheck
 from healthcheck import benchmarks as bench_registry
 from healthcheck import probes as probe_registry
-from healthcheck.cli import assets, bench, drain, merge, node, sweep
+from healthcheck.cli import assets, bench, drain, gate, merge, node, sweep
 from healthcheck.cli.common import SETUP_ERRORS, ExitCode, exit_code, exit_now, print_summary
 from healthcheck.cli.options import (
     SweepFlags,
@@ -70,7 +70,8 @@ def main(profiles_dirs: tuple[Path, ...]) -> None:
               help="Earlier run directory: error counters are compared against it.")
 @click.option("--output-cap", type=click.IntRange(1024), default=DEFAULTS.output_cap_bytes, show_default=True,
               help="Per-command stdout/stderr cap, bytes (marked truncated).")
-@click.option("--benchmarks", help="Comma-separated benchmarks to run after probes (nccl,hpl,imb,osu).")
+@click.option("--benchmarks", help="Comma-separated benchmarks to run after probes "
+              "(nccl,hpl,imb,osu,sdc,gpuperf,nvbandwidth).")
 @plan_option
 @click.option("--strict", is_flag=True, help="WARN counts as failure for the exit code.")
 @click.option("--collect-evidence", is_flag=True, help="Run nvidia-bug-report.sh on hosts that FAIL gpu/nvlink/xid "
@@ -99,7 +100,7 @@ def run(target: SweepFlags, replay: Path | None, sample: bool, local: bool, out:
         from healthcheck.inventories import SAMPLE_BUNDLE
 
         replay = SAMPLE_BUNDLE
-    check_source(target, replay, local, rerun_of=rerun_of)
+    check_source(target, replay, local, rerun_of=rerun_of, sample_allowed=True)
     if rerun_checks and rerun_of is None:
         raise click.UsageError("--rerun-checks needs --rerun-failed RUN_DIR")
     opts = target.run_options(
@@ -266,8 +267,8 @@ def show_results(run_dir: Path, strict: bool, verbose: bool) -> None:
 
 def entry() -> None:
     """The ``healthcheck`` command (console script, ``python -m healthcheck``): ``main``, then the process ends
-    without freeing, object by object, what the command built; the OS takes it back at once (a 10,000-host
-    replay holds ~0.9 GB: ~3 s of teardown). Output is flushed and the atexit handlers run first, and every
+    without freeing, object by object, what the command built; the OS takes it back at once (a large replay's
+    teardown would take seconds). Output is flushed and the atexit handlers run first, and every
     file is closed by its writer; with another thread still alive the interpreter exits as usual.
     In-process callers (tests, benches) call ``main``."""
     try:
@@ -296,6 +297,6 @@ def _exit_status(code: object) -> int:
     return 1
 
 
-for extension in (bench, drain, sweep, assets, node, merge):  # each module's COMMANDS join the group
+for extension in (bench, drain, sweep, assets, node, gate, merge):  # each module's COMMANDS join the group
     for command in extension.COMMANDS:
         main.add_command(command)

@@ -15,6 +15,7 @@ import click
 
 from healthcheck.cli.common import SETUP_ERRORS, ExitCode, exit_code, print_summary
 from healthcheck.cli.options import csv_list
+from healthcheck.core.textsafe import printable
 from healthcheck.ops.merge import PREFER
 
 
@@ -42,10 +43,11 @@ def merge(sources: tuple[Path, ...], run_dir: Path, inventory: Path | None, prof
     except (*SETUP_ERRORS, RegistryError) as exc:
         click.echo(f"healthcheck: {exc}", err=True)
         sys.exit(ExitCode.USAGE)
-    for line in outcome.skipped[:20]:
-        click.echo(f"skipped: {line}", err=True)
-    if len(outcome.skipped) > 20:
-        click.echo(f"skipped: ... {len(outcome.skipped) - 20} more (merge.json)", err=True)
+    for label, lines in (("refused", outcome.refused), ("clock", outcome.clock), ("skipped", outcome.skipped)):
+        for line in lines[:20]:
+            click.echo(f"{label}: {printable(line)}", err=True)
+        if len(lines) > 20:
+            click.echo(f"{label}: ... {len(lines) - 20} more (merge.json)", err=True)
     merged = sum(1 for p in outcome.provenance.values() if p["source"])
     click.echo(f"merged {merged} hosts from {len(sources)} source(s); "
                f"{len(outcome.provenance) - merged} expected host(s) without a result")

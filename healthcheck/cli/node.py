@@ -4,7 +4,8 @@
     healthcheck node --out /shared/hc --slurm-self --prom /var/lib/node_exporter/textfile/healthcheck.prom
 
 Prints one line per non-PASS finding. Exit codes as LBNL NHC: 0 healthy; 1 a FAIL or ERROR, with
-the first failing check's message on stderr; 2 usage or setup error.
+the first failing check's message on stderr; 2 usage or setup error (also: a healthy node whose
+``--prom`` file could not be written; the bundle is kept and the self-drain runs either way).
 """
 
 from __future__ import annotations
@@ -72,6 +73,9 @@ def node(out: Path, host: str | None, inventory: Path | None, profile: str | Non
     for f in outcome.findings:
         if f.status is not Status.PASS:
             click.echo(finding_line(f))
+    if outcome.prom_error is not None:  # the bundle is in place; the self-drain below still runs
+        click.echo(f"healthcheck: --prom not written: {outcome.prom_error} (the bundle {outcome.bundle} is kept)",
+                   err=True)
     if slurm_self:
         from healthcheck.ops.selfdrain import SelfDrainPolicy, self_drain
 
@@ -84,7 +88,8 @@ def node(out: Path, host: str | None, inventory: Path | None, profile: str | Non
         click.echo(f"healthcheck: Health check failed: {finding_line(first)}", err=True)
     elif not outcome.findings:
         click.echo("healthcheck: Health check failed: no finding at all (nothing was checked)", err=True)
-    sys.exit(outcome.exit_code)
+    sys.exit(EXIT_USAGE if outcome.prom_error is not None and outcome.exit_code == EXIT_HEALTHY
+             else outcome.exit_code)
 
 
 DEPLOY_PACKAGE = "healthcheck.inventories"
@@ -102,7 +107,8 @@ def deploy_files() -> dict[str, str]:
 
 @click.group("deploy")
 def deploy() -> None:
-    """Example deployments of `healthcheck node`: systemd timer, Slurm HealthCheckProgram, Kubernetes."""
+    """Example deployments: `healthcheck node` (systemd timer, Slurm HealthCheckProgram, Kubernetes DaemonSet)
+    and `healthcheck gate` (Slurm Prolog/Epilog, Kubernetes init container)."""
 
 
 @deploy.command("list")

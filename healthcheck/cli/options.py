@@ -174,11 +174,15 @@ def run_dir_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def check_source(target: SweepFlags, replay: Path | None = None, local: bool = False,
-                 local_allowed: bool = True, rerun_of: Path | None = None) -> None:
+                 local_allowed: bool = True, rerun_of: Path | None = None, sample_allowed: bool = False) -> None:
     """Exactly one host source: -i, --hosts, --replay (optionally with -i to re-grade against another
-    inventory) or --local; ``--rerun-failed RUN`` alone takes the hosts from that run."""
+    inventory) or --local; ``--rerun-failed RUN`` alone takes the hosts from that run. With no source at
+    all, the message points a newcomer at ``--sample`` (``run`` only)."""
     inventory, hostlist = target.inventory, target.hostlist
     if (local and (inventory or replay or hostlist or rerun_of)) or (inventory and hostlist) \
             or (replay and hostlist) or not (local or inventory or replay or hostlist or rerun_of):
+        nothing = not (local or inventory or replay or hostlist or rerun_of)
         raise click.UsageError("give -i/--inventory or --hosts NODESET, --replay DIR (optionally with -i "
-                               "to re-grade against another inventory)" + (", or --local" if local_allowed else ""))
+                               "to re-grade against another inventory)" + (", or --local" if local_allowed else "")
+                               + ("; to try it first: healthcheck run --sample --out runs (the built-in "
+                                  "4-node sample)" if nothing and sample_allowed else ""))

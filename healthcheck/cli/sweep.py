@@ -7,7 +7,8 @@ to ``HISTORY/runs/<UTC stamp>/``, passes the previous run so probes grade counte
 regression findings, ``changes`` and ``trends`` (``healthcheck.ops.nightly``), prunes runs older than
 ``--keep-days`` and renders the reports once. Exit codes for alerting: 0 every host passes (WARN,
 regressions included, allowed unless --strict), 1 a host FAILs or ERRORs (``--fail-on new``: only
-when a host newly fails), 2 usage or setup error (or the run directory became unwritable), 3 another
+when a host newly fails), 2 usage or setup error (or the run directory became unwritable, or the history
+index is unusable: one line saying how to start a new one), 3 another
 sweep holds the lock, 130 / 143 interrupted by SIGINT / SIGTERM as ``healthcheck run`` is (results and
 reports written from what was gathered; an interrupted run is not recorded in the history).
 """
@@ -20,9 +21,11 @@ from pathlib import Path
 import click
 
 from healthcheck.cli.common import SETUP_ERRORS, ExitCode, exit_code, exit_now, print_summary
+from healthcheck.cli.console import folded_hosts, group_lines
 from healthcheck.cli.options import SweepFlags, check_source, csv_list, plan_option, target_options, verbose_option
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.ops.history import SweepLockedError
+from healthcheck.ops.historyschema import HistoryError
 from healthcheck.ops.nightly import SweepRecord, run_sweep
 from healthcheck.run.interrupt import Interrupted, exit_status
 from healthcheck.store.results import RunResults
@@ -36,14 +39,15 @@ def print_changes(record: SweepRecord) -> None:
                f"{len(changes['new_failures'])} new failure(s), {len(changes['recovered'])} recovered, "
                f"{len(changes['still_failing'])} still failing")
     for key, label in (("new_failures", "NEW"), ("recovered", "RECOVERED"), ("still_failing", "STILL")):
-        for item in changes[key]:
-            checks = ", ".join(item["checks"][:4])
-            click.echo(f"  {label:<9} {item['host']:<16} {item['verdict']:<5} {checks}")
+        rows = [(f"{item['verdict']:<5} {', '.join(item['checks'][:4])}".rstrip(), item["host"])
+                for item in changes[key]]
+        for what, nodes, count in folded_hosts(rows):  # hosts that changed alike are one line
+            click.echo(f"  {label:<9} {nodes} ({count}) {what}")
     for change in changes.get("assets") or ():
         click.echo(f"  {'HARDWARE':<9} {change['host']:<16} {change['kind']:<15} {change['component']}: "
                    f"{change['field']} {change['before'] or '-'} -> {change['after'] or '-'}")
-    for f in record.findings:
-        click.echo(f"  {f.status.value:<9} {f.host:<16} {f.check:<28} {f.message}")
+    for line in group_lines(record.findings):
+        click.echo(f"  {line}")
     if record.pruned:
         click.echo(f"retention: forgot {len(record.pruned)} run(s) older than the keep window")
 
@@ -69,7 +73,8 @@ def ended_early(results: RunResults, record: SweepRecord, history_dir: Path) -> 
               help="Re-grade a capture bundle instead of sweeping over SSH.")
 @click.option("--history", "history_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="History directory: index, lock and run directories.")
-@click.option("--benchmarks", help="Comma-separated benchmarks (nccl,hpl,imb,osu), after the probes.")
+@click.option("--benchmarks", help="Comma-separated benchmarks (nccl,hpl,imb,osu,sdc,gpuperf,nvbandwidth), "
+              "after the probes.")
 @plan_option
 @click.option("--keep-days", type=click.FloatRange(0), default=DEFAULTS.history_keep_days, show_default=True,
               help="Retention: forget runs (index rows and HISTORY/runs/ directories) older than this.")
@@ -111,6 +116,9 @@ def sweep(target: SweepFlags, replay: Path | None, history_dir: Path, benchmarks
     except SweepLockedError as exc:
         click.echo(f"healthcheck sweep: {exc}; not starting", err=True)
         sys.exit(EXIT_LOCKED)
+    except HistoryError as exc:
+        click.echo(f"healthcheck sweep: {exc}", err=True)
+        sys.exit(ExitCode.USAGE)
     except SETUP_ERRORS as exc:
         click.echo(f"healthcheck: {exc}", err=True)
         sys.exit(ExitCode.USAGE)

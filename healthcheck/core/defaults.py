@@ -34,6 +34,8 @@ class Defaults:
     inventory_max_depth: int = 64        # YAML nesting depth
     interrupt_grace_s: float = 10.0      # Ctrl-C/SIGTERM: hosts in flight get this long to finish
     merge_copy_threads: int = 8          # merge: host folders copied into the staging bundle at once (I/O waits)
+    merge_clock_skew_s: float = 300.0    # merge: a node's collected_at further in the future than this is not believed
+    merge_max_age_days: float = 3650.0   # merge: ... nor one older than this (a node clock reset to 1970)
     drain_max_fraction: float = 0.10     # circuit breaker: most of the fleet drained at once
     drain_broken_run_fraction: float = 0.5  # a run with this share of ERROR hosts looks broken
     busbw_excellent: float = 0.80        # fraction of expected busbw
@@ -49,6 +51,7 @@ class Defaults:
     history_keep_days: int = 30
     grade_workers: int = 0               # replay grading processes; 0: one per CPU core
     grade_pool_min_hosts: int = 64       # smaller replays grade in-process (forking costs more)
+    grade_host_timeout_s: float = 60.0   # one host's parsing and grading; past it the probe is ERROR, the sweep goes on
     regression_baseline_runs: int = 5
     regression_drop_fraction: float = 0.10
     evidence_timeout_s: float = 300.0    # nvidia-bug-report.sh on a failing host (--collect-evidence)
@@ -56,6 +59,13 @@ class Defaults:
     evidence_max_bytes: int = 64 * 1024 * 1024  # the report kept per host; larger ones are truncated
     offender_failures: int = 3           # repeat offender: failing on this many ...
     offender_window: int = 5             # ... of the host's last this many runs (this one included)
+    sibling_fail_fraction: float = 0.80  # a GPU (or copy path) below this share of its node siblings' median: FAIL
+    sibling_warn_fraction: float = 0.90  # ... below this share: WARN
+    gate_budget_s: float = 60.0          # `healthcheck gate`: the whole gate, passive probes and active tests
+    gate_passive_budget_s: float = 10.0  # ... the declared cost of the job-safe passive probes it may run
+    gate_reserve_s: float = 5.0          # ... kept for startup, grading, the bundle and the scheduler update
+    gate_kill_grace_s: float = 2.0       # ... a test past its time gets SIGTERM, then SIGKILL this much later
+    gate_cache_minutes: float = 30.0     # ... a passing active test is reused for this long (0: never)
 
 
 DEFAULTS = Defaults()

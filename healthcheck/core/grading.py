@@ -4,9 +4,14 @@
     grade(exp, 7)                        # Status.FAIL
     finding_from_expectation("gpu001", "gpu.count", exp, 7, source="nvidia-smi-q-x",
                              remedy="Reseat or replace the missing GPU")
+    temps = ValueGrades("gpu001", "gpu.temp_c", profile.expect("gpu.temp_c"), source="nvidia-smi-q-x",
+                        remedy=REMEDY)
+    temps.finding("gpu3", 91)            # one check on many components: each distinct value graded once
+    fold("gpu001", "nvidia-smi-q-x", outcomes, total=8, noun="GPUs")   # "all 8 GPUs: ..." per check
 
 Every finding built here says what was measured, what was expected (with the profile's source)
-and what to do, so messages are never copy-pasted per check.
+and what to do, so messages are never copy-pasted per check: a message is built from its parts
+(``Grade.message``), never edited afterwards.
 """
 
 from __future__ import annotations
@@ -16,20 +21,16 @@ import math
 import operator
 import re
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import date
-from typing import Any
+from typing import Any, NamedTuple
 
 from healthcheck.core.model import Finding, JSONScalar, Status
 from healthcheck.core.profiles import Expectation, Profile
 
 _OP_TEXT = {"eq": "==", "ne": "!=", "ge": ">=", "gt": ">", "le": "<=", "lt": "<", "in": "in",
             "match": "matches", "between": "between"}
-# The helpers below keep their answers per expectation (keyed by its id; each entry holds the expectation,
-# so the id is not reused while kept), only for expectations with nothing that can change in place.
-_FIXED = (str, int, float, type(None))  # an expectation value (or warn) that cannot change in place
-_MEMO_MAX = 4096  # entries per memo; a full memo starts over
 
 
 class GradingError(ValueError):
@@ -75,23 +76,7 @@ def _norm(x: Any) -> Any:
 
 def expected_text(exp: Expectation, threshold: Any = None) -> str:
     """Human form of the expectation: ``>= 80000 MiB``."""
-    if threshold is not None:
-        return _expected_text(exp, threshold)
-    hit = _TEXTS.get(id(exp))
-    if hit is not None and hit[0] is exp:
-        return hit[1]
-    text = _expected_text(exp, exp.value)
-    if isinstance(exp.value, _FIXED):  # a list could change in place: not kept
-        if len(_TEXTS) >= _MEMO_MAX:
-            _TEXTS.clear()
-        _TEXTS[id(exp)] = (exp, text)
-    return text
-
-
-_TEXTS: dict[int, tuple[Expectation, str]] = {}  # id(exp) -> (exp, its expected text): profiles are few
-
-
-def _expected_text(exp: Expectation, value: Any) -> str:
+    value = exp.value if threshold is None else threshold
     if exp.op == "between":
         text = f"between {value[0]} and {value[1]}"
     elif exp.op == "in":
@@ -104,27 +89,6 @@ def _expected_text(exp: Expectation, value: Any) -> str:
 def grade(exp: Expectation, measured: Any) -> Status:
     """PASS, WARN (only ``warn`` threshold violated) or the expectation's severity. A non-finite
     number (``nan``/``inf`` printed by a tool) is no measurement: ``GradingError``, graded ERROR."""
-    kind = measured.__class__
-    if not (kind is int or kind is bool or (kind is str and len(measured) <= 100)):
-        return _grade(exp, measured)
-    # Equal ints, bools or (short) strs grade alike (floats may not: -0.0 prints unlike 0.0), and nodes repeat
-    # a few values over and over: kept per expectation and value.
-    key = (id(exp), kind, measured)
-    hit = _GRADES.get(key)
-    if hit is not None and hit[0] is exp:
-        return hit[1]
-    status = _grade(exp, measured)
-    if exp.bands is None and isinstance(exp.value, _FIXED) and isinstance(exp.warn, _FIXED):
-        if len(_GRADES) >= _MEMO_MAX:
-            _GRADES.clear()
-        _GRADES[key] = (exp, status)
-    return status
-
-
-_GRADES: dict[tuple[int, type, Any], tuple[Expectation, Status]] = {}  # (id(exp), type, value) -> (exp, status)
-
-
-def _grade(exp: Expectation, measured: Any) -> Status:
     if isinstance(measured, float) and not math.isfinite(measured):
         raise GradingError(f"the node reported {measured}, not a measurement")
     if exp.bands:
@@ -137,16 +101,10 @@ def _grade(exp: Expectation, measured: Any) -> Status:
 
 
 def passes(exp: Expectation | None, measured: Any) -> bool:
-    """Whether ``finding_from_expectation`` would give PASS, without building the finding: evaluators
-    of hundreds of links or counters per host keep only what did not pass (a missing expectation or
-    an ungradable value is not a pass)."""
+    """Whether ``finding_from_expectation`` would give PASS, without building the finding (a missing
+    expectation or an ungradable value is not a pass)."""
     if exp is None:
         return False
-    kind = measured.__class__
-    if kind is int or kind is bool or kind is str:  # grade's memo, looked up here first (one call less)
-        hit = _GRADES.get((id(exp), kind, measured))
-        if hit is not None and hit[0] is exp:
-            return hit[1] is Status.PASS
     try:
         return grade(exp, measured) is Status.PASS
     except (GradingError, TypeError, ValueError):
@@ -170,100 +128,221 @@ def grade_bands(exp: Expectation, measured: float) -> Status:
 def describe(check: str, component: str, measured: Any, unit: str | None, expected: str,
              status: Status) -> str:
     """The one message builder: ``gpu3: temperature 91 C, expected <= 87 C``."""
-    unit_text = f" {unit}" if unit else ""
-    what = _WHAT.get(check) or _what(check)
     prefix = f"{component}: " if component and component != "node" else ""
+    return prefix + _graded_text(_what(check), measured, unit, expected, status)
+
+
+def _graded_text(what: str, measured: Any, unit: str | None, expected: str, status: Status) -> str:
+    """A graded message without its component: ``temperature 91 C, expected <= 87 C``."""
+    unit_text = f" {unit}" if unit else ""
     verb = "expected" if status is not Status.PASS else "within"
-    return f"{prefix}{what} {measured}{unit_text}, {verb} {expected}"
+    return f"{what} {measured}{unit_text}, {verb} {expected}"
 
 
 def _what(check: str) -> str:
-    """``gpu.ecc.sram_correctable`` -> ``gpu ecc sram correctable``, kept per check id (they are few)."""
-    what = check.replace(".", " ").replace("_", " ")
-    if len(_WHAT) >= _MEMO_MAX:
-        _WHAT.clear()
-    _WHAT[check] = what
-    return what
+    """``gpu.ecc.sram_correctable`` -> ``gpu ecc sram correctable``."""
+    return check.replace(".", " ").replace("_", " ")
 
 
-_WHAT: dict[str, str] = {}
+class Grade(NamedTuple):
+    """One check's outcome on one measurement: a finding but for whom it is about. Its message is the
+    component's name, ``text``, then ``citation`` (``message`` says where the caller's parts go)."""
+
+    check: str
+    status: Status
+    value: JSONScalar
+    expected: JSONScalar
+    unit: str | None
+    text: str                  # the message after the component's name
+    citation: str = ""         # " (source: ...)" of a graded value that did not pass
+    remedy: str | None = None
+    named: bool = True         # False: the message names no component (no expectation, cannot grade)
+
+    def message(self, component: str, *, label: str | None = None, lead: str = "", note: str = "",
+                detail: str = "") -> str:
+        """``lead``, ``"<name>: "``, the text, ``note``, the citation, ``detail``. The name is ``label`` when
+        given (then in every message), else the component where the message names one (not ``node``)."""
+        name = label if label is not None else component if self.named and component != "node" else ""
+        prefix = f"{name}: " if name else ""
+        return f"{lead}{prefix}{self.text}{note}{self.citation}{detail}"
+
+    def finding(self, host: str, component: str, source: str | None, *, label: str | None = None,
+                lead: str = "", note: str = "", detail: str = "") -> Finding:
+        """This grade as ``component``'s finding (the message's parts as in ``message``)."""
+        return Finding(host=host, check=self.check, status=self.status, component=component, value=self.value,
+                       expected=self.expected, unit=self.unit, remedy=self.remedy, source=source,
+                       message=self.message(component, label=label, lead=lead, note=note, detail=detail))
+
+
+def grade_value(check: str, exp: Expectation | None, measured: Any, *, remedy: str,
+                profile: Profile | None = None, what: str | None = None) -> Grade:
+    """``measured`` against ``exp``: SKIP without an expectation (never PASS), ERROR when it cannot be
+    graded. ``what`` names the measurement in the message (default: the check's words)."""
+    return _graded(check, exp, measured, remedy, profile, what, expected_text(exp) if exp is not None else None)
+
+
+def _graded(check: str, exp: Expectation | None, measured: Any, remedy: str, profile: Profile | None,
+            what: str | None, expected: str | None) -> Grade:
+    """``grade_value``, given ``expected_text(exp)``."""
+    value = _scalar(measured)
+    if exp is None or expected is None:
+        name = profile.name if profile else "(none)"
+        return Grade(check, Status.SKIP, value, None, None, f"no expectation for {check} in profile {name}",
+                     named=False)
+    try:
+        status = grade(exp, measured)
+    except (GradingError, TypeError, ValueError) as exc:
+        return Grade(check, Status.ERROR, value, expected, exp.unit, f"cannot grade {check}: {exc}", named=False)
+    what = what or _what(check)
+    if status is Status.PASS:
+        return Grade(check, status, value, expected, exp.unit, _graded_text(what, measured, exp.unit, expected, status))
+    if status is Status.WARN and exp.warn is not None and not exp.bands:
+        # Only the tighter bound was crossed: show that one, and where FAIL starts.
+        expected = f"{expected_text(exp, exp.warn)} (FAIL beyond {exp.value})"
+    return Grade(check, status, value, expected, exp.unit, _graded_text(what, measured, exp.unit, expected, status),
+                 f" (source: {short_source(exp.source)})", remedy)
 
 
 def finding_from_expectation(host: str, check: str, exp: Expectation | None, measured: Any, *,
                              source: str, remedy: str, component: str = "node",
                              profile: Profile | None = None) -> Finding:
     """Grade ``measured`` against ``exp``; a missing expectation is SKIP (never PASS)."""
-    if exp is None:
-        name = profile.name if profile else "(none)"
-        return Finding(host=host, check=check, component=component, status=Status.SKIP,
-                       value=_scalar(measured), message=f"no expectation for {check} in profile {name}",
-                       source=source)
-    try:
-        status = grade(exp, measured)
-    except (GradingError, TypeError, ValueError) as exc:
-        return Finding(host=host, check=check, component=component, status=Status.ERROR,
-                       value=_scalar(measured), expected=expected_text(exp), unit=exp.unit,
-                       message=f"cannot grade {check}: {exc}", source=source)
-    expected = expected_text(exp)
-    if status is Status.WARN and exp.warn is not None and not exp.bands:
-        # Only the tighter bound was crossed: show that one, and where FAIL starts.
-        expected = f"{expected_text(exp, exp.warn)} (FAIL beyond {exp.value})"
-    message = describe(check, component, measured, exp.unit, expected, status)
-    if status is not Status.PASS:
-        message += f" (source: {short_source(exp.source)})"
-    return Finding(host=host, check=check, component=component, status=status,
-                   value=_scalar(measured), expected=expected, unit=exp.unit, message=message,
-                   remedy=remedy if status is not Status.PASS else None, source=source)
+    return grade_value(check, exp, measured, remedy=remedy, profile=profile).finding(host, component, source)
 
 
-class ComponentGrades:
-    """``finding_from_expectation`` of one check on many components of a host (its GPUs, links): each distinct
-    value is graded once, and another component with that value gets the same finding under its own name.
-    ``describe`` starts a graded message with ``"<component>: "`` and nothing else in it names the
-    component (tests compare this with ``finding_from_expectation`` itself); a float, an unhashable value
-    or a component named ``node`` is graded anew each time."""
+class ValueGrades:
+    """One check on many components of a host (its GPUs, links, ports): each distinct value is graded
+    once (``grade``), and each component's finding is built from that grade (``finding``).
 
-    def __init__(self, host: str, check: str, exp: Expectation | None, *, source: str, remedy: str,
-                 profile: Profile) -> None:
-        self.host, self.check, self.exp, self.source, self.remedy, self.profile = \
-            host, check, exp, source, remedy, profile
-        self._graded: dict[tuple[type, Any], Finding] = {}
+    Values are shared by type and value (``1``, ``1.0`` and ``True`` are graded apart); an unhashable
+    value, and a zero float (``0.0`` and ``-0.0`` are equal but print apart), is graded each time."""
 
-    def finding(self, component: str, value: Any) -> Finding:
-        key = _shared_key(component, value)
-        first = self._graded.get(key) if key is not None else None
-        if first is None:
-            f = finding_from_expectation(self.host, self.check, self.exp, value, source=self.source,
-                                         remedy=self.remedy, component=component, profile=self.profile)
-            if key is not None:
-                self._graded[key] = f
-            return f
-        prefix = f"{first.component}: "
-        message = f"{component}: {first.message[len(prefix):]}" if first.message.startswith(prefix) \
-            else first.message
-        return Finding(host=first.host, check=first.check, status=first.status, message=message,
-                       component=component, value=first.value, expected=first.expected, unit=first.unit,
-                       remedy=first.remedy, source=first.source, observe=first.observe)
+    __slots__ = ("_grades", "_passed", "check", "exp", "expected", "host", "profile", "remedy", "source", "what")
+
+    def __init__(self, host: str, check: str, exp: Expectation | None, *, source: str | None, remedy: str,
+                 profile: Profile | None = None, what: str | None = None) -> None:
+        self.host, self.check, self.exp, self.source = host, check, exp, source
+        self.remedy, self.profile, self.what = remedy, profile, what
+        self.expected = expected_text(exp) if exp is not None else None  # the expectation's text
+        self._grades: dict[tuple[type, Any], Grade] = {}
+        self._passed: dict[tuple[type, Any], bool] = {}  # what ``passes`` found, where no grade was needed
+
+    def grade(self, measured: Any) -> Grade:
+        kind = measured.__class__
+        if kind not in _SHARED or (kind is float and not measured):
+            return self._grade(measured)
+        key = (kind, measured)
+        found = self._grades.get(key)
+        if found is None:
+            found = self._grades[key] = self._grade(measured)
+        return found
+
+    def _grade(self, measured: Any) -> Grade:
+        return _graded(self.check, self.exp, measured, self.remedy, self.profile, self.what, self.expected)
+
+    def passes(self, measured: Any) -> bool:
+        """Whether ``measured`` grades PASS (without an expectation, or ungradable: no), once per value."""
+        kind = measured.__class__
+        if kind not in _SHARED or (kind is float and not measured):
+            return passes(self.exp, measured)
+        key = (kind, measured)
+        graded = self._grades.get(key)
+        if graded is not None:
+            return graded.status is Status.PASS
+        ok = self._passed.get(key)
+        if ok is None:
+            ok = self._passed[key] = passes(self.exp, measured)
+        return ok
+
+    def all_pass(self, values: Sequence[Any]) -> bool:
+        """Whether every value that is not None passes: values of one plain type are looked at once each."""
+        kinds = set(map(type, values))
+        kinds.discard(type(None))
+        if len(kinds) == 1 and kinds <= _SETTABLE:
+            distinct = set(values)
+            distinct.discard(None)
+            return all(map(self.passes, distinct))
+        return all(self.passes(v) for v in values if v is not None)
+
+    def finding(self, component: str, measured: Any, *, label: str | None = None, lead: str = "",
+                note: str = "", detail: str = "") -> Finding:
+        """``component``'s finding for ``measured`` (the message's parts as in ``Grade.message``)."""
+        return self.grade(measured).finding(self.host, component, self.source, label=label, lead=lead, note=note,
+                                            detail=detail)
 
 
-def _shared_key(component: str, value: Any) -> tuple[type, Any] | None:
-    """The key under which ``ComponentGrades`` shares a finding, or None where it cannot."""
-    if not component or component == "node" or value.__class__ is float:  # 0.0 and -0.0 print apart
-        return None
-    key = (value.__class__, value)
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
+_SHARED = frozenset({str, int, bool, float, type(None)})  # types whose equal values print alike (zero floats aside)
+_SETTABLE = frozenset({str, int, bool, float})  # one of these alone: a set of the values keeps each value once
 
 
-def with_note(f: Finding, note: str) -> Finding:
-    """``f`` with ``note`` inserted before its ``(source: ...)`` citation (or appended when it has none)."""
-    if not note:
-        return f
-    head, sep, tail = f.message.partition(" (source:")
-    return replace(f, message=head + note + sep + tail)
+class Outcome(NamedTuple):
+    """One check's grade on one component, kept until ``fold`` knows whether it is folded."""
+
+    component: str
+    grade: Grade
+    label: str | None = None   # the name the message starts with (``Grade.message``)
+    detail: str = ""
+
+    def finding(self, host: str, source: str | None) -> Finding:
+        return self.grade.finding(host, self.component, source, label=self.label, detail=self.detail)
+
+
+def fold(host: str, source: str | None, outcomes: Iterable[Outcome | None], total: int, noun: str,
+         names: Mapping[str, str] | None = None) -> list[Finding]:
+    """The findings of ``outcomes`` (None: nothing to say), check by check in order of first appearance:
+    node-level ones (identical ones once), every other that is not a PASS or SKIP, then the PASSes and the
+    SKIPs each folded into one node-level finding (``all 8 GPUs: ...``; one alone stays as it is).
+    ``names`` words a check in a folded PASS (default: the check without its category)."""
+    buckets: dict[str, tuple[list[Outcome], ...]] = {}  # check -> node-level, others, PASSes, SKIPs
+    for o in outcomes:
+        if o is not None:
+            lists = buckets.get(o.grade.check)
+            if lists is None:
+                lists = buckets[o.grade.check] = ([], [], [], [])
+            lists[0 if o.component == "node" else _BUCKET.get(o.grade.status, 1)].append(o)
+    out: list[Finding] = []
+    for check, (node, bad, passed, skipped) in buckets.items():
+        if node:
+            out.extend(dict.fromkeys([o.finding(host, source) for o in node]))
+        if bad:
+            out.extend([o.finding(host, source) for o in bad])
+        for alike in (passed, skipped):
+            if len(alike) == 1:
+                out.append(alike[0].finding(host, source))
+            elif alike:
+                out.append(_folded(host, source, alike, total, noun, (names or {}).get(check)))
+    return out
+
+
+_BUCKET = {Status.PASS: 2, Status.SKIP: 3}  # fold's list of an outcome by its status (others: 1)
+
+
+def _folded(host: str, source: str | None, group: list[Outcome], total: int, noun: str,
+            what: str | None) -> Finding:
+    """One node-level finding for a check's PASSes (or SKIPs) on several components."""
+    first = group[0].grade
+    who = f"all {total} {noun}" if len(group) == total else ",".join(o.component for o in group)
+    shown = shown_value([o.grade.value for o in group])
+    if first.status is Status.PASS:
+        unit = f" {first.unit}" if first.unit else ""
+        within = f", within {first.expected}" if first.expected else ""
+        message = f"{who}: {what or _what(first.check.split('.', 1)[-1])} {shown}{unit}{within}"
+    else:
+        message = f"{who}: {first.text}{first.citation}{group[0].detail}"
+    return Finding(host=host, check=first.check, status=first.status, component="node",
+                   value=shown if isinstance(shown, str) else first.value, expected=first.expected,
+                   unit=first.unit, message=message, source=source)
+
+
+def shown_value(values: Sequence[JSONScalar]) -> JSONScalar:
+    """A folded value: the one value, ``min-max`` of differing numbers, else ``mixed``."""
+    first = values[0]
+    if type(first) in (int, str, bool) and values.count(first) == len(values) and len(set(map(type, values))) == 1:
+        return first  # optimization: every component alike (the usual case), as the rule below finds
+    numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    if numbers and len(numbers) == len(values) and min(numbers) != max(numbers):
+        return f"{min(numbers):g}-{max(numbers):g}"
+    return values[0] if len(set(map(str, values))) == 1 else "mixed"
 
 
 def short_source(source: str, limit: int = 100) -> str:

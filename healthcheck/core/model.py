@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import enum
 import math
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import MISSING, asdict, dataclass, field, fields
-from itertools import chain, repeat
-from operator import attrgetter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 JSONScalar = str | int | float | bool | None
@@ -105,7 +102,7 @@ class CommandResult:
         return self.transport_error is None and not self.timed_out and self.rc is not None
 
 
-@dataclass(frozen=True, slots=True, init=False)  # __init__: _finding_init, below
+@dataclass(frozen=True, slots=True)
 class Finding:
     """One graded measurement. ``check`` is a stable dotted id; its first part is the category."""
 
@@ -126,15 +123,15 @@ class Finding:
         return self.check.split(".", 1)[0]
 
     def to_json(self) -> dict[str, Any]:
-        # Every field is a JSON scalar: a plain dict, not ``asdict``'s recursive deep copy (5-10x slower).
+        """The finding as a JSON object (a non-finite number null: ``json_safe``); ``observe`` only when set."""
         value, expected = self.value, self.expected
-        out = {"host": self.host, "check": self.check, "status": self.status._value_, "message": self.message,
+        out = {"host": self.host, "check": self.check, "status": self.status.value, "message": self.message,
                "component": self.component,
-               "value": value if type(value) in _JSON_AS_IS else json_safe(value),  # json_safe: floats, lists
+               "value": value if type(value) in _JSON_AS_IS else json_safe(value),
                "expected": expected if type(expected) in _JSON_AS_IS else json_safe(expected),
                "unit": self.unit, "remedy": self.remedy, "source": self.source}
         if self.observe:
-            out["observe"] = True  # written only when set
+            out["observe"] = True
         return out
 
     def to_row(self) -> tuple[JSONScalar, ...]:
@@ -149,59 +146,13 @@ class Finding:
         return cls(**known)
 
 
-def _finding_init() -> Callable[..., None]:
-    """``Finding.__init__``, as the dataclass would write it but setting each slot through its member
-    descriptor: a frozen dataclass's own calls ``object.__setattr__`` by name for every field (~120
-    findings a host: 1.8 -> 1.1 us each). A test checks it against the fields, their order and defaults."""
-    host_, check_, status_, message_, component_, value_, expected_, unit_, remedy_, source_, observe_ = (
-        Finding.__dict__[f.name].__set__ for f in fields(Finding))
-
-    def __init__(self: Finding, host: str, check: str, status: Status, message: str, component: str = "node",
-                 value: JSONScalar = None, expected: JSONScalar = None, unit: str | None = None,
-                 remedy: str | None = None, source: str | None = None, observe: bool = False) -> None:
-        host_(self, host)
-        check_(self, check)
-        status_(self, status)
-        message_(self, message)
-        component_(self, component)
-        value_(self, value)
-        expected_(self, expected)
-        unit_(self, unit)
-        remedy_(self, remedy)
-        source_(self, source)
-        observe_(self, observe)
-    return __init__
-
-
-Finding.__init__ = _finding_init()  # type: ignore[method-assign]
-
-
 def findings_from_columns(columns: Sequence[Sequence[Any]]) -> list[Finding]:
-    """``Finding(*row)`` for each row of ``columns`` (one sequence per field, in field order; a trailing
-    field may be left out for its default), built column by column: each field is set on every finding
-    with one C-level pass, where the frozen dataclass's ``__init__`` calls ``object.__setattr__`` per field
-    and per finding (1.2 M findings at 10,000 hosts: ~2.5x faster). Only for values a ``Finding`` already
-    held (a grading worker's columns, the findings table); nothing is checked here."""
-    if not columns:
-        return []
-    rows = len(columns[0])
-    if any(len(column) != rows for column in columns) or len(columns) > len(_SLOTS):
-        raise ValueError(f"{len(columns)} columns of {sorted({len(c) for c in columns})} rows for {len(_SLOTS)} fields")
-    built = list(map(object.__new__, repeat(Finding, rows)))
-    for (slot, default), column in zip(_SLOTS, chain(columns, repeat(None)), strict=False):
-        if column is None:  # fewer columns than fields: the rest take their defaults
-            if default is MISSING:
-                raise ValueError(f"no column for {slot.__name__}, which has no default")
-            column = repeat(default, rows)
-        deque(map(slot.__set__, built, column), maxlen=0)
-    return built
+    """``Finding(*row)`` for each row of ``columns`` (one sequence per field, in field order; trailing
+    fields left out take their defaults)."""
+    return [Finding(*row) for row in zip(*columns, strict=True)]
 
 
-# Each field's member descriptor (it sets the slot, frozen or not) and default, in field order
-_SLOTS = tuple((Finding.__dict__[f.name], f.default) for f in fields(Finding))
-
-
-_JSON_AS_IS = frozenset({str, int, bool, type(None)})  # exact types json_safe returns unchanged
+_JSON_AS_IS = frozenset({str, int, bool, type(None)})  # the types json_safe returns unchanged
 
 
 BOOKKEEPING_CATEGORY = "host"  # host.reachable, host.swept, host.checked: about the sweep, not the node
@@ -221,15 +172,20 @@ FINDING_FIELDS = ("host", "check", "status", "message", "component", "value", "e
 
 
 def json_safe(value: Any) -> Any:
-    """``value`` with non-finite floats as the strings ``"nan"``, ``"inf"``, ``"-inf"``: JSON has no
-    NaN/Infinity (JavaScript's ``JSON.parse`` rejects Python's bare ``NaN``)."""
+    """``value`` with every non-finite float as ``None`` (JSON ``null``): JSON has no NaN or Infinity, and
+    a node that printed "nan" measured nothing (the finding's message still says what it printed)."""
     if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)
+        return finite_or_none(value)
     if isinstance(value, list | tuple):
         return [json_safe(v) for v in value]
     if isinstance(value, dict):
         return {k: json_safe(v) for k, v in value.items()}
     return value
+
+
+def finite_or_none(value: float) -> float | None:
+    """A finite float as itself, NaN and the infinities as None: the one NaN rule of everything we write."""
+    return value if math.isfinite(value) else None
 
 
 def host_verdict(findings: Iterable[Finding]) -> Status:
@@ -239,22 +195,16 @@ def host_verdict(findings: Iterable[Finding]) -> Status:
     Nothing checked is never PASS: PASS or WARN needs at least one finding that is evidence
     (``is_evidence``); without one the verdict is ERROR. SKIP only when every finding is a SKIP
     (a node left alone because it runs a job), ERROR when there is no finding at all."""
-    found = list(findings)
-    if any(map(_OBSERVE, found)):  # C-level passes: a host has ~120 findings, a run 10,000 hosts
-        found = [f for f in found if not f.observe]
+    found = [f for f in findings if not f.observe]
     if not found:
         return Status.ERROR
-    statuses = list(map(_STATUS, found))
-    verdict = next((s for s in _GRADED_WORST_FIRST if s in statuses), None)  # the worst, SKIPs aside
-    if verdict is None:
+    graded = {f.status for f in found} - {Status.SKIP}
+    if not graded:
         return Status.SKIP
+    verdict = worst(graded)
     if verdict in (Status.PASS, Status.WARN) and not any(is_evidence(f) for f in found):
         return Status.ERROR
     return verdict
-
-
-_OBSERVE, _STATUS = attrgetter("observe"), attrgetter("status")
-_GRADED_WORST_FIRST = tuple(sorted(set(Status) - {Status.SKIP}, key=lambda s: -s.rank))
 
 
 @dataclass(frozen=True)

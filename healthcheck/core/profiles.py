@@ -21,7 +21,6 @@ Every expectation must name its ``source``; a profile without one is rejected at
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from healthcheck.core.suggest import did_you_mean
 
 OPS = ("eq", "ne", "ge", "gt", "le", "lt", "in", "match", "between")
 PROJECT_PROFILES = Path(str(files("healthcheck.inventories") / "profiles"))  # the built-in profiles
@@ -113,6 +114,7 @@ class Profile:
 EMPTY_PROFILE = Profile(name="(none)", description="host has no profile")
 _EXPECTATION_KEYS = {"op", "value", "unit", "warn", "bands", "severity", "required", "note", "source", "observe"}
 _PROFILE_KEYS = {"name", "description", "inherits", "expect", "settings", "known_issues", "observe"}
+_INVENTORY_KEYS = {"defaults", "groups", "hosts", "controller"}  # an inventory's top level (inventory/hosts.py)
 
 
 def _unknown_keys(keys: Iterable[Any], allowed: set[str]) -> list[str]:
@@ -121,8 +123,7 @@ def _unknown_keys(keys: Iterable[Any], allowed: set[str]) -> list[str]:
     for key in sorted(map(str, keys)):
         if key in allowed:
             continue
-        hint = difflib.get_close_matches(key, sorted(allowed), n=1)
-        more = f" (did you mean {hint[0]!r}?)" if hint else f" (allowed: {', '.join(sorted(allowed))})"
+        more = did_you_mean(key, allowed) or f" (allowed: {', '.join(sorted(allowed))})"
         out.append(f"{key!r}{more}")
     return out
 
@@ -192,8 +193,9 @@ def find_profile_file(name: str, search: Sequence[Path]) -> Path:
         candidate = Path(folder) / f"{name}.yaml"
         if candidate.is_file():
             return candidate
-    looked = [str(p) for p in search_path(search)]
-    raise ProfileError(f"unknown profile {name!r} (looked in {looked})")
+    looked = ", ".join(str(p) for p in search_path(search))
+    raise ProfileError(f"unknown profile {name!r}{did_you_mean(name, available_profiles(search))}: "
+                       f"`healthcheck profiles list` lists them (looked in {looked})")
 
 
 def load_profile(name: str, search: Sequence[Path] = (), _seen: tuple[str, ...] = ()) -> Profile:
@@ -255,6 +257,10 @@ def validate_profile_file(path: Path) -> list[str]:
         return [f"not valid YAML: {exc}"]
     if not isinstance(raw, Mapping):
         return ["top level must be a mapping (name, description, inherits, expect, settings, known_issues)"]
+    inventory = sorted(str(k) for k in raw if k in _INVENTORY_KEYS)
+    if inventory and not set(map(str, raw)) & _PROFILE_KEYS:
+        return [f"this is an inventory (keys {', '.join(inventory)}), not a profile: check it with "
+                f"`healthcheck inventory show -i {path}`; profiles are the files `healthcheck profiles list` names"]
     problems = [f"unknown key {k}" for k in _unknown_keys(raw, _PROFILE_KEYS)]
     for name in ("name", "description", "inherits"):
         if raw.get(name) is not None and not isinstance(raw[name], str):

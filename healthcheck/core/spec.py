@@ -7,11 +7,12 @@ Only signatures and semantics live here (like pytest's ``hookspec.py``). Concret
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from healthcheck.core.model import CommandResult, Finding, Host, HostCollection, Status
 from healthcheck.core.profiles import Profile
@@ -25,6 +26,30 @@ class ParseError(ValueError):
         self.excerpt = excerpt[:200]
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def parse_guarded(parse: F) -> F:
+    """``parse`` with one more way of saying "garbage": Python refuses ``int()`` of a digit run longer
+    than ``sys.get_int_max_str_digits()`` with a plain ``ValueError``; no tool prints such a number, so
+    it is a ``ParseError`` (an ERROR naming the command), never a parser crash. Parsers bound their
+    digit runs themselves; every registered probe and benchmark parser gets this as the backstop."""
+    @functools.wraps(parse)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return parse(*args, **kwargs)
+        except ParseError:
+            raise
+        except ValueError as exc:
+            if "integer string conversion" not in str(exc):
+                raise
+            raise ParseError(f"a digit run longer than any number a tool prints ({exc})") from None
+    return guarded  # type: ignore[return-value]
+
+
+PREVIOUS_AT = "_collected_at"  # in a host's previous observations (by probe name): when that collection was recorded
+
+
 @dataclass(frozen=True)
 class EvalContext:
     """What an evaluator may know besides the observations.
@@ -32,6 +57,9 @@ class EvalContext:
     ``previous`` holds this host's observations from the previous run (JSON form, by probe name),
     or is empty when there is none: growth checks compare against it. ``options`` carries run
     options such as ``kernel_log_window_h``; ``now`` is the time the outputs were collected.
+    ``collected_at`` and ``previous_at`` are the times the collector recorded for this collection and
+    for the previous one (``_host.json`` ``collected_at``), None where none was recorded: an interval
+    between them is one a node's own clock cannot stretch (``probes/rates.py``).
     """
 
     host: Host
@@ -39,6 +67,19 @@ class EvalContext:
     previous: Mapping[str, Any] = field(default_factory=dict)
     options: Mapping[str, Any] = field(default_factory=dict)
     now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    collected_at: datetime | None = None
+    previous_at: datetime | None = None
+
+
+def recorded_time(text: Any) -> datetime | None:
+    """An ISO-8601 time the collector recorded (naive reads as UTC), or None when absent or unreadable."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
 class Probe(Protocol):
@@ -109,10 +150,16 @@ class ProbeSpec:
         return self.command_map
 
     def parse(self, outputs: Mapping[str, CommandResult]) -> Any:
-        return self.parse_fn(outputs)
+        return _guarded_parse(self.parse_fn, outputs)
 
     def evaluate(self, observations: Any, ctx: EvalContext) -> list[Finding]:
         return self.evaluate_fn(observations, ctx)
+
+
+@parse_guarded
+def _guarded_parse(parse_fn: Callable[[Mapping[str, CommandResult]], Any],
+                   outputs: Mapping[str, CommandResult]) -> Any:
+    return parse_fn(outputs)
 
 
 class FleetCheck(Protocol):

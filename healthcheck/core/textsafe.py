@@ -2,6 +2,7 @@
 
     printable("gpu\x1b]0;PWNED\x07 ok")     # 'gpu\\x1b]0;PWNED\\x07 ok'
     printable("evil\u202egnp.exe")          # 'evil\\u202egnp.exe'
+    csv_cell("=HYPERLINK(\"http://x\")")     # '\'=HYPERLINK("http://x")': a spreadsheet shows it, never runs it
 
 Terminal escape sequences (CSI, OSC: they retitle windows, move the cursor, rewrite earlier lines) and
 bidirectional overrides (U+202A-U+202E, U+2066-U+2069: they display a name as another name) are
@@ -29,3 +30,14 @@ def printable(text: str) -> str:
 
 def has_unsafe(text: str) -> bool:
     return _UNSAFE.search(text) is not None
+
+
+# OWASP "CSV Injection": a cell starting with one of these is a formula to a spreadsheet (a leading TAB or
+# CR is stripped on import, and what follows it is read as a formula)
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(text: str) -> str:
+    """A node string made safe as a CSV cell: a leading formula character is neutralised by a ``'``
+    prefix (the OWASP rule), and control and bidi characters are made visible (``printable``)."""
+    return printable("'" + text if text.startswith(FORMULA_START) else text)

@@ -22,7 +22,6 @@ typo like ``adress`` never silently falls back to DNS. Free-form values go under
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.hostnames import host_name_problem
 from healthcheck.core.model import Host
+from healthcheck.core.suggest import did_you_mean
 
 TOP_KEYS = ("defaults", "groups", "hosts", "controller")
 GROUP_KEYS = ("hosts", "vars")
@@ -165,8 +165,7 @@ def _check_vars(raw: Any, where: str) -> dict[str, Any]:
         raise InventoryError(f"{where}: vars must be a mapping, got {raw!r}")
     for key in raw:
         if key not in KNOWN_VARS:
-            hint = difflib.get_close_matches(str(key), KNOWN_VARS, n=1)
-            more = f" (did you mean {hint[0]!r}?)" if hint else f" (known: {', '.join(KNOWN_VARS)})"
+            more = did_you_mean(str(key), KNOWN_VARS) or f" (known: {', '.join(KNOWN_VARS)})"
             raise InventoryError(f"{where}: unknown var {key!r}{more}")
     for key, value in raw.items():
         accepts, expected = VAR_TYPES[key]
@@ -190,7 +189,8 @@ def parse_inventory(raw: Any, path: str, known_profiles: Sequence[str] | None = 
         raise InventoryError(f"{path}: top level must be a mapping with {', '.join(TOP_KEYS)}")
     for key in raw:
         if key not in TOP_KEYS:
-            raise InventoryError(f"{path}: unknown key {key!r} (allowed: {', '.join(TOP_KEYS)})")
+            raise InventoryError(f"{path}: unknown key {key!r}{did_you_mean(str(key), TOP_KEYS)} "
+                                 f"(allowed: {', '.join(TOP_KEYS)})")
     defaults = _check_vars(raw.get("defaults"), f"{path}: defaults")
     placed: dict[str, tuple[str | None, dict[str, Any]]] = {}
     groups: dict[str, tuple[str, ...]] = {}
@@ -230,9 +230,9 @@ def check_profiles(inv: Inventory, known_profiles: Sequence[str] | None) -> Inve
     if known_profiles is not None:
         for h in inv.hosts:
             if h.profile is not None and h.profile not in known_profiles:
-                hint = difflib.get_close_matches(h.profile, known_profiles, n=1)
                 raise InventoryError(f"{inv.path}: host {h.name!r} has unknown profile {h.profile!r}"
-                                     + (f" (did you mean {hint[0]!r}?)" if hint else ""))
+                                     f"{did_you_mean(h.profile, known_profiles)}: `healthcheck profiles list` "
+                                     "lists them")
     return inv
 
 

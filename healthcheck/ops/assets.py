@@ -1,13 +1,16 @@
 """The fleet asset table of a run: one row per GPU, HCA and system board (``healthcheck assets``).
 
     frame = asset_table(load_results(Path("runs/latest")))
-    frame.to_csv("assets.csv", index=False)
+    for_csv(frame).to_csv("assets.csv", index=False)       # formula cells neutralised (OWASP)
+    for_terminal(frame).to_string(index=False)             # control and bidi characters made visible
 
 Columns: host, kind (gpu | hca | system), slot (PCI bus id, HCA device, "system"), model, serial
 (GPU serial, HCA node GUID, system serial), uuid (GPU UUID, HCA system image GUID, system UUID),
 firmware (VBIOS, HCA firmware, BIOS version), part_number (GPU board part number, HCA PSID,
 baseboard name), detail (InfoROM image version, HCA type/revision, baseboard serial, BIOS date).
-Read from the ``assets`` observations that ``probes/assets.py`` records in every run.
+Read from the ``assets`` observations that ``probes/assets.py`` records in every run. Every cell is a
+node's string (serials, firmware, DMI fields): ``for_csv`` and ``for_terminal`` make them safe to open
+in a spreadsheet or to print (``healthcheck.core.textsafe``).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from healthcheck.core.textsafe import csv_cell, printable
 from healthcheck.store.results import RunResults
 
 if TYPE_CHECKING:
@@ -54,9 +58,19 @@ def asset_table(results: RunResults) -> pd.DataFrame:
     """Every recorded part of every host, in host order (empty frame with the columns when none)."""
     rows = [row for name in sorted(results.hosts)
             for row in _rows(name, results.hosts[name].observations.get("assets") or {})]
-    import pandas as pd  # ~0.3 s to import: only the commands that build the table pay it
+    import pandas as pd  # slow to import: only the commands that build the table pay it
 
     return pd.DataFrame(rows, columns=list(COLUMNS)).fillna("")
+
+
+def for_csv(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with every text cell neutralised for a spreadsheet (``textsafe.csv_cell``)."""
+    return frame.map(lambda v: csv_cell(v) if isinstance(v, str) else v)
+
+
+def for_terminal(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with every text cell's control and bidi characters made visible (``textsafe.printable``)."""
+    return frame.map(lambda v: printable(v) if isinstance(v, str) else v)
 
 
 def hosts_without_assets(results: RunResults) -> list[str]:

@@ -8,16 +8,18 @@
 Pure: no scheduler, no I/O. ``healthcheck.ops.schedulers`` turns decisions into ``scontrol`` or
 ``kubectl`` argv lists and checks reason ownership against the scheduler's current state.
 
-A host is drained when it has a *triggering* finding: a status in ``policy.statuses`` (FAIL by
-default) or any bad status whose remedy asks for a drain ("Drain the node ..."), on a check
-allowed by ``policy.checks`` and not excluded by ``policy.ignore`` (shell-style globs on check
-ids). Two kinds of finding are advisory by default: fleet-consistency checks (``fleet.*``: a
-version that differs from the majority, FAIL when the profile pins it) never trigger unless
-``policy.advisory`` is emptied or ``policy.checks`` names them, and benchmark findings
-(``nccl.*``, ``hpl.*``, ``imb.*`` ...) trigger only through their status, never through the word
-"drain" in their remedy (a benchmark WARN drains only with ``--status WARN``). A host "now
-passes" (may be resumed) when it has no triggering finding and its verdict is
-neither FAIL nor ERROR: an unreachable host has proven nothing.
+A host is drained when it has a *triggering* finding, decided by data only, never by the words of a
+message or remedy: its status is in ``policy.statuses`` (FAIL by default; ERROR when asked; WARN never:
+``DRAINING_STATUSES``), its check is allowed by ``policy.checks`` and not excluded by ``policy.ignore``
+(shell-style globs on check ids), it is not observe-only (the profile's ``observe``), and it is not
+advisory: ``ADVISORY_CHECKS`` (``fleet.*``: a version that differs from the majority, fixed by a
+rollout; ``history.*``, ``offender.*``: what the history says of a failure already graded; ``merge.*``,
+``replay.*``: what the bundle did, not what the node is) never trigger unless ``policy.checks`` names
+them or ``policy.advisory`` is emptied. A host "now passes" (may be resumed) when it has no triggering
+finding and its verdict is neither FAIL nor ERROR: an unreachable host has proven nothing.
+
+The fleet the breaker counts is the inventory's or the scheduler's (``healthcheck.ops.fleet``): hosts
+of the run outside it (``known_hosts``) are listed in ``plan.unknown`` and neither counted nor drained.
 """
 
 from __future__ import annotations
@@ -35,9 +37,8 @@ from healthcheck.store.results import RunResults
 from healthcheck.transport.slurm_nodes import REASON_PREFIX
 
 REASON_MAX_CHARS = 160
-BAD = frozenset({Status.WARN, Status.ERROR, Status.FAIL})
-ADVISORY_CHECKS = ("fleet.*",)
-BENCHMARK_CHECKS = ("nccl.*", "hpl.*", "hpl", "hpcc.*", "imb.*", "osu.*")
+DRAINING_STATUSES = frozenset({Status.FAIL, Status.ERROR})  # WARN, SKIP and PASS never take a node out
+ADVISORY_CHECKS = ("fleet.*", "history.*", "offender.*", "merge.*", "replay.*")
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f\"'`\\$]+")
 
 
@@ -48,9 +49,13 @@ class DrainPolicy:
     statuses: frozenset[Status] = frozenset({Status.FAIL})
     checks: tuple[str, ...] = ()          # empty: every check may trigger
     ignore: tuple[str, ...] = ()          # never trigger, whatever the status
-    remedy_words: tuple[str, ...] = ("drain",)  # a bad finding whose remedy says this triggers too
     advisory: tuple[str, ...] = ADVISORY_CHECKS  # never trigger unless ``checks`` names them explicitly
-    status_only: tuple[str, ...] = BENCHMARK_CHECKS  # trigger by status only, not by remedy words
+
+    def __post_init__(self) -> None:
+        wrong = sorted(s.value for s in self.statuses - DRAINING_STATUSES)
+        if wrong:
+            raise ValueError(f"{', '.join(wrong)} never drains a node (only FAIL, and ERROR when asked): "
+                             "a warning is not a fault (docs/drain.md)")
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,7 @@ class DrainPlan:
     passing: tuple[str, ...]              # hosts that now pass: resume candidates
     breaker: BreakerVerdict
     node_names: Mapping[str, str] = field(default_factory=dict)
+    unknown: tuple[str, ...] = ()         # hosts of the run the fleet does not know: not counted, not drained
 
     def node(self, host: str) -> str:
         return self.node_names.get(host, host)
@@ -103,13 +109,7 @@ def triggers(finding: Finding, policy: DrainPolicy) -> bool:
         return False
     if not named and any(fnmatch.fnmatchcase(finding.check, g) for g in policy.advisory):
         return False
-    if finding.status in policy.statuses:
-        return True
-    if any(fnmatch.fnmatchcase(finding.check, g) for g in policy.status_only):
-        return False
-    remedy = finding.remedy or ""
-    return finding.status in BAD and any(re.search(rf"\b{re.escape(w)}\b", remedy, re.IGNORECASE)
-                                         for w in policy.remedy_words)
+    return finding.status in policy.statuses
 
 
 def worst_first(findings: Iterable[Finding]) -> list[Finding]:
@@ -165,19 +165,22 @@ def _exempt(finding: Finding, policy: DrainPolicy) -> bool:
 
 def plan_drain(results: RunResults, policy: DrainPolicy | None = None, *,
                node_names: Mapping[str, str] | None = None, fleet_size: int | None = None,
+               known_hosts: Collection[str] | None = None,
                max_fraction: float = DEFAULTS.drain_max_fraction,
                broken_fraction: float = DEFAULTS.drain_broken_run_fraction) -> DrainPlan:
     """Decisions for every drain-worthy host, the passing hosts, and the breaker's verdict.
 
-    ``fleet_size`` defaults to the number of hosts in the run; pass the inventory's size when
-    the run covered part of the fleet.
+    ``known_hosts``: the hosts of the fleet (``healthcheck.ops.fleet``); the run's other hosts are
+    ``unknown``: listed, never decided on, never counted. ``fleet_size`` defaults to the number of
+    known hosts in the run; pass the fleet's size when the run covered part of it.
     """
     policy = policy or DrainPolicy()
     names = dict(node_names or {})
     run_id = str(results.run.get("id") or "")
+    known = sorted(results.hosts) if known_hosts is None else sorted(set(results.hosts) & set(known_hosts))
     decisions = []
     passing = []
-    for name in sorted(results.hosts):
+    for name in known:
         findings = results.hosts[name].findings
         bad = [f for f in findings if triggers(f, policy)]
         if bad:
@@ -186,10 +189,17 @@ def plan_drain(results: RunResults, policy: DrainPolicy | None = None, *,
                                            findings=tuple(worst_first(bad)), run_id=run_id))
         elif passes(findings, policy):
             passing.append(name)
-    breaker = check_breaker(results, len(decisions), fleet_size or len(results.hosts),
+    breaker = check_breaker(_counted(results, known), len(decisions), fleet_size or len(known),
                             max_fraction, broken_fraction)
-    return DrainPlan(run_id=run_id, decisions=tuple(decisions), passing=tuple(passing),
-                     breaker=breaker, node_names=names)
+    return DrainPlan(run_id=run_id, decisions=tuple(decisions), passing=tuple(passing), breaker=breaker,
+                     node_names=names, unknown=tuple(sorted(set(results.hosts) - set(known))))
+
+
+def _counted(results: RunResults, hosts: Collection[str]) -> RunResults:
+    """``results`` restricted to ``hosts`` (the breaker judges the run by the fleet's hosts only)."""
+    if len(hosts) == len(results.hosts):
+        return results
+    return dataclasses.replace(results, hosts={h: results.hosts[h] for h in hosts})
 
 
 def with_fleet_state(plan: DrainPlan, results: RunResults, out_of_service: Collection[str], *,
@@ -200,7 +210,8 @@ def with_fleet_state(plan: DrainPlan, results: RunResults, out_of_service: Colle
     limit with the new ones, so nightly runs draining a few nodes each never add up to half the fleet."""
     new = {d.node for d in plan.decisions}
     already = sorted(set(out_of_service) - new)
-    breaker = _fleet_breaker(results, len(new), plan.breaker.fleet_size, max_fraction, broken_fraction, already)
+    counted = _counted(results, [h for h in results.hosts if h not in plan.unknown])
+    breaker = _fleet_breaker(counted, len(new), plan.breaker.fleet_size, max_fraction, broken_fraction, already)
     return dataclasses.replace(plan, breaker=breaker)
 
 

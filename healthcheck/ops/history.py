@@ -13,6 +13,10 @@ Layout of a history directory::
 
 Runs are ordered by ``seq`` (the order they were recorded), not by their clocks. The analysis
 itself (regressions, growth, changes) is pure and lives in ``healthcheck.run.regression``.
+
+An index that cannot be used (not a database, damaged, a folder, another program's tables) raises
+``HistoryError``, one line saying how to start a new index while keeping the old file; ``check_index``
+verifies it (``PRAGMA quick_check``) before a sweep runs, so a bad index costs no sweep.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from healthcheck.core.model import Status
+from healthcheck.ops.historyschema import SCHEMA, HistoryError, schema_problem
 from healthcheck.ops.offenders import PastRun, failure_keys
 from healthcheck.run.regression import HostState, Measurement, host_states, trend_points
 from healthcheck.store.results import RunResults
@@ -41,24 +46,20 @@ RUNS_DIR = "runs"
 ORPHAN_MIN_AGE = timedelta(hours=1)  # an unrecorded run directory younger than this may still be running
 _PASSING = ("PASS", "WARN", "SKIP")
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL UNIQUE, started TEXT NOT NULL,
-    run_dir TEXT NOT NULL, verdict TEXT NOT NULL, hosts INTEGER NOT NULL, recorded TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS host_runs (
-    seq INTEGER NOT NULL REFERENCES runs(seq) ON DELETE CASCADE, host TEXT NOT NULL,
-    verdict TEXT NOT NULL, failing TEXT NOT NULL, PRIMARY KEY (seq, host));
-CREATE TABLE IF NOT EXISTS measurements (
-    seq INTEGER NOT NULL REFERENCES runs(seq) ON DELETE CASCADE, host TEXT NOT NULL,
-    metric TEXT NOT NULL, direction TEXT NOT NULL, check_id TEXT NOT NULL, component TEXT NOT NULL,
-    value REAL NOT NULL, unit TEXT);
-CREATE INDEX IF NOT EXISTS measurements_by_host ON measurements (host, check_id, component, seq);
-CREATE INDEX IF NOT EXISTS host_runs_by_host ON host_runs (host, seq);
-CREATE TABLE IF NOT EXISTS failures (
-    seq INTEGER NOT NULL REFERENCES runs(seq) ON DELETE CASCADE, host TEXT NOT NULL,
-    check_id TEXT NOT NULL, component TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS failures_by_seq ON failures (seq);
-"""
+
+
+def check_index(history_dir: Path) -> None:
+    """Raise ``HistoryError`` unless ``DIR/history.sqlite`` is absent or a usable, undamaged index."""
+    path = Path(history_dir) / INDEX_FILE
+    if not os.path.lexists(path):
+        return
+    with HistoryIndex(path) as index:
+        try:
+            verdict = index.db.execute("PRAGMA quick_check").fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            raise HistoryError(path, str(exc)) from None
+        if verdict != "ok":
+            raise HistoryError(path, f"damaged: {verdict}")
 
 
 class SweepLockedError(RuntimeError):
@@ -105,10 +106,26 @@ class HistoryIndex:
     """The SQLite index. Open with ``HistoryIndex.open(dir)`` (a context manager)."""
 
     def __init__(self, path: Path) -> None:
+        """Open the index at ``path`` (created when absent); ``HistoryError`` when it is not one."""
         self.path = path
-        self.db = sqlite3.connect(path, timeout=30)
-        self.db.execute("PRAGMA foreign_keys = ON")
-        self.db.executescript(_SCHEMA)
+        if os.path.lexists(path) and (path.is_symlink() or not path.is_file()):
+            raise HistoryError(path, "not a regular file")
+        try:
+            self.db = sqlite3.connect(path, timeout=30)
+        except sqlite3.Error as exc:
+            raise HistoryError(path, str(exc)) from None
+        try:
+            problem = schema_problem(self.db)
+            if problem is not None:
+                raise HistoryError(path, problem)
+            self.db.execute("PRAGMA foreign_keys = ON")
+            self.db.executescript(SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            self.db.close()
+            raise HistoryError(path, str(exc)) from None
+        except HistoryError:
+            self.db.close()
+            raise
 
     @classmethod
     def open(cls, history_dir: Path) -> HistoryIndex:

@@ -46,7 +46,7 @@ from typing import Any
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.model import Finding
 from healthcheck.ops.assetdiff import diff_assets, stale_counter_keys
-from healthcheck.ops.history import RUNS_DIR, HistoryIndex, sweep_lock
+from healthcheck.ops.history import RUNS_DIR, HistoryIndex, check_index, sweep_lock
 from healthcheck.ops.offenders import failure_keys, offender_findings, repeat_offenders
 from healthcheck.probes.asset_changes import AssetChange
 from healthcheck.run.execute import execute_run
@@ -108,11 +108,13 @@ def run_sweep(opts: RunOptions, history_dir: Path, **grading: Any) -> tuple[RunR
     from what was gathered, but an interrupted (or stopped) run is not recorded in the history (its
     hosts were not all checked: no "new failures", no offender counts); ``record.signal`` names the
     signal. A signal after every host was graded only waits for the record and the reports.
-    Raises ``SweepLockedError`` when another sweep holds the lock; ``grading`` goes to
+    Raises ``SweepLockedError`` when another sweep holds the lock, ``HistoryError`` (before anything
+    runs) when the history index is unusable; ``grading`` goes to
     ``annotate_and_record``; a signal before the run directory exists raises ``KeyboardInterrupt``.
     """
     history_dir = Path(history_dir)
     with sweep_lock(history_dir), InterruptGuard() as guard:
+        check_index(history_dir)  # an unusable index is said before the sweep, not after it (HistoryError)
         # rendered once below, with the history's changes and trends in
         opts = replace(opts, outputs=replace(opts.outputs, out=history_dir / RUNS_DIR, run_dir=None, render=False),
                        selection=replace(opts.selection,

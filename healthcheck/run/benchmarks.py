@@ -9,10 +9,12 @@ Every job's output is stored as ``raw/_jobs/<job_id>.out|.err|.rc`` with ``raw/_
 (the job, launcher host, script, rc, timeout, transport error, duration), so a run can be re-graded
 by ``replay_benchmarks``. A job that hangs past its timeout is an ERROR for every host in it. Pair
 jobs whose failure points at a node are retested against a known-good partner before the node
-is declared bad (``benchmarks.attribution``). The ``isolate`` shape runs the adaptive isolation
-round by round through the same launcher (``run.isolation``; its trail is ``raw/_jobs/isolation.json``),
-and its story is appended to the ``stories`` list when one is given. ``profiles`` maps host names or
-profile names to ``Profile``s. The benchmark plug-ins (``benchmarks/``) stay pure: the I/O of a job is here.
+is declared bad (``benchmarks.attribution``), and a cluster job that included a bad node runs again
+without it, so the other nodes are graded on a run they can pass. The ``isolate`` shape runs the
+adaptive isolation round by round through the same launcher (``run.isolation``; its trail is
+``raw/_jobs/isolation.json``), and its story is appended to the ``stories`` list when one is given.
+``profiles`` maps host names or profile names to ``Profile``s. The benchmark plug-ins (``benchmarks/``)
+stay pure: the I/O of a job is here.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from healthcheck.benchmarks import BenchContext, BenchmarkSpec, bench_setting
 from healthcheck.benchmarks.attribution import retest_candidates
 from healthcheck.benchmarks.grade import (
     JobOutcome,
+    attributed,
     grade_job,
     grade_outcomes,
     inventory_options,
@@ -44,7 +47,7 @@ from healthcheck.benchmarks.launch import (
     launcher_argv,
     merge_launcher_settings,
 )
-from healthcheck.benchmarks.plan import Job, job_id, plan_jobs, retest_pairs, stage_of
+from healthcheck.benchmarks.plan import Job, cluster_rerun, job_id, plan_jobs, retest_pairs, stage_of
 from healthcheck.benchmarks.stored import read_stored_jobs
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.model import CommandResult, Finding, Host, Status
@@ -303,14 +306,26 @@ def _not_covered(bench: str, profile: str, options: Mapping[str, Any]) -> str:
 def _run_group(run_dir: Path, spec: BenchmarkSpec, group: Sequence[Host], profile: Profile,
                by_name: Mapping[str, Host], transport: Any, options: Mapping[str, Any],
                manifest: list[dict[str, Any]], listener: Any = None) -> list[JobOutcome]:
-    """First-pass jobs of one benchmark over hosts sharing a profile, then retests of suspects."""
-    done = _run_jobs(run_dir, first_pass(spec, group, profile, options), by_name, profile, transport,
-                     options, manifest, listener)
-    if options.get("retest", True):
-        graded = [(o, grade_job(o, spec, BenchContext(profile, by_name, options))[0]) for o in done]
-        done += _run_jobs(run_dir, _retest_jobs(graded, profile, options), by_name, profile, transport,
-                          options, manifest, listener)
-    return done
+    """First-pass jobs of one benchmark over hosts sharing a profile, then retests of suspects, then
+    the cluster jobs again without the nodes the pairs proved bad."""
+    def run(jobs: Sequence[Job]) -> list[JobOutcome]:
+        return _run_jobs(run_dir, jobs, by_name, profile, transport, options, manifest, listener)
+
+    done = run(first_pass(spec, group, profile, options))
+    if not options.get("retest", True):
+        return done
+    ctx = BenchContext(profile, by_name, options)
+    graded = [(o, grade_job(o, spec, ctx)[0]) for o in done]
+    retests = run(_retest_jobs(graded, profile, options))
+    graded += [(o, grade_job(o, spec, ctx)[0]) for o in retests]
+    return done + retests + run(cluster_reruns(graded))
+
+
+def cluster_reruns(graded: Sequence[tuple[JobOutcome, list[Finding]]]) -> list[Job]:
+    """Each cluster job that included a node the pair tests and retests proved bad, without those nodes."""
+    bad = attributed(graded)[2]
+    reruns = (cluster_rerun(o.job, bad.get((o.job.benchmark, o.job.test), {})) for o, _ in graded)
+    return [job for job in reruns if job is not None]
 
 
 def replay_benchmarks(run_dir: Path, hosts: Sequence[Host], profiles: Mapping[str, Profile],
@@ -338,7 +353,8 @@ def replay_benchmarks(run_dir: Path, hosts: Sequence[Host], profiles: Mapping[st
                          remedy="Keep raw/_jobs/manifest.json with the job outputs, or name the files "
                                 "<benchmark>-<test>-<shape>-<hosts>.out as healthcheck writes them")
                  for problem in problems for h in hosts]
-    return merge_telemetry(run_dir, hosts, profiles, findings, observations)  # telemetry (issue 9): replayed too
+    # telemetry (issue 9): replayed too, for the run's hosts and the stored jobs' own hosts only
+    return merge_telemetry(run_dir, [*hosts, *(Host(n) for n in extra)], profiles, findings, observations)
 
 
 def _with_ranks(outcome: JobOutcome, hosts: Mapping[str, Host], profiles: Mapping[str, Profile],

@@ -19,6 +19,7 @@ from typing import Any
 
 import healthcheck
 from healthcheck import probes as probe_registry
+from healthcheck.core.spec import PREVIOUS_AT
 from healthcheck.core.verdicts import nothing_checked
 from healthcheck.run.interrupt import InterruptGuard
 from healthcheck.run.live import live_sweep
@@ -27,10 +28,11 @@ from healthcheck.run.outcome import RunOutcome, SweepEnd, append_findings
 from healthcheck.run.outputs import write_or_stop, write_outputs
 from healthcheck.run.plan import RunPlan, manifest, plan_run
 from healthcheck.run.post import mark_observed, post_stages, run_stage
-from healthcheck.run.reach import open_sweep_transport
-from healthcheck.run.replay import keep_bundle_outputs, replay_sweep
+from healthcheck.run.reach import check_reach, open_sweep_transport
+from healthcheck.run.replay import keep_bundle_outputs, replay_selection, replay_sweep
 from healthcheck.run.rerun import RerunPlan, plan_rerun, rerun_changes, rerun_record
 from healthcheck.run.selection import limit_names
+from healthcheck.store.bundle import collection_times
 from healthcheck.store.gcpause import gc_paused
 from healthcheck.store.results import HostResult, RunResults, load_results
 from healthcheck.store.rundir import FindingsLog, new_run_dir, write_json
@@ -45,11 +47,12 @@ def execute_run(opts: RunOptions) -> RunOutcome:
     (``RunDirError`` also when the run directory cannot be written at all)."""
     started = datetime.now(timezone.utc)
     clock = time.monotonic()
-    opts, rerun = apply_rerun(opts)
+    opts, rerun = apply_rerun(replay_selection(opts))
     plan = plan_run(opts)
     if rerun is not None and not plan.hosts:
         raise NothingToRerunError(f"--rerun-failed {rerun.of_dir}: none of its failing hosts "
                                   f"({', '.join(rerun.hosts)}) is in the selected inventory or --limit")
+    check_reach(opts, plan.hosts)
     run_dir = new_run_dir(opts.outputs.out, opts.outputs.run_dir)
     transport = open_sweep_transport(opts, plan.hosts, run_dir, plan.commands_for)
     write_or_stop(run_dir, "manifest.json", lambda: write_json(run_dir / "manifest.json",
@@ -120,11 +123,15 @@ def _results(opts: RunOptions, plan: RunPlan, run_dir: Path, host_results: dict[
 
 
 def previous_observations(previous: Path | None) -> dict[str, Mapping[str, Any]]:
-    """Each host's observations in an earlier run (``--previous``): the baselines of growth checks."""
+    """Each host's observations in an earlier run (``--previous``): the baselines of growth checks, with
+    the time the collector recorded for that collection (``spec.PREVIOUS_AT``: rates are computed over
+    the interval between recorded times, never over a node's own clock alone)."""
     if previous is None or not (Path(previous) / "results.json").is_file():
         return {}
     prior = load_results(Path(previous), observations=True)
-    return {name: h.observations for name, h in prior.hosts.items()}
+    times = collection_times(Path(previous), prior.hosts)
+    return {name: {**h.observations, **({PREVIOUS_AT: times[name]} if name in times else {})}
+            for name, h in prior.hosts.items()}
 
 
 def apply_rerun(opts: RunOptions) -> tuple[RunOptions, RerunPlan | None]:

@@ -4,8 +4,11 @@ written to disk the moment it completes.
     runner = Runner(transport, probes, commands, forks=64, listeners=[progress])
     host_results = runner.run(hosts, grade=grade_one)
 
-Listeners get ``on_host_start(host)`` and ``on_host_done(host, result)`` (the findings.jsonl
-appender and the progress display are listeners).
+Hosts are collected in threads (they wait on the network) and graded in the thread that called
+``run`` (the main one: grading is CPU-bound Python, which threads would only take turns at, and there
+``run.gradelimit`` can bound a parser that runs away). Listeners get ``on_host_start(host)`` in the
+collecting thread and ``on_host_done(host, result)`` once graded (the findings.jsonl appender and the
+progress display are listeners).
 """
 
 from __future__ import annotations
@@ -91,7 +94,8 @@ class Runner:
         """End the sweep early: hosts not started are not swept (called from a worker)."""
         self.stop_reason = self.stop_reason or reason
 
-    def _one(self, host: Host, grade: GradeFn) -> HostResult | None:
+    def _one(self, host: Host) -> HostCollection | None:
+        """Collect one host (in a pool thread); None when the sweep ended before or while it ran."""
         if self.stop_reason is not None or self._closed:
             return None
         for listener in self.listeners:
@@ -106,6 +110,9 @@ class Runner:
             return None
         if self.on_collected is not None:
             self.on_collected(collection)
+        return collection
+
+    def _grade(self, host: Host, collection: HostCollection, grade: GradeFn) -> HostResult:
         try:
             result = grade(host, collection)
         except Exception as exc:
@@ -122,36 +129,46 @@ class Runner:
         results: dict[str, HostResult] = {}
         self.interrupted, self._closed, self.abandoned = False, False, []
         pool = ThreadPoolExecutor(max_workers=min(self.forks, max(1, len(hosts))), thread_name_prefix="hc-host")
-        futures = {pool.submit(self._one, host, grade): host for host in hosts}
-        pending: set[Future[HostResult | None]] = set(futures)
+        futures = {pool.submit(self._one, host): host for host in hosts}
+        pending: set[Future[HostCollection | None]] = set(futures)
         try:
             for future in as_completed(futures):
                 pending.discard(future)
-                self._gather({future}, futures, results)
+                self._gather({future}, futures, results, grade)
                 if self.stop_reason is not None:
                     break
         except KeyboardInterrupt:
             self.interrupted = True
         for future in pending:
             future.cancel()
-        self._grace({f for f in pending if not f.cancelled()}, futures, results)
+        self._grace({f for f in pending if not f.cancelled()}, futures, results, grade)
         self._closed = True
         pool.shutdown(wait=False, cancel_futures=True)
         return results
 
-    def _gather(self, done: set[Future[HostResult | None]], futures: Mapping[Future[HostResult | None], Host],
-                results: dict[str, HostResult]) -> None:
+    def _gather(self, done: set[Future[HostCollection | None]], futures: Mapping[Future[HostCollection | None], Host],
+                results: dict[str, HostResult], grade: GradeFn) -> None:
+        """Grade the collected hosts of ``done``. A host whose grading a signal cut short is abandoned
+        (its raw outputs are on disk; it is reported as not swept), and the signal goes on up."""
         for future in done:
-            if not future.cancelled() and future.result() is not None:
-                results[futures[future].name] = future.result()  # type: ignore[assignment]
+            if future.cancelled() or future.result() is None:
+                continue
+            host = futures[future]
+            try:
+                results[host.name] = self._grade(host, future.result(), grade)  # type: ignore[arg-type]
+            except KeyboardInterrupt:
+                self.abandoned.append(host.name)
+                raise
 
-    def _grace(self, running: set[Future[HostResult | None]], futures: Mapping[Future[HostResult | None], Host],
-               results: dict[str, HostResult]) -> None:
+    def _grace(self, running: set[Future[HostCollection | None]],
+               futures: Mapping[Future[HostCollection | None], Host], results: dict[str, HostResult],
+               grade: GradeFn) -> None:
         """Hosts in flight finish within the grace (a second Ctrl-C/SIGTERM ends it now)."""
+        in_flight = set(running)
         try:
             done, running = wait(running, timeout=self.grace_s)
+            self._gather(done, futures, results, grade)
         except KeyboardInterrupt:
-            done = {f for f in running if f.done()}
-            running = running - done
-        self._gather(done, futures, results)
-        self.abandoned = [futures[f].name for f in running if futures[f].name not in results]
+            running = in_flight  # whatever was not graded by now is abandoned
+        self.abandoned += [futures[f].name for f in running if futures[f].name not in results
+                           and futures[f].name not in self.abandoned]

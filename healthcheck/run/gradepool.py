@@ -4,7 +4,7 @@
                    profiles=profiles, options=options, previous={})
     grade_hosts(job, hosts, workers=2, on_done=lambda graded: ...)   # in host order
 
-Grading is CPU-bound Python (about 25 ms a host), so threads share one core; worker processes
+Grading is CPU-bound Python, so threads would share one core; worker processes
 forked from the run inherit its probes, profiles and options, and only host names go out and
 results come back. Each worker reads one host's folder, grades it exactly as a live sweep does
 (``stages.grade_host``), and returns its findings, its key observations and its full observations
@@ -21,17 +21,19 @@ import gc
 import multiprocessing
 import os
 import signal
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from itertools import repeat
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.hostvars import host_profile
-from healthcheck.core.model import Finding, Host, HostCollection, Status, findings_from_columns
+from healthcheck.core.model import Finding, Host, HostCollection, Status
 from healthcheck.core.profiles import EMPTY_PROFILE, Profile
 from healthcheck.core.spec import Probe
 from healthcheck.run.baselines import current_assets, reset_swapped
@@ -56,6 +58,11 @@ class GradeJob:
     previous: Mapping[str, Mapping[str, Any]]
     expect_meta: bool = False  # the bundle is a run directory we wrote: a host without _host.json is incomplete
 
+    @property
+    def expect_outputs(self) -> bool:
+        """A host folder without outputs is an error only when some probe needs them."""
+        return bool(self.probes)
+
 
 @dataclass(frozen=True)
 class Graded:
@@ -71,7 +78,7 @@ class Graded:
         return _received, (self.host, columns, self.key, self.member, self.lines)
 
 
-_FINDING_ROW = attrgetter(*Finding.__dataclass_fields__)  # every field, in order: findings_from_columns rebuilds them
+_FINDING_ROW = attrgetter(*Finding.__dataclass_fields__)  # every field, in order: Finding(*row) rebuilds them
 _TEXT_FIELDS = frozenset(i for i, name in enumerate(Finding.__dataclass_fields__)
                          if name in ("host", "check", "message", "component", "unit", "remedy", "source"))
 _STRINGS: dict[str, str] = {}  # one object per distinct text received; cleared at _MAX_STRINGS (bounded)
@@ -82,13 +89,26 @@ _TEXT_TYPES = {str, type(None)}
 def _received(host: str, columns: list[tuple[Any, ...]], key: dict[str, Any], member: bytes, lines: bytes) -> Graded:
     """A worker's result in the run's process, which keeps every host's findings and key observations
     until the reports are written: check names, remedies, messages and observation keys repeated on
-    thousands of hosts become one shared string each instead of a copy per host (RSS ~85 -> ~45 KB a host).
+    thousands of hosts become one shared string each instead of a copy per host.
     Strings are immutable, so sharing them is safe; every container here is new."""
     if len(_STRINGS) > _MAX_STRINGS:
         _STRINGS.clear()
     columns = [_shared_column(column, index in _TEXT_FIELDS) for index, column in enumerate(columns)]
-    findings = findings_from_columns(columns)
-    return Graded(_STRINGS.setdefault(host, host), findings, _shared(key), member, lines)
+    return Graded(_STRINGS.setdefault(host, host), _rebuilt(columns), _shared(key), member, lines)
+
+
+def _rebuilt(columns: list[Sequence[Any]]) -> list[Finding]:
+    """``Finding(*row)`` for each row of a worker's columns (every field, ``_FINDING_ROW``'s order)."""
+    if not columns:  # a host without findings
+        return []
+    built = list(map(object.__new__, repeat(Finding, len(columns[0]))))
+    # optimization: the worker built each finding by its constructor; here they are copied field by field
+    for set_field, column in zip(_FIELD_SETTERS, columns, strict=True):
+        deque(map(set_field, built, column), maxlen=0)
+    return built
+
+
+_FIELD_SETTERS = tuple(getattr(Finding, name).__set__ for name in Finding.__dataclass_fields__)  # slot setters
 
 
 def _shared_column(column: tuple[Any, ...], text: bool) -> Sequence[Any]:
@@ -132,7 +152,7 @@ def grade_one(job: GradeJob, host: Host) -> Graded:
     """Read and grade one host of the bundle; never raises."""
     try:
         if host.name in job.names:
-            collection = read_bundle_host(job.raw, host.name, job.expect_meta)
+            collection = read_bundle_host(job.raw, host.name, job.expect_meta, job.expect_outputs)
         else:
             collection = HostCollection(host=host.name, results={},
                                         transport_error=f"host {host.name} is not in bundle {job.raw.parent}")
@@ -151,7 +171,7 @@ def _init(job: GradeJob) -> None:
     _JOB = job
     # Forked while the run's process pauses its collector (pipeline): a worker collects its own garbage, but
     # never walks what it inherited (the run's hosts, profiles, modules): frozen, a full collection skips it
-    # (10k hosts: 0.72 -> 0.04 CPU-s of full collections a worker) and leaves those pages shared with the parent.
+    # and leaves those pages shared with the parent.
     gc.freeze()
     gc.enable()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops handing out hosts

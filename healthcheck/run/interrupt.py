@@ -1,10 +1,11 @@
-"""Signals during a run: SIGTERM (systemd, cron wrappers, ``timeout``) ends a run like Ctrl-C does.
+"""Signals during a run: SIGTERM (systemd, cron wrappers, ``timeout``) and SIGHUP (the terminal or the
+ssh session of a sweep started by hand went away) end a run like Ctrl-C does.
 
     with InterruptGuard() as guard:
-        ...                      # SIGINT or SIGTERM raise Interrupted (a KeyboardInterrupt)
+        ...                      # SIGINT, SIGTERM or SIGHUP raise Interrupted (a KeyboardInterrupt)
         guard.shield()           # from here on signals are only recorded: results and reports get written
-    guard.signal                 # "SIGTERM", "SIGINT" or None
-    exit_status(guard.signal)    # 143, 130
+    guard.signal                 # "SIGTERM", "SIGINT", "SIGHUP" or None
+    exit_status(guard.signal)    # 143, 130, 129
 
 Handlers are installed only in the main thread (elsewhere the guard does nothing), and the
 previous handlers are restored on exit.
@@ -17,15 +18,15 @@ import threading
 from types import FrameType
 from typing import Any
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Interrupted(KeyboardInterrupt):
-    """Raised in the main thread by SIGINT or SIGTERM; ``args[0]`` is the signal name."""
+    """Raised in the main thread by SIGINT, SIGTERM or SIGHUP; ``args[0]`` is the signal name."""
 
 
 def exit_status(signal_name: str | None) -> int:
-    """The shell's convention: 128 + the signal number (130 for SIGINT, 143 for SIGTERM)."""
+    """The shell's convention: 128 + the signal number (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP)."""
     return 128 + int(getattr(signal, signal_name or "SIGINT"))
 
 

@@ -1,5 +1,6 @@
 """The transports of one run, opened from the registry: one per kind of host, or the bundle for a replay.
 
+    check_reach(opts, plan.hosts)          # raises TransportError when a transport cannot work from here
     transport = open_sweep_transport(opts, plan.hosts, run_dir, plan.commands_for)
 """
 
@@ -13,7 +14,18 @@ from healthcheck.core.model import Host
 from healthcheck.core.spec import Transport
 from healthcheck.run.options import RunOptions
 from healthcheck.transport import PerHostTransport, TransportSettings, open_transport, registry_name
+from healthcheck.transport.registry import TransportError
 from healthcheck.transport.script import Command
+from healthcheck.transport.slurm import slurm_client_problem
+
+
+def check_reach(opts: RunOptions, hosts: Sequence[Host]) -> None:
+    """Before anything runs: a Slurm transport that cannot work from this machine (no srun, no Slurm
+    configuration, a silent controller) is a setup error in one line, not an ERROR per host."""
+    if opts.target.replay is None and any(h.transport == "slurm" for h in hosts):
+        problem = slurm_client_problem()
+        if problem is not None:
+            raise TransportError(f"--transport slurm: {problem}")
 
 
 def open_sweep_transport(opts: RunOptions, hosts: Sequence[Host], run_dir: Path,

@@ -80,7 +80,7 @@ FINDING_METRICS: tuple[MetricRule, ...] = (
 
 # Markers ``benchmarks.attribution.apply_blame`` appends to a finding re-stated for a partner node:
 # the measured value is the other node's (or the link's), not a key measurement of this node.
-NOT_THIS_NODE = ("[attributed to ", "[inconclusive for ")
+NOT_THIS_NODE = ("[attributed to ", "[inconclusive for ", "[not graded for ")
 
 _ECC = [(f"ecc_aggregate.{mem}_{kind}", f"gpu.ecc.aggregate.{mem}_{kind}")
         for mem in ("sram", "dram") for kind in ("correctable", "uncorrectable")]

@@ -9,6 +9,7 @@ Grading is the live sweep's (``gradepool.grade_collection``); only results come 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +20,20 @@ from healthcheck.run.options import RunOptions
 from healthcheck.run.outcome import SweepEnd, append_findings, not_swept
 from healthcheck.run.plan import RunPlan
 from healthcheck.run.progress import ProgressDisplay
-from healthcheck.store.bundle import copy_bundle_rest, copy_raw_folder, written_by_a_run
+from healthcheck.store.bundle import copy_bundle_rest, copy_raw_folder, ran_no_probes, written_by_a_run
 from healthcheck.store.gcpause import gc_paused
 from healthcheck.store.observation_store import ObservationStore
 from healthcheck.store.results import HostResult
 from healthcheck.store.rundir import FindingsLog, host_names, raw_dir, reference_raw
+
+
+def replay_selection(opts: RunOptions) -> RunOptions:
+    """A replay of a benchmark-only run (``healthcheck bench``) runs no probe either, unless ``--probes``
+    asks for some: its hosts were checked by their jobs, and are again (the same verdicts)."""
+    replay, selection = opts.target.replay, opts.selection
+    if replay is None or selection.probes is not None or not ran_no_probes(Path(replay)):
+        return opts
+    return replace(opts, selection=replace(selection, probes=[]))
 
 
 class _Stopped(Exception):

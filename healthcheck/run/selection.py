@@ -9,12 +9,12 @@ error (exit 2), never a traceback and never an empty selection that exits 0.
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections.abc import Sequence
 from pathlib import Path
 
 from healthcheck.core.model import Host
+from healthcheck.core.suggest import did_you_mean
 from healthcheck.inventory.hosts import expand_hostlist
 from healthcheck.store.rundir import RunDirError
 
@@ -48,18 +48,14 @@ def limit_hosts(hosts: Sequence[Host], limit: Sequence[str], strict: bool = True
     missing = sorted(wanted - known)
     if missing:
         shown = ", ".join(missing[:8]) + (f" ... {len(missing) - 8} more" if len(missing) > 8 else "")
-        hint = _close_names(missing[0], known)
-        raise SelectionError(f"--limit: {len(missing)} name(s) match no host of the run: {shown}"
-                             + (f" (did you mean {hint}?)" if hint else "")
-                             + f"; the run has {len(known)} host(s)")
+        listed = f"; groups: {', '.join(sorted(groups))}" if groups else "; the inventory has no groups"
+        raise SelectionError(f"--limit: {len(missing)} name(s) match no host or group of the run: {shown}"
+                             f"{did_you_mean(missing[0], known | groups, n=2)}{listed}; "
+                             f"the run has {len(known)} host(s)")
     selected = [h for h in hosts if h.name in wanted or h.group in group_names]
     if not selected:
         raise SelectionError(f"--limit {' '.join(patterns)} selects no host")
     return selected
-
-
-def _close_names(name: str, known: set[str]) -> str:
-    return " or ".join(difflib.get_close_matches(name, sorted(known), n=2))
 
 
 def manifest_hosts(manifest: Path) -> list[Host]:

@@ -13,10 +13,12 @@ from collections.abc import Mapping, Sequence
 from datetime import date, datetime, timezone
 from typing import Any
 
+from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.grading import apply_known_issues, apply_observe
 from healthcheck.core.model import CommandResult, Finding, Host, HostCollection, Status
 from healthcheck.core.profiles import Profile
-from healthcheck.core.spec import EvalContext, ParseError, Probe
+from healthcheck.core.spec import PREVIOUS_AT, EvalContext, ParseError, Probe, recorded_time
+from healthcheck.run.gradelimit import GradingTimeout, host_time_bound
 from healthcheck.run.nodetools import TOOL_HANG, command_tools, tool_hang_findings
 
 MISSING_TOOL_RC = 127
@@ -136,32 +138,63 @@ def _reach_remedy(error: str) -> str:
     return "Check connectivity to the node and rerun"
 
 
-def _collected_at(collection: HostCollection) -> datetime:
-    try:
-        return datetime.fromisoformat(collection.collected_at)
-    except (TypeError, ValueError):
-        return datetime.now(timezone.utc)
-
-
 def grade_host(host: Host, collection: HostCollection, probes: Sequence[Probe], profile: Profile,
                transport: str, previous: Mapping[str, Any] | None = None,
                options: Mapping[str, Any] | None = None,
                preparsed: Mapping[str, Any] | None = None) -> tuple[list[Finding], dict[str, Any]]:
     """All findings and observations of one host: each probe's parsed records (dataclasses), which
-    ``observation_store`` writes as JSON (``encode_observations``, ``key_observations``)."""
+    ``observation_store`` writes as JSON (``encode_observations``, ``key_observations``).
+
+    Bounded in time where a timer can be armed (``run.gradelimit``: ``DEFAULTS.grade_host_timeout_s``, or
+    the ``grade_timeout_s`` option): a probe still parsing at the bound is ERROR naming its commands,
+    the probes after it one ``host.grade`` ERROR, and the sweep goes on."""
     opts = dict(options or {})
     findings = [reachability_finding(host, collection, transport),
                 *tool_hang_findings(host.name, collection.results, command_tools(probes))]
     observations: dict[str, Any] = {}
     if collection.transport_error is not None and not any(r.ok for r in collection.results.values()):
         return findings, observations
-    now = _collected_at(collection)
-    ctx = EvalContext(host=host, profile=profile, previous=previous or {}, options=opts, now=now)
-    for probe in probes:
-        probe_findings, obs = run_probe(probe, host, collection.results, ctx,
-                                        (preparsed or {}).get(probe.name))
-        findings.extend(probe_findings)
-        if obs is not None:
-            observations[probe.name] = obs
+    recorded = recorded_time(collection.collected_at)
+    now = recorded or datetime.now(timezone.utc)
+    before = dict(previous or {})
+    previous_at = recorded_time(before.pop(PREVIOUS_AT, None))
+    ctx = EvalContext(host=host, profile=profile, previous=before, options=opts, now=now, collected_at=recorded,
+                      previous_at=previous_at)
+    limit = float(opts.get("grade_timeout_s") or DEFAULTS.grade_host_timeout_s)
+    try:
+        with host_time_bound(limit):
+            for index, probe in enumerate(probes):
+                try:
+                    probe_findings, obs = run_probe(probe, host, collection.results, ctx,
+                                                    (preparsed or {}).get(probe.name))
+                except GradingTimeout:
+                    findings += stopped_findings(host.name, probe, probes[index + 1:], collection, ctx, limit)
+                    break
+                findings.extend(probe_findings)
+                if obs is not None:
+                    observations[probe.name] = obs
+    except GradingTimeout:
+        pass  # the timer fired as the block ended, after the last probe: nothing was cut short
     today = now.date() if isinstance(now, datetime) else date.today()
     return apply_observe(apply_known_issues(findings, profile, today), profile), observations
+
+
+def stopped_findings(host: str, probe: Probe, rest: Sequence[Probe], collection: HostCollection,
+                     ctx: EvalContext, limit: float) -> list[Finding]:
+    """``probe`` ran past the host's grading bound: an ERROR naming its commands (and their sizes), and one
+    ``host.grade`` ERROR for the probes not graded after it."""
+    ids = [cid for cid in probe_command_ids(probe, ctx.options) if cid in collection.results]
+    sizes = ", ".join(f"{cid} ({len(collection.results[cid].stdout)} bytes)" for cid in ids) or "no output"
+    out = [Finding(host=host, check=f"{probe.name}.parse", status=Status.ERROR, source=",".join(ids) or None,
+                   value=f"> {limit:g} s", expected=f"graded within {limit:g} s",
+                   message=f"grading stopped: parsing {sizes} ran past {limit:g} s (a parser that does not end "
+                           "on this output)",
+                   remedy="A healthcheck bug or a hostile output: attach the raw file from the run directory "
+                          f"(raw/{host}/) to a healthcheck bug")]
+    if rest:
+        names = ", ".join(p.name for p in rest)
+        out.append(Finding(host=host, check="host.grade", status=Status.ERROR, expected="every probe graded",
+                           message=f"not graded: the host's grading time ({limit:g} s) ran out in {probe.name}: "
+                                   f"{names}",
+                           remedy="See the probe that ran past the bound; rerun this host once it is fixed"))
+    return out

@@ -135,13 +135,15 @@ def read_series(text: str, host: str, meta: Mapping[str, Any]) -> TelemetrySerie
 
 
 def load_series(run_dir: Path) -> list[TelemetrySeries]:
-    """Every stored series of a run directory, by job then host (empty when none was sampled)."""
+    """Every stored series of a run directory, by job then host (empty when none was sampled). A series
+    is the host its file names (``<host>.json``): a ``host`` field inside it is not believed (a replayed
+    bundle is untrusted input, docs/security.md)."""
     out = []
     for meta_path in sorted((Path(run_dir) / TELEMETRY_DIR).glob("*/*.json")):
         meta = json.loads(meta_path.read_text())
         out_path = meta_path.with_suffix(".out")
         text = out_path.read_bytes().decode("utf-8", errors="replace") if out_path.is_file() else ""
-        out.append(read_series(text, meta.get("host", meta_path.stem), meta))
+        out.append(read_series(text, meta_path.stem, meta))
     return out
 
 
@@ -215,9 +217,10 @@ def evaluate_telemetry(series: Sequence[TelemetrySeries], profile: Profile) -> l
 
 def merge_telemetry(run_dir: Path, hosts: Sequence[Host], profiles: Mapping[str, Profile], findings: list[Finding],
                     observations: dict[str, dict[str, Any]]) -> tuple[list[Finding], dict[str, dict[str, Any]]]:
-    """Findings and per-host ``telemetry`` observations of the series stored in ``run_dir``, added."""
-    series = load_series(run_dir)
+    """Findings and per-host ``telemetry`` observations of the series stored in ``run_dir``, added. Only
+    series of the run's ``hosts`` count: a stored series can never add a host to the run."""
     by_name = {h.name: h for h in hosts}
+    series = [s for s in load_series(run_dir) if s.host in by_name]
     groups: dict[str, tuple[Profile, list[TelemetrySeries]]] = {}
     for s in series:
         profile = profile_for(by_name.get(s.host, Host(s.host)), profiles)

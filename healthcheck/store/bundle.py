@@ -19,13 +19,13 @@ import errno
 import json
 import os
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from healthcheck.core.hostnames import host_name_problem
 from healthcheck.core.model import CommandResult, Host, HostCollection
-from healthcheck.store.rundir import HOST_META, RAW_SOURCE, RunDirError
+from healthcheck.store.rundir import HOST_META, RAW_SOURCE, RunDirError, raw_dir
 from healthcheck.store.safeio import MAX_FILE_BYTES, BundleFileError, read_regular
 
 _HOST_FIELDS = {"name", "address", "user", "port", "profile", "group", "transport", "vars"}
@@ -125,9 +125,10 @@ def read_host(folder: Path, expect_meta: bool = False) -> HostCollection:
         os.close(fd)
 
 
-def _read_host_fd(folder: int, host: str, expect_meta: bool) -> HostCollection:
+def _read_host_fd(folder: int, host: str, expect_meta: bool, expect_outputs: bool = True) -> HostCollection:
     """``read_host`` of an open host folder: every file is opened relative to it (``openat``), so the
-    folder cannot be swapped for a link while it is read, and no path is walked per file."""
+    folder cannot be swapped for a link while it is read, and no path is walked per file. Without
+    ``expect_outputs`` (a benchmark-only run: no probe ran) a folder without outputs is no error."""
     rel = f"raw/{host}"
     names = set(os.listdir(folder))
     problem = None
@@ -145,16 +146,16 @@ def _read_host_fd(folder: int, host: str, expect_meta: bool) -> HostCollection:
                                          transport_error=_text(f.get("transport_error")),
                                          not_run=_text(f.get("not_run")), timeout_s=_seconds(f.get("timeout_s")))
     error = meta.get("transport_error") or problem
-    if not results and error is None:
+    if not results and error is None and expect_outputs:
         error = f"no collected output in {rel}/ (no <command_id>.out files)"
     return HostCollection(host=host, results=results, transport_error=error, busy=bool(meta.get("busy", False)),
                           duration_s=float(meta.get("duration_s") or 0.0),
                           collected_at=meta.get("collected_at") or "")
 
 
-def read_bundle_host(raw: Path, name: str, expect_meta: bool = False) -> HostCollection:
+def read_bundle_host(raw: Path, name: str, expect_meta: bool = False, expect_outputs: bool = True) -> HostCollection:
     """One host folder of a bundle's raw/, read lazily (replay grading): a linked folder is refused,
-    never followed."""
+    never followed. ``expect_outputs`` False: the replay runs no probe (see ``_read_host_fd``)."""
     try:
         fd = os.open(Path(raw) / name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError as exc:
@@ -163,9 +164,47 @@ def read_bundle_host(raw: Path, name: str, expect_meta: bool = False) -> HostCol
         return _refused_host(name, f"refused raw/{name}: is a symbolic link or not a folder "
                                    "(links in a bundle are never followed)")
     try:
-        return _read_host_fd(fd, name, expect_meta)
+        return _read_host_fd(fd, name, expect_meta, expect_outputs)
     finally:
         os.close(fd)
+
+
+def ran_no_probes(bundle: Path) -> bool:
+    """Whether the bundle is a run directory whose run collected nothing from the hosts
+    (``healthcheck bench``: its manifest lists no probe command): its hosts are checked by their jobs."""
+    try:
+        manifest = json.loads(read_regular(Path(bundle) / "manifest.json")[0].decode("utf-8"))
+    except (BundleFileError, UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    if not isinstance(manifest, dict) or "healthcheck_version" not in manifest:
+        return False
+    by_profile = manifest.get("commands_by_profile")
+    return manifest.get("commands") == [] and isinstance(by_profile, dict) \
+        and all(commands == [] for commands in by_profile.values())
+
+def collection_times(path: Path, hosts: Iterable[str]) -> dict[str, str]:
+    """Each host's ``collected_at`` (``raw/<host>/_host.json``) in a run or bundle, for the hosts that have
+    one: when the collector recorded that collection. Read as untrusted input (no link followed, bounded);
+    a host whose folder or metadata is unusable is left out."""
+    try:
+        raw = raw_dir(Path(path))
+    except (RunDirError, OSError):
+        return {}
+    out = {}
+    for host in hosts:
+        if host_name_problem(host) is not None:
+            continue
+        try:
+            fd = os.open(raw / host, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            meta, _ = _host_meta(fd, f"raw/{host}")
+        finally:
+            os.close(fd)
+        if isinstance(meta.get("collected_at"), str) and meta["collected_at"]:
+            out[host] = meta["collected_at"]
+    return out
 
 
 def written_by_a_run(path: Path) -> bool:

@@ -24,7 +24,7 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
-from healthcheck.core.model import FINDING_FIELDS, Finding, Status, findings_from_columns
+from healthcheck.core.model import FINDING_FIELDS, Finding, Status, findings_from_columns, json_safe
 
 TABLE = "findings.table.json.gz"
 SCHEMA = "healthcheck.findings-table/1"
@@ -40,12 +40,12 @@ class TableError(ValueError):
 
 def _encode(values: Sequence[Any], mixed: bool) -> dict[str, Any]:
     """One column: its distinct values in order of first appearance, and one uint32 code per row.
-    Done with C-level passes (``dict.fromkeys``, ``map``): at 10,000 hosts a column has 260,000 rows."""
+    Done with C-level passes (``dict.fromkeys``, ``map``): a fleet's column has a row per finding."""
     # mixed: True, 1 and 1.0 are three values
     keys: Sequence[Any] = list(zip(map(type, values), values, strict=True)) if mixed else values
     index = {key: i for i, key in enumerate(dict.fromkeys(keys))}
     codes = array("I", map(index.__getitem__, keys))
-    distinct = [v for _, v in index] if mixed else list(index)
+    distinct = [json_safe(v) for _, v in index] if mixed else list(index)  # a NaN value is null (strict JSON)
     if codes.itemsize != 4:  # pragma: no cover - "I" is 4 bytes on every platform we run on
         raise TableError("uint32 codes need a 4-byte array('I')")
     if array("I", [1]).tobytes()[0] != 1:  # pragma: no cover - big-endian hosts
@@ -114,7 +114,7 @@ def read_table(run_dir: Path) -> dict[str, list[Finding]]:
                 raise TableError(f"status column: {exc}") from exc
         decoded.append((values, _decode_codes(columns[name], rows)))
     observe = (columns[OBSERVE]["values"], _decode_codes(columns[OBSERVE], rows)) if OBSERVE in columns else None
-    # Column by column (C-level ``map``), findings built column by column too: no Python loop per cell.
+    # Column by column (C-level ``map``): no Python loop per cell.
     cells = [list(map(values.__getitem__, codes)) for values, codes in decoded]
     marks = list(map(bool, map(observe[0].__getitem__, observe[1]))) if observe is not None else [False] * rows
     built = findings_from_columns([*cells, marks])  # FINDING_FIELDS order is Finding's, ``observe`` last

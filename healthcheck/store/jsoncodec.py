@@ -5,28 +5,28 @@
     plain(observations)            # the same value as plain JSON types: dict, list, str, int, float, bool, None
 
 Dataclasses become objects of their fields, tuples and sets arrays, enums their value, non-string keys
-strings; a non-finite float (NaN, inf) becomes ``null``, as JavaScript's ``JSON.stringify`` writes it: JSON
-has no NaN, and a node that printed "nan" measured nothing. The other types go through
-``to_jsonable`` (here), the reference conversion, which gives the same JSON.
+strings; a non-finite float (NaN, inf) becomes ``null`` (``model.finite_or_none``, the one NaN rule of
+everything a run writes), as JavaScript's ``JSON.stringify`` writes it: JSON has no NaN, and a node that
+printed "nan" measured nothing. The other types go through ``to_jsonable`` (here), the reference
+conversion, which gives the same JSON.
 
-orjson writes a host's ~70 KB of observations in ~0.3 ms where ``to_jsonable`` and the standard library's
-C encoder take ~3 ms (docs/performance.md, "JSON at fleet scale"). What orjson refuses (an integer past 64
-bits, a lone surrogate, nesting past 254 levels, a key it cannot write) is converted by ``to_jsonable`` and
-written by the standard library (ASCII, ``\\u`` escapes), so every value still becomes JSON.
+orjson writes a host's observations far faster than ``to_jsonable`` and the standard library's encoder
+(docs/performance.md, "JSON at fleet scale"). What orjson refuses (an integer past 64 bits, a lone
+surrogate, nesting past 254 levels, a key it cannot write) is converted by ``to_jsonable`` and written by
+the standard library (ASCII, ``\\u`` escapes), so every value still becomes JSON.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from collections.abc import Callable, Iterable, Mapping
 from operator import attrgetter
 from typing import Any
 
 import orjson
 
-from healthcheck.core.model import Status
+from healthcheck.core.model import Status, finite_or_none
 
 _PLAIN = (str, int, float, bool, type(None))
 _AS_IS = frozenset({str, int, bool, type(None)})  # exact types returned unchanged, without a call
@@ -38,7 +38,7 @@ def to_jsonable(obj: Any) -> Any:
     """Observations (dataclasses, tuples, enums) as plain JSON values.
 
     Dispatch is by exact type, through a converter chosen once per type (``_converter``): a host's
-    observations hold ~5,000 values, and testing each one against the chain of cases cost ~4 ms."""
+    observations hold thousands of values, each otherwise tested against the chain of cases."""
     cls = type(obj)
     if cls in _AS_IS:
         return obj
@@ -71,7 +71,7 @@ def _converter(cls: type) -> Callable[[Any], Any]:
 
 def _float(obj: float) -> float | None:
     """A plain float; NaN/inf from a node: null (JSON has no NaN; JavaScript's ``JSON.stringify`` writes null)."""
-    return float(obj) if math.isfinite(obj) else None
+    return finite_or_none(float(obj))
 
 
 def _same(obj: Any) -> Any:

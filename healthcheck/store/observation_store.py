@@ -80,7 +80,7 @@ def encode_observations(host: str, observations: Mapping[str, Any]) -> bytes:
     """One host's gzip member (pure; safe to call in a worker process): its observations as JSON
     (``jsoncodec.dumps``: dataclasses as objects, non-finite floats null)."""
     line = dumps({"host": host, "observations": observations})
-    # Level 1: on a host's ~70 KB line, level 6 gives ~18% smaller members for ~2.5x the CPU (measured)
+    # Level 1: a higher level saves little space on a host's line for much more CPU (docs/performance.md)
     return gzip.compress(line + b"\n", compresslevel=1, mtime=0)
 
 

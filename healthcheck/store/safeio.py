@@ -2,9 +2,12 @@
 
     data, cut = read_regular(Path("bundle/raw/gpu001/uname-r.out"))    # bytes, whether cut at the limit
     data, cut = read_regular("uname-r.out", dir_fd=folder_fd)          # openat: no path walk per file
+    data, cut = read_regular(path, single_link=True)                   # merge: a hard-linked file is refused
 
 Anything else than a regular file, or a file that cannot be read, raises ``BundleFileError`` with
-the reason; callers turn it into a finding for the host the file belongs to.
+the reason; callers turn it into a finding for the host the file belongs to. ``single_link`` refuses a
+file with more than one hard link (``HardLinkError``): a node that can write a shared spool could
+otherwise link any file of that filesystem it can read into its bundle, and a merge would copy it.
 """
 
 from __future__ import annotations
@@ -21,9 +24,15 @@ class BundleFileError(OSError):
     """A file in a bundle that is refused: a link, not a regular file, unreadable."""
 
 
-def read_regular(path: Path | str, limit: int = MAX_FILE_BYTES, dir_fd: int | None = None) -> tuple[bytes, bool]:
+class HardLinkError(BundleFileError):
+    """A file with more than one hard link, refused where ``single_link`` is asked for."""
+
+
+def read_regular(path: Path | str, limit: int = MAX_FILE_BYTES, dir_fd: int | None = None,
+                 single_link: bool = False) -> tuple[bytes, bool]:
     """The bytes of a regular file (never through a symbolic link) and whether they were cut at ``limit``.
-    With ``dir_fd``, ``path`` is a name in that open folder (``openat``: no path walk per file)."""
+    With ``dir_fd``, ``path`` is a name in that open folder (``openat``: no path walk per file); with
+    ``single_link``, a file that has other hard links raises ``HardLinkError``."""
     try:  # O_NONBLOCK: a FIFO must not hang us
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
     except OSError as exc:
@@ -34,6 +43,8 @@ def read_regular(path: Path | str, limit: int = MAX_FILE_BYTES, dir_fd: int | No
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise BundleFileError("is not a regular file")
+        if single_link and info.st_nlink > 1:
+            raise HardLinkError(f"has {info.st_nlink} hard links: a file linked from elsewhere is never copied")
         data = _read_fd(fd, info.st_size, limit + 1)
     except OSError as exc:
         if isinstance(exc, BundleFileError):

@@ -29,7 +29,7 @@ Exit codes tell the sh script what happened (``_PY_TRY`` in script.py): 98 when 
 kernel or a seccomp policy), and the sh framer then runs every command; 97 when this code failed
 after starting (its sections so far stand). Written for the node's Python: no ``from __future__``,
 no walrus; annotations are strings, never evaluated there; ``posix`` and ``_signal`` instead of
-``os`` and ``signal``, whose imports cost the node more (1.4 and 5 ms) than any command's framing.
+``os`` and ``signal``, whose imports cost the node more than any command's framing.
 """
 
 import errno

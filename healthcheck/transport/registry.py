@@ -12,7 +12,6 @@ alone costs a replay more than its grading). A new transport is one module plus 
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.model import Host
 from healthcheck.core.spec import Transport
+from healthcheck.core.suggest import did_you_mean
 
 BUILTIN = {
     "local": "healthcheck.transport.local",
@@ -78,9 +78,8 @@ def open_transport(name: str, settings: TransportSettings | None = None) -> Tran
         importlib.import_module(BUILTIN[name])
     factory = _FACTORIES.get(name)
     if factory is None:
-        close = difflib.get_close_matches(name, transport_names(), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise TransportError(f"unknown transport {name!r}{hint}; known: {', '.join(transport_names())}")
+        raise TransportError(f"unknown transport {name!r}{did_you_mean(name, transport_names())}; "
+                             f"known: {', '.join(transport_names())}")
     return factory(settings or TransportSettings())
 
 

@@ -186,8 +186,8 @@ def _python_try(pythons: Sequence[str], config: dict[str, object]) -> str:
 
 
 _HEADER = re.compile(
-    rb"BEGIN (?P<id>\S+) rc=(?P<rc>-?\d+) out=(?P<out>\d+) err=(?P<err>\d+)"
-    rb" outsize=(?P<outsize>\d+) errsize=(?P<errsize>\d+)\n")
+    rb"BEGIN (?P<id>\S+) rc=(?P<rc>-?\d{1,10}) out=(?P<out>\d{1,20}) err=(?P<err>\d{1,20})"
+    rb" outsize=(?P<outsize>\d{1,20}) errsize=(?P<errsize>\d{1,20})\n")  # bounded: int() never sees a digit run
 _NOTRUN = re.compile(rb"NOTRUN (?P<id>\S+) tool=(?P<tool>\S+) hung_s=(?P<hung>[0-9.]+) in=(?P<cause>\S+)\n")
 _HEADER_MAX = 512  # a header line longer than this is garbage, not a header still arriving
 
@@ -198,12 +198,29 @@ def not_run_reason(tool: str, hung_s: str, cause: str) -> str:
 
 @dataclass
 class FrameReader:
-    """Incremental reader of the framed stream: ``feed`` bytes, get finished sections back."""
+    """Incremental reader of the framed stream: ``feed`` bytes, get finished sections back.
+
+    With ``planned`` (the command ids of the script), a section or NOTRUN line for an id that is not
+    planned, or a second one for an id, raises ``FrameError`` naming the id: a command that reaches the
+    session's output (``/proc/<framer>/fd/1``) and learns the marker could otherwise forge another
+    command's output. Which of two sections for an id is the real one cannot be told, so neither is kept
+    (``FrameError.command_id``)."""
 
     host: str
     marker: str
     buffer: bytearray = field(default_factory=bytearray)
     last_event_s: float = 0.0
+    planned: frozenset[str] | None = None
+    seen: set[str] = field(default_factory=set)
+
+    def _claim(self, command_id: str) -> None:
+        if self.planned is not None and command_id not in self.planned:
+            raise FrameError(f"{self.host}: a section for {command_id[:80]!r}, which the script did not plan: "
+                             "refused (something on the node wrote into the session)")
+        if command_id in self.seen:
+            raise FrameError(f"{self.host}: a second section for {command_id}: both refused (something on the "
+                             "node wrote into the session; which one is real cannot be told)", command_id)
+        self.seen.add(command_id)
 
     def feed(self, data: bytes, now_s: float) -> Iterator[CommandResult]:
         self.buffer += data
@@ -230,6 +247,7 @@ class FrameReader:
             return None
         if bytes(self.buffer[body + out_n + err_n:total]) != end_tag:
             raise FrameError(f"{self.host}: section {header['id'].decode()} is malformed")
+        self._claim(header["id"].decode(errors="replace"))
         rc = int(header["rc"])
         result = CommandResult(
             host=self.host, command_id=header["id"].decode(),
@@ -252,6 +270,7 @@ class FrameReader:
                 raise FrameError(f"{self.host}: garbage after the section marker: "
                                  f"{bytes(self.buffer[at:at + 80])!r}")
             return None  # header not complete yet
+        self._claim(line["id"].decode(errors="replace"))
         result = CommandResult(host=self.host, command_id=line["id"].decode(),
                                not_run=not_run_reason(line["tool"].decode(), line["hung"].decode(),
                                                       line["cause"].decode()))
@@ -261,4 +280,9 @@ class FrameReader:
 
 
 class FrameError(ValueError):
-    """The framed stream from a host is corrupt."""
+    """The framed stream from a host is corrupt; ``command_id``: a command whose output can no longer be
+    believed (it had two sections)."""
+
+    def __init__(self, message: str, command_id: str | None = None) -> None:
+        super().__init__(message)
+        self.command_id = command_id

@@ -27,6 +27,7 @@ from healthcheck.core.model import CommandResult, Host, HostCollection
 from healthcheck.transport.process import pipe_reader, stop_group
 from healthcheck.transport.registry import TransportSettings, register
 from healthcheck.transport.script import Command, build_script, new_marker
+from healthcheck.transport.slurm_nodes import slurm_unusable
 from healthcheck.transport.stream import host_failure, read_framed, stuck
 
 _SRUN_ERROR = re.compile(r"^srun: error: (.+)$", re.MULTILINE)
@@ -109,6 +110,22 @@ class SlurmTransport:
 
 
 BUSY_STATES = ("allocated", "mixed", "completing")
+
+
+def slurm_client_problem(srun: str = "srun", timeout_s: float = 60.0) -> str | None:
+    """Why the Slurm transport cannot work from this machine (srun missing, no configuration, the
+    controller silent), from one ``sinfo``; None when Slurm answers. Asked once, before a run starts."""
+    if shutil.which(srun) is None:
+        return f"srun ({srun}) not found on PATH: install the Slurm client or use another transport"
+    sinfo = os.path.join(os.path.dirname(shutil.which(srun) or ""), "sinfo")
+    try:
+        out = subprocess.run([sinfo if os.path.exists(sinfo) else "sinfo", "-h", "-o", "%P"], capture_output=True,
+                             text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return f"sinfo did not answer within {timeout_s:g} s (the Slurm controller is unreachable?)"
+    except OSError as exc:
+        return f"sinfo cannot run: {exc}"
+    return slurm_unusable(out.stderr) if out.returncode != 0 else None
 
 
 def slurm_node(host: Host) -> str:

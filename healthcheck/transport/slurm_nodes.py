@@ -117,6 +117,53 @@ def parse_sinfo_state_reason(text: str) -> SlurmStates:
     return SlurmStates(nodes=nodes)
 
 
+# What Slurm's clients print when nothing can be asked of Slurm from here (Slurm 22.05: see
+# tests/fixtures/slurm/sinfo-no-configuration-22.05.err and sinfo-controller-down-22.05.err).
+_UNUSABLE = (
+    (re.compile(r"^\w+: fatal: (Could not establish a configuration source)", re.M),
+     "no Slurm configuration on this machine", "set SLURM_CONF (or install slurm.conf), or run where srun works"),
+    (re.compile(r"^\S*: ?(Unable to contact slurm controller.*)$", re.M), "the Slurm controller does not answer",
+     "check slurmctld (scontrol ping) and the network to it"),
+    (re.compile(r"^\w+: fatal: (.*)$", re.M), "the Slurm client cannot start", "run where srun works"),
+)
+
+
+def slurm_unusable(stderr: str) -> str | None:
+    """Why Slurm cannot be used from this machine at all, from a client's stderr, with what to do
+    (None: it answered, or failed for a reason that concerns only some nodes)."""
+    for pattern, what, remedy in _UNUSABLE:
+        if m := pattern.search(stderr):
+            return f"{what} (sinfo: {m[1].strip()}); {remedy}"
+    return None
+
+SINFO_FLEET_FORMAT = "%N|%T|%H|%E"   # node, long state, the reason's time, the reason (last: it may hold '|')
+
+
+def parse_sinfo_fleet(text: str) -> SlurmStates:
+    """Parse ``sinfo -h -N -o '%N|%T|%H|%E'`` (node, long state, reason time, full reason): every node
+    with its reason and when it was set (``Unknown`` without a reason reads as "").
+
+    Written against tests/fixtures/slurm/sinfo-node-state-time-reason-22.05.txt. The reason is the last
+    field, so a ``|`` inside it is kept. A line without three separators raises ``ParseError``.
+    """
+    nodes = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = line.split("|", 3)
+        if len(parts) != 4 or not parts[0]:
+            raise ParseError("sinfo line is not 'node|state|reason time|reason'", line)
+        name, state, when, reason = (p.strip() for p in parts)
+        nodes[name] = SlurmNode(name=name, state=state, reason="" if reason == "none" else reason,
+                                reason_time="" if when == "Unknown" else when)
+    return SlurmStates(nodes=nodes)
+
+
+def sinfo_fleet_argv() -> list[str]:
+    """Every node of the cluster with its state, reason and reason time (``parse_sinfo_fleet``)."""
+    return ["sinfo", "-h", "-N", "-o", SINFO_FLEET_FORMAT]
+
+
 def show_node_argv(nodes: Iterable[str]) -> list[str]:
     return ["scontrol", "show", "node", ",".join(sorted(set(nodes)))]
 

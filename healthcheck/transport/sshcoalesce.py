@@ -6,10 +6,10 @@
 
 A node prints a command's section in three or four writes (header, output, END) as each command
 ends, so a session arrives as ~3 small packets per command, tens of milliseconds apart. Woken for
-each, the transport thread and the thread reading the channel paid ~0.2 ms of CPU per packet on a
-loaded 2-core box (system calls, thread switches, the GIL); that was most of the client's CPU per
-host. Once ``coalesce`` was called, a read that returned less than a full buffer waits ``linger_s``
-and then takes everything that arrived meanwhile in one more read, so a burst costs two wake-ups.
+each, the transport thread and the thread reading the channel paid CPU per packet (system calls,
+thread switches, the GIL); that was most of the client's CPU per host. Once ``coalesce`` was called,
+a read that returned less than a full buffer waits ``linger_s`` and then takes everything that arrived
+meanwhile in one more read, so a burst costs two wake-ups.
 
 What it costs: each burst is handled up to ``linger_s`` later (the sections' arrival times, and so
 their ``duration_s``, and the end of a host by that much); a full read (bulk output) never waits,

@@ -53,7 +53,7 @@ def read_framed(host: str, commands: Sequence[Command], marker: str,
     up its temporary directory)."""
     started = clock() if started is None else started
     collected_at = utc_now_iso()
-    reader = FrameReader(host=host, marker=marker, last_event_s=0.0)
+    reader = FrameReader(host=host, marker=marker, last_event_s=0.0, planned=frozenset(c.id for c in commands))
     results: dict[str, CommandResult] = {}
     error: str | None = None
     received = 0
@@ -88,6 +88,8 @@ def read_framed(host: str, commands: Sequence[Command], marker: str,
                 watch.section_done(result.command_id, watch.last_byte_s)
         except FrameError as exc:
             error = str(exc)
+            if exc.command_id is not None:
+                results.pop(exc.command_id, None)  # two sections for it: neither is believed
             break
     missing = [c for c in commands if c.id not in results]
     if missing and error is None:

@@ -23,11 +23,13 @@ its degraded NVLink gives a low single-node all_reduce busbw, its three pairs ar
 attribution blames node03, not its partners, who pass with each other), the 4-node job falls below
 the 4-node expectation, IMB PingPong with node03 is slow, its HPL is lower and its gpu6 throttles
 under load (dmon). The retests of node03 against a known-good partner are planned by the real
-``run.benchmarks._retest_jobs`` from the real grading of the first pass. The outputs follow these real
-layouts (each fixture's first line says more):
+``run.benchmarks._retest_jobs`` from the real grading of the first pass, and the 4-node job's rerun
+without node03 (which grades the three healthy nodes) by the real ``run.benchmarks.cluster_reruns``.
+The outputs follow these real layouts (each fixture's first line says more):
 
 - nccl-tests all_reduce_perf: corpus nccl-tests/all_reduce-h100-2node-16gpu-oci-bm-gpu-h100-8-roce-16hca-
-  465GBs-1G-16G.txt (node, pair, cluster) and all_reduce-h100-8gpu-single-node-nvls-476GBs-g8.txt (node03);
+  465GBs-1G-16G.txt (node, pair, cluster, the 3-node rerun) and all_reduce-h100-8gpu-single-node-nvls-476GBs-g8.txt
+  (node03's values, at the healthy nodes' message sizes);
 - HPL-NVIDIA 1.0.0: corpus hpl/hpl-nvidia-1.0.0-1node-2gpu-80gb-pcie4-passed.txt (node and cluster; the
   healthy node fixture's ``INFO: host=`` lines are renamed to the job's node);
 - IMB-MPI1 PingPong, Uniband, Biband (the profile's list): corpus imb/imb-2019u6-pingpong-2proc-ib-openmpi3-
@@ -55,7 +57,7 @@ from healthcheck.benchmarks.launch import (
 from healthcheck.benchmarks.plan import Job
 from healthcheck.core.model import CommandResult, Host
 from healthcheck.core.profiles import Profile, load_profile
-from healthcheck.run.benchmarks import _retest_jobs, plan_benchmark, store_outcome
+from healthcheck.run.benchmarks import _retest_jobs, cluster_reruns, plan_benchmark, store_outcome
 from healthcheck.run.telemetry import sampling_plan, store_series
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,12 +139,13 @@ def job_output(job: Job) -> str:
     bad = FAULTY in job.hosts
     if job.benchmark == "nccl":
         names = {("node", False): "all_reduce-h100-1node-8gpu-healthy-476GBs-8G-16G.txt",
-                 ("node", True): "all_reduce-h100-8gpu-degraded-210GBs.txt",
+                 ("node", True): "all_reduce-h100-8gpu-degraded-210GBs-8G-16G.txt",
                  ("pair", False): "all_reduce-h100-2node-16gpu-healthy-388GBs-8G-16G.txt",
                  ("pair", True): "all_reduce-h100-2node-16gpu-degraded-141GBs-8G-16G.txt",
                  ("retest", True): "all_reduce-h100-2node-16gpu-degraded-141GBs-8G-16G.txt",
-                 ("cluster", True): "all_reduce-h100-4node-32gpu-degraded-139GBs-8G-16G.txt"}
-        name = names[("retest" if job.retest_of else job.shape, bad)]
+                 ("cluster", True): "all_reduce-h100-4node-32gpu-degraded-139GBs-8G-16G.txt",
+                 ("rerun", False): "all_reduce-h100-3node-24gpu-healthy-373GBs-8G-16G.txt"}
+        name = names[("rerun" if job.excluded else "retest" if job.retest_of else job.shape, bad)]
         return fixture(f"nccl-tests/{name}").decode()
     if job.benchmark == "hpl":
         if job.shape == "cluster":
@@ -184,9 +187,13 @@ def write_benchmarks(out: Path) -> None:
     for name in ("nccl", "hpl", "imb"):
         spec = benchmarks.get(name)
         first = [write_job(out, job, profile, manifest) for job in plan_benchmark(spec, hosts, profile, BENCH_OPTIONS)]
-        # the retests of the pair suspects against known-good partners, as run.benchmarks._run_group plans them
-        graded = [(o, grade_job(o, spec, BenchContext(profile, by_name, BENCH_OPTIONS))[0]) for o in first]
-        for job in _retest_jobs(graded, profile, BENCH_OPTIONS):
+        # the retests of the pair suspects against known-good partners, then the cluster jobs without the
+        # nodes they prove bad, as run.benchmarks._run_group plans them
+        ctx = BenchContext(profile, by_name, BENCH_OPTIONS)
+        graded = [(o, grade_job(o, spec, ctx)[0]) for o in first]
+        retests = [write_job(out, job, profile, manifest) for job in _retest_jobs(graded, profile, BENCH_OPTIONS)]
+        graded += [(o, grade_job(o, spec, ctx)[0]) for o in retests]
+        for job in cluster_reruns(graded):
             write_job(out, job, profile, manifest)
 
 

@@ -33,6 +33,7 @@ PAIR_OK = "nccl-tests/all_reduce-h100-2node-16gpu-healthy-388GBs-8G-16G.txt"
 PAIR_SLOW = "nccl-tests/all_reduce-h100-2node-16gpu-degraded-141GBs-8G-16G.txt"
 PAIR_WRONG = "nccl-tests/all_reduce-h100-2node-16gpu-wrong-healthy-bw-8G-16G.txt"
 CLUSTER_OK = "nccl-tests/all_reduce-h100-4node-32gpu-healthy-371GBs-8G-16G.txt"
+CLUSTER_OK_3 = "nccl-tests/all_reduce-h100-3node-24gpu-healthy-373GBs-8G-16G.txt"
 CLUSTER_SLOW = "nccl-tests/all_reduce-h100-4node-32gpu-degraded-139GBs-8G-16G.txt"
 
 Response = tuple[str, int, float]  # fixture, exit code, seconds to sleep first
@@ -142,6 +143,8 @@ def test_acceptance_run_names_node03_and_replays_without_ssh(ssh_cluster_factory
         slow = "node03" in group  # node03's network is degraded: every job with it is slow
         if len(group) == 2:
             return (PAIR_SLOW if slow else PAIR_OK), 0, 0
+        if len(group) == 3:  # the 4-node job's rerun without node03
+            return CLUSTER_OK_3, 0, 0
         return (CLUSTER_SLOW if slow else CLUSTER_OK), 0, 0
 
     install_mpirun(cluster, respond)
@@ -167,7 +170,7 @@ def test_acceptance_run_names_node03_and_replays_without_ssh(ssh_cluster_factory
     pair_busbw = {(h, f["component"]): f for h in found for f in pick(found[h], "nccl.all_reduce.pair.busbw")}
     assert {k: f["status"] for k, f in pair_busbw.items() if k[0] == "node03"} == {
         ("node03", "pair node01-node03"): "FAIL", ("node03", "pair node02-node03"): "FAIL",
-        ("node03", "pair node03-node04"): "FAIL", ("node03", "pair node03-node01"): "FAIL"}  # last: the retest
+        ("node03", "pair node03-node04"): "FAIL", ("node03", "retest pair node03-node01"): "FAIL"}
     assert pair_busbw[("node03", "pair node03-node04")]["value"] == pytest.approx(141.18)
     for key, f in pair_busbw.items():
         if key[0] != "node03":
@@ -175,15 +178,17 @@ def test_acceptance_run_names_node03_and_replays_without_ssh(ssh_cluster_factory
             assert ("[attributed to node03: " in f["message"]) == ("node03" in key[1]), f
     assert {k for k in pair_busbw if k[0] == "node01"} == {
         ("node01", "pair node01-node02"), ("node01", "pair node01-node03"), ("node01", "pair node01-node04"),
-        ("node01", "pair node03-node01")}
-    # per node: NVLink all-reduce is fine everywhere; the slow 4-node job is blamed on node03, inconclusive
-    # (WARN, never drained) for the others, so node03 is the only node with a benchmark FAIL
+        ("node01", "retest pair node03-node01")}
+    # per node: NVLink all-reduce is fine everywhere; the slow 4-node job is blamed on node03 and run again
+    # without it, which grades the others (PASS), so node03 is the only node with a benchmark FAIL
     for h in found:
         assert [f["status"] for f in pick(found[h], "nccl.all_reduce.node.busbw", "node")] == ["PASS"]
         assert {f["status"] for f in pick(found[h], "nccl.all_reduce.data")} == {"PASS"}
         cluster_busbw = pick(found[h], "nccl.all_reduce.cluster.busbw", "cluster (4 nodes)")
-        assert [f["status"] for f in cluster_busbw] == ["FAIL" if h == "node03" else "WARN"]
+        assert [f["status"] for f in cluster_busbw] == ["FAIL" if h == "node03" else "SKIP"]
         assert ("the job included node03, bad in the pair tests" in cluster_busbw[0]["message"]) == (h != "node03")
+        rerun = pick(found[h], "nccl.all_reduce.cluster.busbw", "cluster (3 nodes, without node03)")
+        assert [(f["status"], f["value"]) for f in rerun] == ([] if h == "node03" else [("PASS", 372.6)])
     worst = {h: {f["status"] for f in fs} for h, fs in found.items()}
     assert [h for h, statuses in worst.items() if "FAIL" in statuses or "ERROR" in statuses] == ["node03"]
 
@@ -192,7 +197,8 @@ def test_acceptance_run_names_node03_and_replays_without_ssh(ssh_cluster_factory
     pairs = {"node01-node04", "node02-node03", "node01-node03", "node04-node02", "node01-node02", "node03-node04"}
     assert set(jobs) == ({f"nccl-all_reduce_perf-node-node0{i}" for i in range(1, 5)}
                          | {f"nccl-all_reduce_perf-pair-{p}" for p in pairs}
-                         | {"nccl-all_reduce_perf-retest-node03-node01", "nccl-all_reduce_perf-cluster-4nodes-node01"})
+                         | {"nccl-all_reduce_perf-retest-node03-node01", "nccl-all_reduce_perf-cluster-4nodes-node01",
+                            "nccl-all_reduce_perf-retest-3nodes-node01-without-node03"})
     for job_id, entry in jobs.items():
         stem = run_dir / "raw" / "_jobs" / job_id
         assert "# Avg bus bandwidth" in stem.with_suffix(".out").read_text(), job_id
@@ -203,7 +209,7 @@ def test_acceptance_run_names_node03_and_replays_without_ssh(ssh_cluster_factory
     retest_out = (run_dir / "raw" / "_jobs" / "nccl-all_reduce_perf-retest-node03-node01.out").read_text()
     assert "Rank  0 Group  0 Pid   1274 on node03 device" in retest_out  # rank order = hostfile order
     assert "Rank  8 Group  0 Pid   2315 on node01 device" in retest_out
-    assert Counter(h for h in found for _ in launched(cluster, h)) == {"node01": 5, "node02": 2, "node03": 3,
+    assert Counter(h for h in found for _ in launched(cluster, h)) == {"node01": 6, "node02": 2, "node03": 3,
                                                                       "node04": 2}
     assert ("--np 16 --hostfile hostfile --map-by ppr:8:node --timeout 1800 -x NCCL_DEBUG=INFO "
             "-x NCCL_DEBUG_SUBSYS=INIT,NET --bind-to none /opt/nccl-tests/build/all_reduce_perf -b 8G -e 16G -f 2 "
@@ -235,7 +241,7 @@ def test_bench_wrong_pair_fails_and_hung_job_errors(ssh_cluster_factory, tmp_pat
                                   host_vars={h.name: short for h in cluster.hosts})
     listing = healthcheck("bench", "--list")
     assert listing.returncode == 0 and [line.split()[0] for line in listing.stdout.splitlines()] == \
-        ["nccl", "hpl", "imb", "osu", "sdc"]
+        ["nccl", "hpl", "imb", "osu", "sdc", "gpuperf", "nvbandwidth"]
 
     run_dir = tmp_path / "bench"
     proc = healthcheck("bench", "-i", inv, "-F", cluster.ssh_config, "--benchmarks", "nccl", "--plan", "acceptance",
@@ -269,11 +275,17 @@ def test_bench_wrong_pair_fails_and_hung_job_errors(ssh_cluster_factory, tmp_pat
     assert all(not launched(cluster, h) for h in ("node02", "node03", "node04"))
     assert "--timeout 2 " in launched(cluster, "node01")[0]
 
-    # the bench run directory replays like any run (its probes were not run: SKIP), same benchmark verdicts
+    # the bench run directory replays like any run: no probe ran, so none is graded and no host lacks
+    # "collected output"; its hosts are checked by their jobs, with the same verdicts
     cluster.stop()
     proc = healthcheck("run", "--replay", run_dir, "--run-dir", tmp_path / "bench-replay")
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert verdicts_of(tmp_path / "bench-replay") == verdicts_of(run_dir)
+    replayed = expanded_document(tmp_path / "bench-replay")
+    assert {h: v["verdict"] for h, v in replayed["hosts"].items()} == \
+        {h: v["verdict"] for h, v in results["hosts"].items()} == \
+        {"node01": "PASS", "node02": "FAIL", "node03": "FAIL", "node04": "ERROR"}
+    assert replayed["run"]["probes"] == [] and "host.reachable" not in proc.stdout
 
 
 def test_imb_pairs_graded_against_the_ndr_profile_name_the_slow_node(ssh_cluster_factory, tmp_path: Path) -> None:

@@ -224,20 +224,23 @@ def _recorded_runs(history: Path) -> list[str]:
         return [r.run_id for r in index.runs()]
 
 
-def test_sweep_sigterm_exits_143_writes_results_and_records_nothing(ssh_cluster_factory, tmp_path):
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_sweep_sigterm_or_sighup_writes_results_and_records_nothing(ssh_cluster_factory, tmp_path, signum, code):
+    """SIGHUP (the terminal or ssh session of a sweep started by hand went away) ends it as SIGTERM does."""
+    name = signal.Signals(signum).name
     cluster, inv = _slow_four(ssh_cluster_factory, tmp_path)
     history = tmp_path / "history"
     proc = _start_sweep(inv, cluster, history, "--forks", "1")
     run_dir = _sweep_run_dir(history)
     assert _wait_for_hosts(run_dir, 1)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signum)
     _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 143, stderr
-    assert f"interrupted (SIGTERM): hosts not swept are marked ERROR (host.swept); not recorded in the history " \
+    assert proc.returncode == code, stderr
+    assert f"interrupted ({name}): hosts not swept are marked ERROR (host.swept); not recorded in the history " \
            f"{history}" in stderr
-    results, not_swept = _interrupted(run_dir, "SIGTERM")
+    results, not_swept = _interrupted(run_dir, name)
     assert results["hosts"][not_swept[-1]]["findings"][0]["message"] == \
-        "not swept: the run was interrupted (SIGTERM) before this host started"
+        f"not swept: the run was interrupted ({name}) before this host started"
     assert (run_dir / "report.html").is_file() and (run_dir / "junit.xml").is_file()
     assert _recorded_runs(history) == []  # an interrupted sweep is not history: no "new failures" next night
     again = _start_sweep(inv, cluster, history, "--forks", "4")  # the lock was released

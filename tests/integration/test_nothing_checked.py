@@ -166,7 +166,7 @@ def test_limit_takes_a_nodeset_and_an_unmatched_name_is_a_usage_error(tmp_path: 
     inv.write_text(yaml.safe_dump({"groups": {"rack-a": {"hosts": "gpu[001-004]"}}}))
     typo = healthcheck("run", "-i", inv, "--limit", "gpu[001-002],gpu0003", "--run-dir", tmp_path / "a")
     assert typo.returncode == 2
-    assert "--limit: 1 name(s) match no host of the run: gpu0003 (did you mean gpu003" in typo.stderr
+    assert "--limit: 1 name(s) match no host or group of the run: gpu0003 (did you mean 'gpu003'" in typo.stderr
     assert not (tmp_path / "a").exists()
     none = healthcheck("run", "-i", inv, "--limit", "node[1-2]", "--run-dir", tmp_path / "b")
     assert none.returncode == 2 and "node1, node2" in none.stderr
@@ -184,7 +184,11 @@ def test_limit_selects_by_nodeset_or_group_and_names_every_unmatched_name() -> N
     hosts = [Host(name=f"gpu{i:03d}", group="rack-a" if i <= 2 else "rack-b") for i in range(1, 5)]
     assert [h.name for h in limit_hosts(hosts, ["gpu[001,004]"])] == ["gpu001", "gpu004"]
     assert [h.name for h in limit_hosts(hosts, ["rack-b", "gpu001"])] == ["gpu001", "gpu003", "gpu004"]
-    with pytest.raises(SelectionError, match=r"2 name\(s\) match no host of the run: gpu005, gpu006"):
+    with pytest.raises(SelectionError, match=r"2 name\(s\) match no host or group of the run: gpu005, gpu006"):
         limit_hosts(hosts, ["gpu[003-006]"])
+    with pytest.raises(SelectionError) as typo:  # a mistyped group: the close name and every group
+        limit_hosts(hosts, ["rack-z"])
+    assert str(typo.value) == ("--limit: 1 name(s) match no host or group of the run: rack-z (did you mean "
+                               "'rack-a' or 'rack-b'?); groups: rack-a, rack-b; the run has 4 host(s)")
     with pytest.raises(SelectionError, match="selects no host"):
         limit_hosts(hosts, [" "])

@@ -136,7 +136,6 @@ def test_host_details_built_from_data_equal_the_markup(tmp_path: Path, monkeypat
     the browser holds the same sections, element for element and text for text; the hostile node text
     (``</script>``, ``<!--``, U+2028, terminal escapes, bidi overrides) stayed text in both."""
     import healthcheck.reports.html as report_html
-
     from tests.unit.test_report_html import hostile_run
 
     if CHROMIUM is None:

@@ -58,8 +58,8 @@ def test_rerun_failed_sweeps_only_failing_hosts_and_says_what_changed(ssh_cluste
                                                "ghost": {"was": "ERROR", "now": "ERROR"}}
     assert [c["host"] for c in results.extra["changes"]["recovered"]] == ["node02"]
     assert [c["host"] for c in results.extra["changes"]["still_failing"]] == ["ghost"]
-    assert "node02           was ERROR, now PASS" in again.stdout
-    assert "ghost            was ERROR, now ERROR" in again.stdout
+    assert "  was ERROR, now PASS: node02 (1)" in again.stdout.splitlines()
+    assert "  was ERROR, now ERROR: ghost (1)" in again.stdout.splitlines()
     manifest = json.loads((run_b / "manifest.json").read_text())
     assert manifest["args"]["target"]["rerun_of"] == str(run_a)  # where runs/latest pointed, not the moving link
     assert {h.name: h.sessions() - sessions[h.name] for h in cluster.hosts} == {"node01": 0, "node02": 1, "node03": 0}
@@ -88,7 +88,7 @@ def test_rerun_checks_in_replay_runs_only_the_probes_behind_the_failures(tmp_pat
     assert results.run["probes"] == ["gpu", "nvlink", "infiniband"]
     assert {f.check.split(".")[0] for f in results.hosts["h100-node03"].findings} >= {"gpu", "nvlink", "ib"}
     assert results.extra["rerun"]["probes"] == ["gpu", "nvlink", "infiniband"]
-    assert "h100-node03      was FAIL, now FAIL" in again.stdout
+    assert "  was FAIL, now FAIL: h100-node03 (1)" in again.stdout.splitlines()
     usage = healthcheck("run", "--replay", str(SAMPLE), "--rerun-checks", "--run-dir", str(tmp_path / "c"))
     assert usage.returncode == 2 and "--rerun-checks needs --rerun-failed" in usage.stderr
 
@@ -138,4 +138,4 @@ def test_rerun_failed_benchmarks_relaunches_only_the_failed_job(ssh_cluster_fact
     assert results.run["probes"] == []
     assert results.extra["rerun"]["jobs"] == ["nccl-all_reduce_perf-node-node03"]
     assert results.extra["rerun"]["hosts"] == {"node03": {"was": "ERROR", "now": "PASS"}}
-    assert "node03           was ERROR, now PASS" in again.stdout
+    assert "  was ERROR, now PASS: node03 (1)" in again.stdout.splitlines()

@@ -18,13 +18,14 @@ def test_readme_first_command_replays_the_sample(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "healthcheck", "run", "--sample", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stderr
-    assert proc.stdout.startswith("verdict FAIL: 4 hosts  WARN 3  FAIL 1")
+    assert proc.stdout.startswith("verdict FAIL: 4 hosts  PASS 2  WARN 1  FAIL 1")
     [run_dir] = [p for p in tmp_path.iterdir() if not p.is_symlink()]
     assert (tmp_path / "latest").resolve() == run_dir  # runs/latest: the newest run
     results = json.loads((run_dir / "results.json").read_text())
     verdicts = {h: r["verdict"] for h, r in results["hosts"].items()}
-    # the healthy nodes WARN only for the 4-node job that included node03 (inconclusive for them)
-    assert verdicts == {"h100-node01": "WARN", "h100-node02": "WARN", "h100-node03": "FAIL", "h100-node04": "WARN"}
+    # the healthy nodes are graded on the 4-node job's rerun without node03 and PASS; node04 WARNs for its kernel
+    assert verdicts == {"h100-node01": "PASS", "h100-node02": "PASS", "h100-node03": "FAIL", "h100-node04": "WARN"}
+    assert "WARN  fleet.version.kernel h100-node04 (1): kernel 5.15.0-1061-nvidia differs" in proc.stdout
     failing = {(f["check"], f["component"]) for f in results["hosts"]["h100-node03"]["findings"]
                if f["status"] == "FAIL"}
     assert {("gpu.row_remap.pending", "gpu2"), ("gpu.pcie.width", "gpu5"), ("gpu.clock_events", "gpu6"),
@@ -71,7 +72,12 @@ def assert_benchmark_story(run_dir: Path) -> None:
         assert (hpl["status"], hpl["value"]) == ("PASS", 456200.0) and "85% of Rpeak" in hpl["message"]
         cluster = one(host, "nccl.all_reduce.cluster.busbw", "cluster (4 nodes)",
                       "nccl-all_reduce_perf-cluster-4nodes-h100-node01")
-        assert cluster["status"] == "WARN" and "inconclusive for" in cluster["message"]
+        assert cluster["status"] == "SKIP" and cluster["message"].endswith(
+            f"[not graded for {host}: the job included h100-node03, bad in the pair tests; graded on its rerun "
+            "cluster (3 nodes, without h100-node03)]")
+        rerun = one(host, "nccl.all_reduce.cluster.busbw", "cluster (3 nodes, without h100-node03)",
+                    "nccl-all_reduce_perf-retest-3nodes-h100-node01-without-h100-node03")
+        assert (rerun["status"], rerun["value"]) == ("PASS", 372.6) and "98% of expected 380 GB/s" in rerun["message"]
     bad = "h100-node03"
     node = one(bad, "nccl.all_reduce.node.busbw", "node", "nccl-all_reduce_perf-node-h100-node03")
     assert (node["status"], node["value"]) == ("FAIL", 210.25) and "44% of expected 480 GB/s" in node["message"]

@@ -215,3 +215,22 @@ def test_apply_and_force_from_the_environment_change_nothing(slurm, tmp_path):
     assert out.exit_code == 0, out.output
     assert "# dry-run: nothing changed; --apply runs the 1 command(s) above" in out.output
     assert not node(slurm, "gpu002").drained
+
+
+@pytest.mark.parametrize("with_inventory", [False, True])
+def test_invented_hosts_never_widen_the_breaker(slurm, tmp_path, with_inventory):
+    """Issue 29.2: a merged run with 100 invented (passing) host folders beside 2 failing real nodes. The
+    fleet is the inventory's (-i) or the scheduler's 10 nodes, not the run's 102 hosts: limit 1, refused."""
+    fakes = [f"fake{i:03d}" for i in range(100)]
+    run_dir = write_run(tmp_path / "forged", {h: [("gpu.count", "node")] for h in ("gpu001", "gpu002")},
+                        hosts=NODES + fakes)
+    inventory = tmp_path / "inv.yaml"
+    inventory.write_text("groups:\n  gpu:\n    hosts: gpu[001-010]\n")
+    extra = ["-i", str(inventory)] if with_inventory else []
+    out = cli(slurm, "drain", str(run_dir), *extra, "--apply", "--max-fraction", "0.10")
+    assert out.exit_code == 3, out.output
+    where = f"inventory {inventory}" if with_inventory else "the scheduler's node list"
+    assert f"2 node(s) to drain, limit 1 of 10 ({where})" in out.output
+    assert (f"# not in the fleet ({where}): 100 host(s) of the run, never counted or drained: fake000, fake001, "
+            "fake002, fake003, fake004, fake005, fake006, fake007 (+92 more)") in out.output
+    assert not node(slurm, "gpu001").drained and not node(slurm, "gpu002").drained

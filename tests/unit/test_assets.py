@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import pytest
+
+from healthcheck.core.model import CommandResult, Host
+from healthcheck.core.profiles import EMPTY_PROFILE
+from healthcheck.core.spec import EvalContext, ParseError
 from healthcheck.probes.assets import (
     evaluate_assets,
     parse_assets,
@@ -11,10 +15,6 @@ from healthcheck.probes.assets import (
     parse_gpu_assets,
     parse_hca_ids,
 )
-
-from healthcheck.core.model import CommandResult, Host
-from healthcheck.core.profiles import EMPTY_PROFILE
-from healthcheck.core.spec import EvalContext, ParseError
 from tests.conftest import corpus_text, fixture_text
 
 

@@ -11,7 +11,6 @@ from healthcheck.benchmarks.attribution import (
     included_blame,
     retest_candidates,
 )
-
 from healthcheck.core.model import Finding, Status
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from healthcheck.run.execute import execute_run
 from healthcheck.run.options import RunOptions
-from healthcheck.store.bundle import read_bundle, read_manifest_hosts
+from healthcheck.store.bundle import ran_no_probes, read_bundle, read_manifest_hosts
 from healthcheck.store.rundir import RunDirError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,6 +144,25 @@ def test_parent_of_runs_and_empty_host_folders_are_never_pass(tmp_path):
     assert hosts["n2"].transport_error is None
     outcome = _replay(empty, tmp_path / "runs2")
     assert outcome.results.hosts["n1"].verdict.value == "ERROR"
+
+
+def test_only_a_run_that_ran_no_probe_replays_without_probes(bundle, tmp_path):
+    """A benchmark-only run (``healthcheck bench``: its manifest lists no command) replays without probes,
+    so its host folders without outputs are no ERROR; a hand-made or forged manifest changes nothing."""
+    run = _replay(bundle, tmp_path / "runs", copy_raw=True).run_dir
+    assert not ran_no_probes(run) and not ran_no_probes(bundle)
+    manifest = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps({**manifest, "commands": [], "commands_by_profile": {}}))
+    assert ran_no_probes(run)
+    for host in HOSTS:
+        for out in (run / "raw" / host).glob("*.out"):
+            out.unlink()
+    again = _replay(run, tmp_path / "runs2")
+    assert again.results.run["probes"] == []
+    assert not [f for h in again.results.hosts.values() for f in h.findings if f.check == "host.reachable"
+                and f.status.value == "ERROR"]
+    (run / "manifest.json").write_text(json.dumps({"commands": [], "commands_by_profile": {}}))  # not ours
+    assert not ran_no_probes(run)
 
 
 def test_half_written_host_of_a_killed_run_is_not_graded_reachable(bundle, tmp_path):

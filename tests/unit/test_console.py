@@ -6,7 +6,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from healthcheck.cli.console import group_lines, summary_lines
+from healthcheck.cli.console import group_lines, rerun_lines, summary_lines
 from healthcheck.cli.main import main
 from healthcheck.core.model import Finding, Host, HostCollection, Status
 from healthcheck.run.stages import reachability_finding
@@ -68,3 +68,75 @@ def test_results_command_folds_and_v_lists(tmp_path):
     listed = CliRunner().invoke(main, ["results", str(run_dir), "-v"])
     assert len(listed.output.splitlines()) == 5 + 2005
     assert Path(run_dir / "results.json").is_file()
+
+
+def _unknown_key(i: int, fingerprint: str) -> Finding:
+    # describe_ssh_error's line for an unknown host key (healthcheck/transport/sshkeys.py), per host
+    return Finding(host=f"node{i:03d}", check="host.reachable", status=Status.ERROR,
+                   message=f"node{i:03d}: host key refused for root@10.1.0.{i}:22: host key for node{i:03d} is not "
+                           f"in known_hosts (ssh-ed25519 SHA256:{fingerprint}); verify it and add it (ssh-keyscan), "
+                           "or pass --accept-new-host-keys")
+
+
+def test_host_key_failures_differing_only_in_the_fingerprint_fold_into_one_line():
+    findings = [_unknown_key(1, "9xDaPvghgtG+xpCtL17zCrobxXHYE5B6zoWlVqiCFiE"),
+                _unknown_key(2, "oowImBcN56ozDVgd4MlDaZZ1xXi9az0v9l6c3QcHC8s"),
+                _unknown_key(3, "Zm9vYmFyYmF6cXV4eHl6enl4d3ZldWRjYmEwMTIzNDU")]
+    assert group_lines(findings) == [
+        "ERROR host.reachable node[001-003] (3): node001: host key refused for root@10.1.0.1:22: host key for node001 "
+        "is not in known_hosts (ssh-ed25519 SHA256:9xDaPvghgtG+xpCtL17zCrobxXHYE5B6zoWlVqiCFiE); verify it and add "
+        "it (ssh-keyscan), or pass --accept-new-host-keys (+2 similar)"]
+
+
+def test_per_gpu_findings_of_a_wrong_profile_fold_their_components():
+    findings = [Finding(host=f"gpu{h:02d}", check="gpu.model", status=Status.FAIL, component=f"gpu{i}",
+                        message=f"gpu{i} (00000000:{0x19 + 0x1C * i:02X}:00.0): gpu model NVIDIA H100 80GB HBM3, "
+                                "expected matches A100-SXM4-80GB")
+                for h in (1, 2) for i in range(8)]
+    assert group_lines(findings) == [
+        "FAIL  gpu.model gpu[0-7] gpu[01-02] (2): gpu0 (00000000:19:00.0): gpu model NVIDIA H100 80GB HBM3, expected "
+        "matches A100-SXM4-80GB (+7 similar)"]
+
+
+def test_warn_reasons_are_shown_after_the_failures():
+    findings = [Finding(host=f"node{i:03d}", check="system.hostname", status=Status.WARN,
+                        message=f"node reports hostname 'vm', inventory calls it 'node{i:03d}'") for i in range(1, 9)]
+    findings += [Finding(host="node003", check="gpu.count", status=Status.FAIL, message="7 GPUs visible, expected 8")]
+    findings += [Finding(host="node001", check=f"x.warn{i}", status=Status.WARN, message="w") for i in range(12)]
+    lines = group_lines(findings, limit=25, warn_limit=2)
+    assert lines == ["FAIL  gpu.count node003 (1): 7 GPUs visible, expected 8",
+                     "WARN  system.hostname node[001-008] (8): node reports hostname 'vm', inventory calls it "
+                     "'node001' (+7 similar)",
+                     "WARN  x.warn0 node001 (1): w",
+                     "... and 11 more groups (summary.md, report.html; -v lists hosts)"]
+
+
+def test_rerun_states_fold_per_change():
+    hosts = {f"node{i:03d}": {"was": "FAIL", "now": "FAIL"} for i in range(1, 9)}
+    hosts["node009"] = {"was": "ERROR", "now": "PASS"}
+    hosts["node010"] = {"was": "ERROR", "now": None}
+    assert rerun_lines({"of": "r1", "hosts": hosts}) == ["rerun of r1:", "  was FAIL, now FAIL: node[001-008] (8)",
+                                                         "  was ERROR, now PASS: node009 (1)",
+                                                         "  was ERROR, now not swept: node010 (1)"]
+
+
+def test_sweep_changes_fold_hosts_that_changed_alike(capsys):
+    from healthcheck.cli.sweep import print_changes
+    from healthcheck.ops.nightly import SweepRecord
+
+    new = [{"host": f"gpu{i:03d}", "verdict": "FAIL", "was": "PASS", "checks": ["gpu.pcie.width"]}
+           for i in range(1, 301)]
+    new.append({"host": "gpu400", "verdict": "ERROR", "was": "PASS", "checks": ["host.reachable"]})
+    growth = [Finding(host=f"gpu{i:03d}", check="history.counter.growth", status=Status.WARN, component="gpu0",
+                      message=f"gpu.ecc.aggregate.dram_correctable gpu0 grew by {i} since run r1 (was 1, now {i + 1})")
+              for i in range(1, 4)]
+    changes = {"previous_run": "r1", "new_failures": new, "still_failing": [],
+               "recovered": [{"host": "gpu003", "verdict": "PASS", "was": "FAIL", "checks": ["gpu.pcie.width"]}]}
+    print_changes(SweepRecord(run_id="r2", seq=2, changes=changes, trends={}, findings=growth))
+    assert capsys.readouterr().out.splitlines() == [
+        "since r1: 301 new failure(s), 1 recovered, 0 still failing",
+        "  NEW       gpu[001-300] (300) FAIL  gpu.pcie.width",
+        "  NEW       gpu400 (1) ERROR host.reachable",
+        "  RECOVERED gpu003 (1) PASS  gpu.pcie.width",
+        "  WARN  history.counter.growth gpu0 gpu[001-003] (3): gpu.ecc.aggregate.dram_correctable gpu0 grew by 1 "
+        "since run r1 (was 1, now 2) (+2 similar)"]

@@ -6,6 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
+from healthcheck import probes
+from healthcheck.core.model import CommandResult, Host, Status
+from healthcheck.core.profiles import EMPTY_PROFILE, Profile, load_profile
+from healthcheck.core.spec import EvalContext, ParseError
 from healthcheck.probes.dcgm_fields import evaluate_dcgm_fields, field_ids, parse_dcgm_fields, render_commands
 from healthcheck.probes.dmon_parse import (
     DEFAULT_FIELD_IDS,
@@ -14,11 +19,6 @@ from healthcheck.probes.dmon_parse import (
     parse_nvidia_smi_dmon,
     parse_nvidia_smi_query_csv,
 )
-
-from healthcheck import probes
-from healthcheck.core.model import CommandResult, Host, Status
-from healthcheck.core.profiles import EMPTY_PROFILE, Profile, load_profile
-from healthcheck.core.spec import EvalContext, ParseError
 from healthcheck.run.fanout import plan_commands
 from tests.conftest import FIXTURES, corpus_files, corpus_text, fixture_text
 

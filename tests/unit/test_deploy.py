@@ -30,7 +30,8 @@ FILES = deploy_files()
 
 def test_the_deploy_files_ship_and_print_exactly() -> None:
     assert sorted(FILES) == ["healthcheck-node.service", "healthcheck-node.timer", "kubernetes-cronjob.yaml",
-                             "kubernetes-daemonset.yaml", "slurm-healthcheck.sh"]
+                             "kubernetes-daemonset.yaml", "kubernetes-gate.yaml", "slurm-gate.sh",
+                             "slurm-healthcheck.sh"]
     out = subprocess.run([sys.executable, "-m", "healthcheck", "deploy", "show", "healthcheck-node.timer"],
                          capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.stdout == (ROOT / "inventories" / "deploy" / "healthcheck-node.timer").read_text()
@@ -79,7 +80,7 @@ def _container_scripts() -> list[str]:
     return scripts
 
 
-@pytest.mark.parametrize("script", [FILES["slurm-healthcheck.sh"], *_container_scripts()])
+@pytest.mark.parametrize("script", [FILES["slurm-healthcheck.sh"], FILES["slurm-gate.sh"], *_container_scripts()])
 def test_shell_scripts_parse(script: str) -> None:
     proc = subprocess.run(["sh", "-n"], input=script, capture_output=True, text=True, timeout=30)
     assert (proc.returncode, proc.stderr) == (0, "")
@@ -141,7 +142,7 @@ def _docs(name: str) -> dict[str, dict[str, Any]]:
     return {doc["kind"]: doc for doc in yaml.safe_load_all(FILES[name])}
 
 
-@pytest.mark.parametrize("name", ["kubernetes-daemonset.yaml", "kubernetes-cronjob.yaml"])
+@pytest.mark.parametrize("name", ["kubernetes-daemonset.yaml", "kubernetes-cronjob.yaml", "kubernetes-gate.yaml"])
 def test_manifests_match_the_kubernetes_api_models(name: str) -> None:
     pytest.importorskip("kubernetes")
     assert validate_manifest(FILES[name]) == []
@@ -190,3 +191,35 @@ def test_cronjob_merges_the_same_spool_and_may_drain_with_its_service_account() 
     assert "healthcheck merge /spool --run-dir \"$run\" -i /config/inventory.yaml" in script
     assert "healthcheck drain \"$run\" --scheduler kubernetes" in script
     yaml.safe_load(docs["ConfigMap"]["data"]["inventory.yaml"])
+
+
+def test_gate_init_container_measures_the_jobs_gpus_and_may_only_read_and_patch_nodes() -> None:
+    docs = _docs("kubernetes-gate.yaml")
+    pod = docs["Job"]["spec"]["template"]["spec"]
+    (gate,) = pod["initContainers"]
+    (train,) = pod["containers"]
+    assert gate["command"] == ["healthcheck", "gate", "--kubernetes-self"]
+    assert gate["args"] == ["--host", "$(NODE_NAME)", "--kube-node", "$(NODE_NAME)"]
+    env = {e["name"]: e for e in gate["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert env["HEALTHCHECK_GATE_ON_ERROR"]["value"] == "open" and env["HEALTHCHECK_GATE_BUDGET"]["value"] == "60"
+    assert gate["resources"]["limits"]["nvidia.com/gpu"] == train["resources"]["limits"]["nvidia.com/gpu"]
+    assert pod["restartPolicy"] == "Never" and pod["serviceAccountName"] == docs["ServiceAccount"]["metadata"]["name"]
+    assert docs["ClusterRole"]["rules"] == [{"apiGroups": [""], "resources": ["nodes"],
+                                             "verbs": ["get", "list", "patch"]}]
+    assert docs["ClusterRoleBinding"]["subjects"][0]["name"] == pod["serviceAccountName"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    (mount,) = gate["volumeMounts"]
+    assert mount["mountPath"] == env["HEALTHCHECK_GATE_OUT"]["value"] == "/spool"
+    assert volumes[mount["name"]]["hostPath"]["path"] == "/var/spool/healthcheck-gate"  # the cache outlives the pod
+
+
+def test_gate_options_the_manifest_and_wrapper_set_exist_on_the_command() -> None:
+    from healthcheck.cli.gate import gate
+
+    names = {p.name for p in gate.params}
+    for env in ("HEALTHCHECK_GATE_OUT", "HEALTHCHECK_GATE_BUDGET", "HEALTHCHECK_GATE_ON_ERROR",
+                "HEALTHCHECK_GATE_PROFILE"):
+        assert env.removeprefix("HEALTHCHECK_GATE_").lower() in names
+    wrapper = FILES["slurm-gate.sh"]
+    assert "healthcheck gate --slurm-self" in wrapper and "nohold_on_prolog_fail" in wrapper

@@ -15,7 +15,12 @@ from healthcheck.ops.schedulers.controller import Controller, read_states
 from healthcheck.ops.schedulers.kubernetes import KUBERNETES, parse_kubectl_nodes_json
 from healthcheck.ops.schedulers.slurm import SLURM
 from healthcheck.store.results import HostResult, RunResults
-from healthcheck.transport.slurm_nodes import REASON_PREFIX, parse_scontrol_show_node, parse_sinfo_state_reason
+from healthcheck.transport.slurm_nodes import (
+    REASON_PREFIX,
+    parse_scontrol_show_node,
+    parse_sinfo_fleet,
+    parse_sinfo_state_reason,
+)
 from tests.conftest import fixture_text
 
 
@@ -60,16 +65,46 @@ def test_plan_drains_failing_host_with_reason_from_worst_findings():
     assert plan.breaker.allowed
 
 
-def test_warn_with_drain_remedy_triggers_but_plain_warn_and_ignored_checks_do_not():
+def test_warn_never_drains_whatever_its_remedy_says_and_ignored_checks_do_not():
+    """Issue 29.4: a 1 s HW-slowdown flag (WARN, docs/verdicts.md) whose remedy says "drain the node if it
+    repeats" was planned for DRAIN. Data decides (status, check id, observe-only), never remedy words."""
     policy = DrainPolicy(ignore=("xid.13",))
-    assert triggers(bad("h", "gpu.reset", Status.WARN, remedy="Drain the node and reset the GPU"), policy)
-    assert not triggers(bad("h", "gpu.temp", Status.WARN, remedy="Check the airflow"), policy)
-    assert not triggers(bad("h", "gpu.temp", Status.WARN, remedy="see drained nodes list"), policy)
+    slowdown = bad("h", "dcgm_fields.clock_event.hw_slowdown", Status.WARN, "gpu6", value=1, unit="s",
+                   remedy="HW slowdown for one sample: drain the node if it repeats")
+    assert not triggers(slowdown, policy)
+    assert plan_drain(fleet(20, {"gpu004": [ok("gpu004"), slowdown]})).decisions == ()
+    assert not triggers(bad("h", "gpu.reset", Status.WARN, remedy="Drain the node and reset the GPU"), policy)
+    assert not triggers(bad("h", "gpu.temp", Status.ERROR, remedy="Drain the node"), policy)  # ERROR: not asked
     assert not triggers(bad("h", "xid.13"), policy)
     assert triggers(bad("h", "xid.79"), policy)
     only_gpu = DrainPolicy(checks=("gpu.*",), statuses=frozenset({Status.FAIL, Status.ERROR}))
     assert triggers(bad("h", "gpu.count", Status.ERROR), only_gpu)
     assert not triggers(bad("h", "ib.port.state"), only_gpu)
+    for never in (Status.WARN, Status.PASS, Status.SKIP):
+        with pytest.raises(ValueError, match=f"{never.value} never drains a node"):
+            DrainPolicy(statuses=frozenset({Status.FAIL, never}))
+
+
+def test_observe_only_and_advisory_findings_never_drain():
+    observed = Finding(host="h", check="ib.counter.symbol_error", status=Status.FAIL, message="x", observe=True)
+    assert not triggers(observed, DrainPolicy(statuses=frozenset({Status.FAIL, Status.ERROR})))
+    for check in ("fleet.version.driver", "history.regression.baseline", "offender.repeat", "merge.identity",
+                  "replay.bundle"):
+        assert not triggers(bad("h", check), DrainPolicy()), check
+
+
+def test_hosts_the_fleet_does_not_know_are_never_counted_or_drained():
+    """Issue 29.2: 100 invented hosts with forged FAILs beside 10 real failures in a fleet of 40: the limit
+    is 10% of 40 (4), not of the run's 140 hosts, and no invented host is decided on."""
+    real = {f"gpu{i:03d}": [bad(f"gpu{i:03d}", "gpu.count")] for i in range(1, 11)}
+    fake = {f"fake{i:03d}": [bad(f"fake{i:03d}", "gpu.count")] for i in range(100)}
+    results = fleet(40, {**real, **fake})
+    known = [f"gpu{i:03d}" for i in range(1, 41)]
+    plan = plan_drain(results, known_hosts=known, fleet_size=40, max_fraction=0.10)
+    assert [d.host for d in plan.decisions] == sorted(real)
+    assert plan.unknown == tuple(sorted(fake))
+    assert (plan.breaker.allowed, plan.breaker.limit, plan.breaker.fleet_size) == (False, 4, 40)
+    assert plan.breaker.reasons[0].startswith("10 nodes to drain exceeds the limit of 4 (10% of a fleet of 40)")
 
 
 def test_fleet_mismatch_and_benchmark_warn_do_not_drain_unless_configured():
@@ -80,10 +115,10 @@ def test_fleet_mismatch_and_benchmark_warn_do_not_drain_unless_configured():
     assert plan_drain(results).decisions == ()
     default = DrainPolicy()
     assert not triggers(mismatch, default) and not triggers(suspect, default)
-    # configured: fleet checks named in --checks, or --advisory ''; benchmark WARN with --status WARN
+    # configured: fleet checks named in --checks, or --advisory ''; a benchmark WARN never
     assert triggers(mismatch, DrainPolicy(checks=("fleet.version.*",)))
     assert triggers(mismatch, DrainPolicy(advisory=()))
-    assert triggers(suspect, DrainPolicy(statuses=frozenset({Status.FAIL, Status.WARN})))
+    assert not triggers(suspect, DrainPolicy(checks=("nccl.*",)))
     # a benchmark FAIL (data corruption, a node blamed by attribution) still drains
     assert triggers(bad("h", "nccl.all_reduce.data"), default)
     assert [d.host for d in plan_drain(fleet(20, {"gpu007": [bad("gpu007", "hpl.residual")]})).decisions] == \
@@ -294,3 +329,15 @@ def test_commands_quote_like_a_shell_would_split_them():
     plan = plan_drain(fleet(20, {"gpu001": [bad("gpu001", "gpu.count", component="gpu 1; reboot")]}))
     action = SLURM.drain_actions(plan.decisions, None)[0]
     assert tuple(shlex.split(action.commands[0])) == action.argvs[0]
+
+
+def test_parse_sinfo_fleet_keeps_the_reason_time_and_a_bar_in_the_reason():
+    states = parse_sinfo_fleet(strip_header(fixture_text("slurm/sinfo-node-state-time-reason-22.05.txt")))
+    assert len(states.nodes) == 8
+    gpu005 = states.nodes["gpu005"]
+    assert (gpu005.reason, gpu005.reason_time) == ("maintenance by alice: PSU swap | ticket 4711",
+                                                   "2026-11-28T14:58:18")
+    assert states.nodes["gpu007"].ours and states.nodes["gpu007"].reason_time == "2026-11-28T14:58:19"
+    assert (states.nodes["gpu001"].reason, states.nodes["gpu001"].reason_time) == ("", "")
+    with pytest.raises(ParseError):
+        parse_sinfo_fleet("gpu001|idle*|none\n")

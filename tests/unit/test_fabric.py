@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from healthcheck.probes.fabric import evaluate_fabric, parse_fabric, parse_systemctl_is_active
-from healthcheck.probes.gpu import parse_gpu
-from healthcheck.probes.gpu_eval import evaluate_gpu
 
 from healthcheck.core.model import CommandResult, Host, Status
 from healthcheck.core.profiles import EMPTY_PROFILE, load_profile
 from healthcheck.core.spec import EvalContext, ParseError
+from healthcheck.probes.fabric import evaluate_fabric, parse_fabric, parse_systemctl_is_active
+from healthcheck.probes.gpu import parse_gpu
+from healthcheck.probes.gpu_eval import evaluate_gpu
 from tests.conftest import corpus_text, fixture_text
 
 HEALTHY = fixture_text("nvidia-smi-xml/h100-8x-healthy.xml")   # 8x H100, every GPU Completed/Success

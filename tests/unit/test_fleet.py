@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from healthcheck.probes import fleet_checks
-from healthcheck.probes.fleet import VersionConsistency, host_facts
-
 from healthcheck.core.model import Host, Status
 from healthcheck.core.profiles import Expectation, load_profile
+from healthcheck.probes import fleet_checks
+from healthcheck.probes.fleet import VersionConsistency, host_facts
 
 H100 = load_profile("h100-sxm5-8x")
 A100 = load_profile("a100-sxm4-80gb-8x")

@@ -12,11 +12,11 @@ import os
 import random
 
 import pytest
-from healthcheck.benchmarks.grade import JobOutcome, grade_outcomes
-from healthcheck.benchmarks.plan import Job
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from healthcheck.benchmarks.grade import JobOutcome, grade_outcomes
+from healthcheck.benchmarks.plan import Job
 from healthcheck.core.model import Finding, Host, Status
 from healthcheck.core.profiles import load_profile
 from healthcheck.store.results import HostResult, RunResults, load_results, write_results
@@ -85,8 +85,8 @@ def test_nan_in_one_imb_row_is_an_error_for_that_job_only():
 
 
 def test_results_json_never_holds_bare_nan(tmp_path):
-    """JSON has no NaN: a non-finite observation is null (as JSON.stringify writes it), a finding's
-    measured value keeps its text ("nan"), so the finding still says what the node printed."""
+    """JSON has no NaN: a non-finite number is null (as JSON.stringify writes it), in observations and in a
+    finding's value alike; the finding's message still says what the node printed."""
     nan_finding = Finding(host="a", check="gpu.temp", status=Status.ERROR, message="temperature is nan",
                           value=float("nan"), expected=float("inf"))
     results = RunResults(run={"id": "x"}, hosts={"a": HostResult(name="a", findings=[nan_finding], observations={
@@ -96,6 +96,7 @@ def test_results_json_never_holds_bare_nan(tmp_path):
     assert "NaN" not in text and "Infinity" not in text
     host = json.loads(text)["hosts"]["a"]
     assert host["observations"]["gpu"] == {"temp_c": None}  # key observations: the scalars
-    assert (host["findings"][0]["value"], host["findings"][0]["expected"]) == ("nan", "inf")
+    assert (host["findings"][0]["value"], host["findings"][0]["expected"]) == (None, None)
+    assert host["findings"][0]["message"] == "temperature is nan"
     loaded = load_results(tmp_path, observations=True).hosts["a"]
     assert loaded.observations["gpu"] == {"temp_c": None, "peak": [None, 1.5]}  # the store holds them all

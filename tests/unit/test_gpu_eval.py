@@ -6,13 +6,13 @@ import dataclasses
 import json
 
 import pytest
-from healthcheck.probes.gpu import parse_nvidia_smi_output
-from healthcheck.probes.gpu_eval import evaluate_gpu
-from healthcheck.probes.gpu_model import GpuObservation, GpuObservations
 
 from healthcheck.core.model import Host, Status
 from healthcheck.core.profiles import EMPTY_PROFILE, Expectation, Profile, load_profile
 from healthcheck.core.spec import EvalContext
+from healthcheck.probes.gpu import parse_nvidia_smi_output
+from healthcheck.probes.gpu_eval import evaluate_gpu
+from healthcheck.probes.gpu_model import GpuObservation, GpuObservations
 from healthcheck.store.jsoncodec import to_jsonable
 from tests.conftest import corpus_files, corpus_text, fixture_text
 
@@ -177,9 +177,8 @@ def test_pinned_driver_cuda_vbios_give_one_fail_each_across_gpu_and_versions_pro
     """The gpu probe only records versions; the versions probe grades them (also legacy gpu.* pins)."""
     from dataclasses import replace as dc_replace
 
-    from healthcheck.probes.versions import evaluate_versions, parse_versions
-
     from healthcheck.core.model import CommandResult
+    from healthcheck.probes.versions import evaluate_versions, parse_versions
 
     text = fixture_text("nvidia-smi-xml/h100-8x-healthy.xml")   # 535.183.01, CUDA 12.2, 96.00.99.00.01
     pins = {"gpu.driver_version": ("ge", "550.90.07"), "version.cuda": ("ge", "12.4"),

@@ -1,17 +1,17 @@
-"""Per-GPU findings and their folding: the light PASS/SKIP records stand for the Findings they become."""
+"""Per-GPU outcomes and their folding: each outcome becomes its Finding, or is folded with its like."""
 
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
-from healthcheck.probes.gpu import parse_nvidia_smi_output
-from healthcheck.probes.gpu_eval import evaluate_gpu
-from healthcheck.probes.gpu_findings import FoldableGpu, GpuScope, _shown, collapse, gpu_finding, graded
 
 from healthcheck.core.model import Finding, Host, Status
 from healthcheck.core.profiles import load_profile
 from healthcheck.core.spec import EvalContext
+from healthcheck.probes.gpu import parse_nvidia_smi_output
+from healthcheck.probes.gpu_eval import evaluate_gpu
+from healthcheck.probes.gpu_findings import GpuScope, collapse, gpu_finding, graded
 from tests.conftest import fixture_text
 
 H100 = load_profile("h100-sxm5-8x")
@@ -23,22 +23,6 @@ def _scope(index: int = 3, bus_id: str | None = "00000000:9B:00.0") -> GpuScope:
     return GpuScope(EvalContext(host=Host("gpu001"), profile=H100), OBS, gpu)
 
 
-def _reference_shown(values: list) -> object:
-    """The fold's value as ``_fold`` always worked it out (before its every-GPU-alike shortcut)."""
-    numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
-    if numbers and len(numbers) == len(values) and min(numbers) != max(numbers):
-        return f"{min(numbers):g}-{max(numbers):g}"
-    return values[0] if len(set(map(str, values))) == 1 else "mixed"
-
-
-@pytest.mark.parametrize("values", [
-    [0] * 8, [7, 7], ["No"] * 8, [True, True], [False] * 3, [1, 1.0], [1.0, 1], [0, -0.0], [-0.0, 0.0],
-    [True, 1], [1, True], ["1", 1], [1, "1"], [2.5, 2.5], [29, 34, 31], [float("nan")] * 2, ["Yes", "No"],
-    [None, None], [None, 0], [10**20, 10**20], ["", ""]])
-def test_folded_value_is_what_the_general_rule_gives(values):
-    assert repr(_shown(values)) == repr(_reference_shown(values))
-
-
 def test_scope_names_the_gpu_with_and_without_bus_id():
     at = _scope()
     assert (at.host, at.source, at.component, at.label) == ("gpu001", "nvidia-smi-q-x", "gpu3",
@@ -46,21 +30,21 @@ def test_scope_names_the_gpu_with_and_without_bus_id():
     assert _scope(bus_id=None).label == "gpu3"
 
 
-def test_passing_and_skipped_gpus_are_light_until_needed_and_become_their_finding():
+def test_outcomes_become_their_findings():
     at = _scope()
     passing = graded(at, "gpu.ecc.dram_uncorrectable", 0, "remedy", detail="volatile 0, aggregate 0")
     skipped = gpu_finding(at, "gpu.pcie.gen", Status.SKIP, 5, "== 5 under load", message="idle", remedy="r")
     failing = gpu_finding(at, "gpu.pcie.gen", Status.FAIL, 4, "== 5 under load", message="Gen4", remedy="r")
-    assert isinstance(passing, FoldableGpu) and isinstance(skipped, FoldableGpu) and isinstance(failing, Finding)
-    assert passing.finding() == Finding(
+    assert passing.finding("gpu001", at.source) == Finding(
         host="gpu001", check="gpu.ecc.dram_uncorrectable", status=Status.PASS, component="gpu3", value=0,
         expected="<= 20000000 errors", unit="errors", source="nvidia-smi-q-x",
         message="gpu3 (00000000:9B:00.0): gpu ecc dram uncorrectable 0 errors, within <= 20000000 errors "
                 "(volatile 0, aggregate 0)")
-    assert skipped.finding() == Finding(host="gpu001", check="gpu.pcie.gen", status=Status.SKIP, component="gpu3",
-                                        value=5, expected="== 5 under load", message="gpu3 (00000000:9B:00.0): idle",
-                                        source="nvidia-smi-q-x")
-    assert failing.remedy == "r" and failing.message == "gpu3 (00000000:9B:00.0): Gen4"
+    assert skipped.finding("gpu001", at.source) == Finding(
+        host="gpu001", check="gpu.pcie.gen", status=Status.SKIP, component="gpu3", value=5,
+        expected="== 5 under load", message="gpu3 (00000000:9B:00.0): idle", source="nvidia-smi-q-x")
+    f = failing.finding("gpu001", at.source)
+    assert f.remedy == "r" and f.message == "gpu3 (00000000:9B:00.0): Gen4"
 
 
 def test_collapse_keeps_bad_gpus_folds_the_rest_and_leaves_a_lone_gpu_whole():
@@ -70,7 +54,7 @@ def test_collapse_keeps_bad_gpus_folds_the_rest_and_leaves_a_lone_gpu_whole():
     results += [graded(at, "gpu.memory_mib", 81559 + at.gpu.index, "remedy") for at in scopes[:1]]
     results += [None, graded(scopes[0], "gpu.no_such_check", 1, "remedy"), graded(scopes[1], "gpu.no_such_check", 1,
                                                                                   "remedy")]
-    out = collapse(results, 4)
+    out = collapse(results, 4, "gpu001", "nvidia-smi-q-x")
     assert [(f.check, f.component, f.status.value, f.message) for f in out] == [
         ("gpu.pcie.gen", "gpu2", "FAIL", "gpu2 (bus2): m"),
         ("gpu.pcie.gen", "node", "SKIP", "gpu0,gpu1,gpu3: m"),
@@ -86,14 +70,13 @@ def test_a_gpu_alone_with_a_skip_keeps_its_full_finding():
 
 
 @pytest.mark.parametrize("bus_id", ["00000000:19:00.0", "gpu pcie replays"])
-def test_a_lone_gpus_replay_growth_is_reworded_like_its_full_finding(bus_id):
-    """The light record's message is the full finding's with ``gpu pcie replays`` reworded once, even when
-    the bus id (node output) holds those words."""
+def test_a_lone_gpus_replay_growth_is_worded_as_growth(bus_id):
+    """The measurement is worded "PCIe replay growth"; the GPU's label stays as the node printed it."""
     gpu = dataclasses.replace(OBS.gpus[0], bus_id=bus_id, pcie_replays=50)
     ctx = EvalContext(host=Host("gpu001"), profile=H100,
                       previous={"gpu": {"gpus": [{"bus_id": bus_id, "index": 0, "pcie_replays": 40}]}})
     findings = evaluate_gpu(dataclasses.replace(OBS, gpus=(gpu,), count=1), ctx)
     [f] = [f for f in findings if f.check == "gpu.pcie.replays"]
-    full = f"gpu0 ({bus_id}): gpu pcie replays 10 replays, within <= 80 replays (40 -> 50 since the previous run)"
     assert (f.status, f.component, f.value) == (Status.PASS, "gpu0", 10)
-    assert f.message == full.replace("gpu pcie replays", "PCIe replay growth", 1)
+    assert f.message == (f"gpu0 ({bus_id}): PCIe replay growth 10 replays, within <= 80 replays "
+                         "(40 -> 50 since the previous run)")

@@ -7,12 +7,12 @@ import subprocess
 import sys
 
 import pytest
-from healthcheck.probes.gpu import parse_gpu
 
 from healthcheck import probes as registry
 from healthcheck.core.model import CommandResult, Host, Status
 from healthcheck.core.profiles import load_profile
 from healthcheck.core.spec import EvalContext, ParseError
+from healthcheck.probes.gpu import parse_gpu
 from healthcheck.store.results import load_results
 from tests.conftest import fixture_text
 

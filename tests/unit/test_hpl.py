@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 import pytest
+
 from healthcheck.benchmarks import BenchContext
 from healthcheck.benchmarks.hpl import (
     HplResult,
@@ -18,7 +19,6 @@ from healthcheck.benchmarks.hpl import (
     process_grid,
 )
 from healthcheck.benchmarks.plan import Job
-
 from healthcheck.core.model import Host, Status
 from healthcheck.core.profiles import Expectation, Profile
 from healthcheck.core.spec import ParseError

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+
 from healthcheck.benchmarks import BenchContext
 from healthcheck.benchmarks.imb import evaluate_imb, imb_program, parse_imb
 from healthcheck.benchmarks.osu import evaluate_osu, parse_osu
 from healthcheck.benchmarks.plan import Job
-
 from healthcheck.core.model import Host, Status
 from healthcheck.core.profiles import Expectation, Profile
 from healthcheck.core.spec import ParseError
@@ -99,8 +99,10 @@ def test_degraded_link_and_bad_outputs() -> None:
     assert {f.status for f in errors} == {Status.ERROR} and "MPI_Finalize" in errors[0].message
     invalid = parse_imb(corpus_text("imb/imb-rma-one_put_all-invalid-benchmark-name-error.txt"))
     assert invalid.errors[0] == "Invalid benchmark name -zero_size"
+    not_found = parse_imb(fixture_text("imb/bad/garbage.txt"))  # "bash: IMB-MPI1: command not found": the cause
+    assert [e.message for e in not_found.launcher_errors] == ["IMB-MPI1: command not found on the launcher host"]
     with pytest.raises(ParseError):
-        parse_imb(fixture_text("imb/bad/garbage.txt"))
+        parse_imb("0123 not an IMB line\n")
     missing = evaluate_imb(_job(), parse_imb(corpus_text("imb/imb-2019u6-reduce-2proc-gcp.txt")), _ctx(NDR))
     assert missing[0].status is Status.ERROR and "PingPong" in missing[0].message
 

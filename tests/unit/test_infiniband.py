@@ -6,13 +6,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from healthcheck.probes import infiniband
-from healthcheck.probes.ib_parse import IbObservation, parse_ib_sysfs, parse_ibstat, parse_peermem_module, parse_rate
-from healthcheck.probes.infiniband import COMMANDS, evaluate_infiniband, parse_infiniband
 
 from healthcheck.core.model import CommandResult, Host, Status
 from healthcheck.core.profiles import Expectation, load_profile
 from healthcheck.core.spec import EvalContext, ParseError
+from healthcheck.probes.ib_parse import IbObservation, parse_ib_sysfs, parse_ibstat, parse_peermem_module, parse_rate
+from healthcheck.probes.infiniband import COMMANDS, evaluate_infiniband, parse_infiniband
 from healthcheck.store.jsoncodec import to_jsonable
 from tests.conftest import corpus_files, corpus_text, fixture_text
 
@@ -299,34 +298,29 @@ def test_hcas_of_types_not_in_the_profile_are_named_in_the_count():
 
 @pytest.mark.parametrize("name", ["sysfs-h100-8x-ndr-healthy.txt", "sysfs-h100-degraded-2x-hdr-down-symbol-errors.txt"])
 def test_port_state_and_rate_graded_once_per_distinct_values_as_each_port_alone(name):
-    """``_PortFacets`` grades a set of port values once a host: every port's finding is still exactly what
-    ``_combined`` gives for that port alone (healthy ports alike, degraded ones apart, ibstat's unprinted
-    width and speed, and a value that cannot be a key)."""
-    from healthcheck.probes.infiniband import _combined, _PortFacets, fabric_ports
+    """``_PortFacets`` grades each facet's values once a host: every port's finding is still exactly what a
+    port graded alone gives (healthy ports alike, degraded ones apart, ibstat's unprinted width and speed,
+    and a value that cannot be a key)."""
+    from healthcheck.probes.infiniband import _PortFacets, fabric_ports
 
     obs, _ = evaluate({"ib-sysfs": own(name)})
     ports = list(fabric_ports(obs.devices, H100).fabric)
     ports += [replace(ports[0], width=None, speed=None, rate_text=None), replace(ports[1], rate_gbps=400),
               replace(ports[2], state=["ACTIVE"])]
-    facets, e = _PortFacets(H100), H100.expect
+    facets = _PortFacets("gpu001", H100, "ib-sysfs")
     for port in ports + ports:
-        alone = [_combined("gpu001", "ib.port.state", port.name, "ib-sysfs", infiniband._REMEDY_LINK, [
-                     ("state", port.state, e("ib.port.state")), ("physical state", port.phys_state,
-                                                                   e("ib.port.phys_state"))]),
-                 _combined("gpu001", "ib.port.rate", port.name, "ib-sysfs", infiniband._REMEDY_RATE, [
-                     ("rate", port.rate_gbps, e("ib.port.rate_gbps")), ("width", port.width, e("ib.port.width")),
-                     ("speed", port.speed, e("ib.port.speed"))], shown=port.rate_text)]
-        assert facets.findings("gpu001", port, "ib-sysfs") == alone
-    assert len(facets.graded) < 2 * len(ports)  # alike ports shared one grading
+        assert facets.findings(port) == _PortFacets("gpu001", H100, "ib-sysfs").findings(port)
+    assert len(facets.grades["ib.port.state"]._grades) < len(ports)  # alike ports shared one grading
 
 
 def test_counter_rules_pair_each_counter_with_its_growth_rule_by_name():
     from healthcheck.probes.infiniband import _counter_rules
 
-    rules = _counter_rules(H100)
+    rules = _counter_rules("gpu001", H100, "ib-sysfs")
     names = {k.split(".", 2)[2] for k in H100.expectations if k.startswith(("ib.counter.", "ib.counter_growth."))}
     assert [rule.name for rule in rules] == sorted(names)
     for rule in rules:
-        assert rule.exp is H100.expect(rule.check) and rule.check == f"ib.counter.{rule.name}"
-        assert rule.growth_exp is H100.expect(rule.growth_check)
-        assert rule.growth_check == f"ib.counter_growth.{rule.name}"
+        for grades, check in ((rule.grades, f"ib.counter.{rule.name}"),
+                              (rule.growth, f"ib.counter_growth.{rule.name}")):
+            exp = H100.expect(check)
+            assert (grades is None) if exp is None else (grades.exp is exp and grades.check == check)

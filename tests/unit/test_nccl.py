@@ -6,6 +6,7 @@ import dataclasses
 import math
 
 import pytest
+
 from healthcheck.benchmarks import BenchContext
 from healthcheck.benchmarks.nccl import (
     BUSBW_FACTORS,
@@ -17,7 +18,6 @@ from healthcheck.benchmarks.nccl import (
     parse_nccl_tests,
 )
 from healthcheck.benchmarks.plan import Job
-
 from healthcheck.core.model import Host, Status
 from healthcheck.core.profiles import Expectation, Profile
 from healthcheck.core.spec import ParseError
@@ -140,7 +140,7 @@ def test_aborted_runs_and_warnings() -> None:
     assert qp.warnings[0].host == "node-0" and qp.warnings[0].device == 0
     assert qp.warnings[0].text.startswith("NET/IB : mlx5_3:1 async fatal event on QP")
     slots = parse_nccl_tests(corpus_text("nccl-tests/mpirun-not-enough-slots-abort-gcm.txt"))
-    assert slots.launcher_errors[0].message == "mpirun: not enough slots for the requested ranks"
+    assert slots.launcher_errors[0].message == "mpirun: not enough slots for the 16 ranks requested"
 
 
 def test_busbw_graded_with_bands() -> None:

@@ -6,7 +6,6 @@ from healthcheck.benchmarks import BenchContext
 from healthcheck.benchmarks.nccl import evaluate_nccl, nccl_program, parse_nccl_tests
 from healthcheck.benchmarks.nccl_transport import parse_nccl_transport
 from healthcheck.benchmarks.plan import Job
-
 from healthcheck.core.model import Host, Status
 from healthcheck.core.profiles import Expectation, Profile
 from tests.conftest import corpus_text, fixture_text

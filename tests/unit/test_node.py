@@ -83,7 +83,7 @@ def test_node_name_prefers_explicit_then_slurmd() -> None:
 
 def test_a_spool_entry_that_is_not_a_bundle_is_refused(tmp_path: Path, shim: Path) -> None:
     (tmp_path / "gpu007").symlink_to(tmp_path / "elsewhere")
-    with pytest.raises(ValueError, match="is not a bundle directory"):
+    with pytest.raises(ValueError, match="exists and is not a healthcheck bundle"):
         run_node(NodeOptions(spool=tmp_path, host="gpu007", probes=["gpu"]))
     assert not (tmp_path / "elsewhere").exists()
 
@@ -121,3 +121,18 @@ def test_inventory_entry_gives_the_profile_and_an_absent_host_is_a_setup_error(t
     with pytest.raises(ValueError, match="host gpu009 is not in inventory"):
         run_node(NodeOptions(spool=tmp_path / "spool", host="gpu009", inventory=inv, probes=["gpu"]))
     assert sorted(p.name for p in (tmp_path / "spool").iterdir()) == ["gpu007"]
+
+
+def test_an_observe_only_fail_is_not_an_unhealthy_exit(tmp_path: Path, shim: Path) -> None:
+    """Issue 29.11: the exit code follows the drain rule: the faulty fixture's FAILs (gpu5 at x8, gpu2 row
+    remap pending, gpu6 HW slowdown) marked observe-only by the site's profile are reported, exit 0."""
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "site-h100.yaml").write_text(
+        "name: site-h100\ninherits: h100-sxm5-8x\nobserve: [gpu.pcie.width, gpu.row_remap, gpu.clock_events]\n")
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("hosts:\n  gpu007: {profile: site-h100}\n")
+    shim.write_text("faulty")
+    out = run_node(NodeOptions(spool=tmp_path / "spool", host="gpu007", inventory=inv, probes=["gpu"]))
+    observed = sorted({f.check for f in out.findings if f.observe and f.status.value == "FAIL"})
+    assert observed == ["gpu.clock_events", "gpu.pcie.width", "gpu.row_remap.pending"]
+    assert (out.first_failure, out.exit_code) == (None, 0)

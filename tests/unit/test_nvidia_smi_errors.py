@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+
+from healthcheck.core.spec import ParseError
 from healthcheck.probes.gpu import parse_nvidia_smi_output
 from healthcheck.probes.nvidia_smi_list import parse_nvidia_smi_l, parse_nvidia_smi_table
 from healthcheck.probes.nvidia_smi_log import exit_code_error, find_nvidia_smi_errors, normalize_bus_id
-
-from healthcheck.core.spec import ParseError
 from tests.conftest import corpus_files, corpus_text, fixture_text
 
 # Corpus files in nvidia-smi/ that are other nvidia-smi commands (CSV queries, a reset attempt), not the

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+
+from healthcheck.core.spec import ParseError
 from healthcheck.probes.gpu_model import observations_from_log
 from healthcheck.probes.nvidia_smi_text import parse_nvidia_smi_q
 from healthcheck.probes.nvidia_smi_xml import parse_nvidia_smi_xml
-
-from healthcheck.core.spec import ParseError
 from tests.conftest import corpus_files, corpus_text, fixture_text
 
 

@@ -6,14 +6,13 @@ import dataclasses
 import re
 
 import pytest
-from healthcheck.probes import parse_memo
-from healthcheck.probes.gpu_model import (
-    GpuObservation,
-    _gpu_observation,
-    observations_from_layout,
-    observations_from_log,
-)
-from healthcheck.probes.nvidia_smi_log import SmiLayoutLog, SmiLog
+from hypothesis import given
+from hypothesis import strategies as st
+
+from healthcheck.core.spec import ParseError
+from healthcheck.probes import nvidia_smi_xml, parse_memo
+from healthcheck.probes.gpu_model import GpuObservation, observations_from_log
+from healthcheck.probes.nvidia_smi_log import SmiLog, find_nvidia_smi_errors
 from healthcheck.probes.nvidia_smi_xml import (
     _SKELETON_MAX,
     _START,
@@ -24,12 +23,7 @@ from healthcheck.probes.nvidia_smi_xml import (
     _plain_text,
     _plain_tree,
     parse_nvidia_smi_xml,
-    parse_nvidia_smi_xml_layout,
 )
-from hypothesis import given
-from hypothesis import strategies as st
-
-from healthcheck.core.spec import ParseError
 from tests.conftest import CORPUS, FIXTURES, ROOT, corpus_files, corpus_text, fixture_text
 
 SAMPLES = ROOT / "inventories" / "samples"
@@ -259,6 +253,15 @@ def test_unread_sections_are_cut_as_the_original_regex_did(document):
     assert _drop_unread(document) == regex.sub("", document)
 
 
+@given(st.lists(st.sampled_from(["<processes>", "</processes>", "<supported_clocks>", "</supported_clocks>",
+                                  "<accounted_processes>", "</accounted_processes>", "<a>", "x", "<processes/>"]),
+                max_size=14))
+def test_unread_sections_are_cut_as_the_regex_would_for_any_order_of_tags(pieces):
+    document = "".join(pieces)
+    regex = re.compile(r"<(supported_clocks|processes|accounted_processes)>.*?</\1>", re.S)
+    assert _drop_unread(document) == regex.sub("", document)
+
+
 def test_gpu_element_without_fields_is_a_parse_error_not_a_crash() -> None:
     """An empty ``<gpu/>`` (a mangled report) is refused as unparseable, naming the element."""
     with pytest.raises(ParseError, match=r"<gpu> element .* has no fields"):
@@ -276,7 +279,16 @@ def test_number_too_large_for_a_float_reads_as_no_value() -> None:
     assert (gpu.name, gpu.memory_total_mib, gpu.memory_used_mib) == ("NVIDIA H100 80GB HBM3", None, 0)
 
 
-# --- observations read by a report's layout, its tree not built --------------------------------------
+# --- reports filled into the layout of their tags ---------------------------------------------------
+
+def _reference(text: str) -> SmiLog:
+    """The report as ElementTree reads it (the parse every other path must equal)."""
+    found = nvidia_smi_xml._document(text)
+    if isinstance(found, SmiLog):
+        return found
+    document, outside = found
+    return nvidia_smi_xml._log(None, document, find_nvidia_smi_errors(outside))
+
 
 def _variants(text: str) -> list[str]:
     """A report and the same tags with other texts (unreadable, padded, active reasons), and with
@@ -290,25 +302,22 @@ def _variants(text: str) -> list[str]:
             re.sub(r"<((sram|dram)_\w*)>[^<]*</\1>", "", text)]                  # the pre-Ampere ECC fallback
 
 
-def test_observations_read_by_layout_are_the_trees_for_every_real_layout():
-    """Every real report's layout reads what its tree reads, unreadable fields (in order) included,
-    and so does each later report of the layout (the plans it remembered) with its own texts."""
+def test_reports_filled_into_their_layout_are_elementtrees_for_every_real_layout():
+    """Every real report, and each later report with its tags (the layout made once), is the report
+    ElementTree reads: same trees (keys in the same order), same versions and errors."""
     parse_memo.clear()
     for text in _xml_sources():
         for variant in _variants(text) * 2:
-            report = parse_nvidia_smi_xml_layout(variant)
-            assert isinstance(report, SmiLayoutLog)
-            reference = observations_from_log(parse_nvidia_smi_xml(variant), "nvidia-smi-q-x")
-            assert repr(observations_from_layout(report, "nvidia-smi-q-x")) == repr(reference)
+            assert repr(parse_nvidia_smi_xml(variant)) == repr(_reference(variant))
 
 
 def test_one_layout_serves_every_report_with_its_tags_each_with_its_own_texts():
     parse_memo.clear()
     healthy = fixture_text("nvidia-smi-xml/h100-8x-healthy.xml")
-    first, second = (parse_nvidia_smi_xml_layout(healthy.replace("<serial>1652323004110</serial>",
-                                                                 f"<serial>{n}</serial>", 1)) for n in (5, 6))
-    assert first.plans is second.plans and first.log.gpus is second.log.gpus
-    assert [observations_from_layout(r, "x").gpus[0].serial for r in (first, second)] == ["5", "6"]
+    first, second = (parse_nvidia_smi_xml(healthy.replace("<serial>1652323004110</serial>",
+                                                          f"<serial>{n}</serial>", 1)) for n in (5, 6))
+    assert [log.gpus[0]["serial"] for log in (first, second)] == ["5", "6"]
+    assert first.gpus[0] is not second.gpus[0] and first.gpus[0]["pci"] is not second.gpus[0]["pci"]  # own trees
     assert _plain_skeleton.cache_info().misses == 1
 
 
@@ -321,26 +330,21 @@ def test_one_layout_serves_every_report_with_its_tags_each_with_its_own_texts():
     "Failed to initialize NVML: Driver/library version mismatch",                  # no report
     "<nvidia_smi_log><gpu><a>&amp;</a></gpu></nvidia_smi_log>",                    # not plain: ElementTree
 ])
-def test_reports_without_a_layout_are_parsed_as_the_tree_parser_does(text):
-    """Anything without a layout (not plain, malformed, no fields) is ``parse_nvidia_smi_xml``'s result
-    or its very error."""
+def test_reports_without_a_layout_are_parsed_as_elementtree_reads_them(text):
+    """Anything without a layout (not plain, malformed, no fields) is ElementTree's result or its error."""
     parse_memo.clear()
     try:
-        expected = repr(parse_nvidia_smi_xml(text))
+        expected = repr(_reference(text))
     except ParseError as exc:
         expected = repr(exc)
     try:
-        got = parse_nvidia_smi_xml_layout(text)
-        assert isinstance(got, SmiLog)
-        got = repr(got)
+        got = repr(parse_nvidia_smi_xml(text))
     except ParseError as exc:
         got = repr(exc)
     assert got == expected
 
 
-def test_observations_are_the_instances_their_init_would_build():
-    """``_gpu_observation`` skips the frozen dataclass's ``__init__``: equal instances, attributes in
-    field order (what ``vars`` and an encoder see), the unreadable fields once each, in reading order."""
+def test_observations_are_built_by_their_constructor_with_unreadable_fields_in_reading_order():
     for text in _xml_sources():
         for variant in _variants(text)[:3]:
             for gpu in _obs(variant).gpus:
@@ -349,8 +353,6 @@ def test_observations_are_the_instances_their_init_would_build():
     lost = _obs(_variants(fixture_text("nvidia-smi-xml/h100-8x-healthy.xml"))[2]).gpus[0]
     assert lost.unreadable == ("product_name", "serial", "inforom_version/img_version", "temperature/gpu_temp")
     assert (lost.name, lost.temp_c, lost.inforom.get("img_version")) == (None, None, None)
-    with pytest.raises(TypeError, match="fields"):
-        _gpu_observation({"index": 0}, [])
 
 
 def _plain_text_by_definition(body: str) -> bool:
@@ -370,15 +372,13 @@ def test_plain_text_is_ascii_xml_characters_with_alternating_delimiters(body):
 ])
 def test_plain_reports_without_a_layout_are_checked_and_split_once(old, new, monkeypatch):
     """A plain report not remembered by its tags has no layout: its tree is built from the one split
-    and the one expat check, as ``parse_nvidia_smi_xml`` builds it."""
-    import healthcheck.probes.nvidia_smi_xml as module
-
+    and the one expat check."""
     parse_memo.clear()
     text = fixture_text("nvidia-smi-xml/h100-8x-healthy.xml").replace(old, new, 1)
     checks = []
-    check = module._plain_document
-    monkeypatch.setattr(module, "_plain_document", lambda *args: checks.append(1) or check(*args))
-    report = parse_nvidia_smi_xml_layout(text)
-    assert isinstance(report, SmiLog) and len(checks) == 1
+    check = nvidia_smi_xml._plain_document
+    monkeypatch.setattr(nvidia_smi_xml, "_plain_document", lambda *args: checks.append(1) or check(*args))
+    report = parse_nvidia_smi_xml(text)
+    assert len(checks) == 1
     assert report.gpus[0]["serial"] == new[len("<serial>"):-len("</serial>")]
-    assert repr(observations_from_log(report, "nvidia-smi-q-x")) == repr(_obs(text))
+    assert repr(report) == repr(_reference(text))

@@ -5,16 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
+from healthcheck.core.model import CommandResult, Host, Status
+from healthcheck.core.profiles import load_profile
+from healthcheck.core.spec import EvalContext, ParseError
 from healthcheck.probes.nvlink import (
     evaluate_nvlink,
     parse_nvidia_smi_nvlink_e,
     parse_nvidia_smi_nvlink_s,
     parse_nvlink,
 )
-
-from healthcheck.core.model import CommandResult, Host, Status
-from healthcheck.core.profiles import load_profile
-from healthcheck.core.spec import EvalContext, ParseError
 from healthcheck.store.jsoncodec import to_jsonable
 from tests.conftest import corpus_files, corpus_text, fixture_text
 
@@ -200,11 +200,11 @@ def test_empty_status_output_is_no_gpus():
     assert f.status is Status.FAIL and "listed no GPU" in f.message
 
 
-def test_component_grades_give_what_finding_from_expectation_gives():
-    """A finding shared between components (GPUs, links) of equal value is exactly the one graded alone:
-    PASS, FAIL, WARN past a ``warn`` bound, ERROR for what cannot be graded, SKIP without an expectation,
-    and the values that are never shared (floats, unhashables, the component ``node``)."""
-    from healthcheck.core.grading import ComponentGrades, finding_from_expectation
+def test_value_grades_give_what_finding_from_expectation_gives():
+    """A finding built from a grade shared between components (GPUs, links) of equal value is exactly the
+    one graded alone: PASS, FAIL, WARN past a ``warn`` bound, ERROR for what cannot be graded, SKIP without
+    an expectation, and the values that are never shared (zero floats, unhashables), any component."""
+    from healthcheck.core.grading import ValueGrades, finding_from_expectation
     from healthcheck.core.profiles import Expectation
 
     profile = load_profile("h100-sxm5-8x")
@@ -215,7 +215,7 @@ def test_component_grades_give_what_finding_from_expectation_gives():
     values = [18, 17, 0, 1, True, 1.0, -0.0, 0.0, 150, "18", "Completed", "x", None, float("nan"), [1], (1, 2)]
     components = ["gpu0", "gpu1", "gpu7 link 3", "node", ""]
     for exp in exps:
-        grades = ComponentGrades("gpu001", "nvlink.links", exp, source="s", remedy="r", profile=profile)
+        grades = ValueGrades("gpu001", "nvlink.links", exp, source="s", remedy="r", profile=profile)
         for _ in range(2):
             for value in values:
                 for component in components:
@@ -225,28 +225,24 @@ def test_component_grades_give_what_finding_from_expectation_gives():
                     assert repr(shared) == repr(alone), (exp, value, component)
 
 
-def test_all_pass_merges_only_values_of_one_plain_type():
-    """``_all_pass`` never says "all pass" when a value fails; for ints alone or floats alone it is exact
-    (mixed or other types send the caller to its loop over every value)."""
-    from healthcheck.probes.nvlink import _all_pass
-
-    from healthcheck.core.grading import passes
+def test_all_pass_is_every_value_passing():
+    """``ValueGrades.all_pass`` is exactly "every value that is not None passes", whatever the types."""
+    from healthcheck.core.grading import ValueGrades, passes
     from healthcheck.core.profiles import Expectation
 
     exps = (Expectation("x", "s", op="match", value="^0$"), Expectation("x", "s", op="le", value=0))
-    plain = ([0, 0, None], [0.0, None, 0.0], [], [None], [1, 0], [26.562] * 18, [26.562, 25.781])
-    mixed = ([0, 0.0], [0, False], ["0"], [0, "0"], [float("nan")])
+    cases = ([0, 0, None], [0.0, None, 0.0], [], [None], [1, 0], [26.562] * 18, [26.562, 25.781],
+             [0, 0.0], [0, False], ["0"], [0, "0"], [float("nan")], [[0]])
     for exp in exps:
-        for exact, cases in ((True, plain), (False, mixed)):
-            for values in cases:
-                every = all(passes(exp, v) for v in values if v is not None)
-                got = _all_pass(list(values), lambda v, e=exp: passes(e, v))
-                assert got == every if exact else (not got or every), (values, exp.op)
+        for values in cases:
+            every = all(passes(exp, v) for v in values if v is not None)
+            assert ValueGrades("h", "x", exp, source="s", remedy="r").all_pass(list(values)) == every, (values, exp.op)
 
 
-def test_counters_fast_path_equals_the_loop_on_real_layouts():
+def test_counters_fast_path_equals_the_loop_on_real_layouts(monkeypatch):
     """The counters of every GPU settled at once when all pass, else the per-link loop: both give the
     findings of grading every link (clean, counters over threshold, N/A)."""
+    from healthcheck.core.grading import ValueGrades
     from healthcheck.probes import nvlink
 
     status = body("nvlink/h100-8gpu-status-18links-healthy.txt")
@@ -255,10 +251,7 @@ def test_counters_fast_path_equals_the_loop_on_real_layouts():
         for variant in (errors, errors.replace(": 0\n", ": N/A\n", 7)):
             obs = observe(status, variant)
             fast = nvlink._grade_counters(obs, ctx())
-            original = nvlink._all_pass
-            try:
-                nvlink._all_pass = lambda values, ok: False  # every value through the loop
+            with monkeypatch.context() as patched:
+                patched.setattr(ValueGrades, "all_pass", lambda self, values: False)  # every value through the loop
                 slow = nvlink._grade_counters(obs, ctx())
-            finally:
-                nvlink._all_pass = original
             assert fast == slow

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from healthcheck.inventories import SAMPLE_BUNDLE
 
 from healthcheck.cli.main import main
 from healthcheck.core import profiles
+from healthcheck.inventories import SAMPLE_BUNDLE
 
 SITE_PROFILE = """\
 name: site-h100

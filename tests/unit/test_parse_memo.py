@@ -9,14 +9,14 @@ import shlex
 from pathlib import Path
 
 import pytest
-from healthcheck.probes import all_probes, ib_parse, nvlink, parse_memo, system
-from healthcheck.probes.ras_parse import parse_aer_sysfs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from healthcheck.core.model import CommandResult, Host
 from healthcheck.core.profiles import load_profile
 from healthcheck.core.spec import EvalContext, ParseError
+from healthcheck.probes import all_probes, ib_parse, nvlink, parse_memo, system
+from healthcheck.probes.ras_parse import parse_aer_sysfs
 from healthcheck.run.stages import run_probe
 from healthcheck.store.bundle import read_host
 from tests.conftest import fixture_text
@@ -123,19 +123,27 @@ _PIECES = ["/sys/class/infiniband/", "class/infiniband/", "mlx5_0", "/", ":", "p
            "counters/", "symbol_error", "rate", " ", "x", "", "#", "\t"]
 
 
+# The pattern ib-sysfs lines were read with before the linear reader (quadratic on long lines): the reference.
+_REFERENCE_SYSFS_LINE = re.compile(r"^(?P<path>\S*?class/infiniband/(?P<dev>[^/:]+)/(?:ports/(?P<port>\d+)/)?"
+                                   r"(?P<attr>[^:]+)):(?P<value>.*)$")
+
+
 @settings(max_examples=600, deadline=None, derandomize=True, database=None)
-@given(st.lists(st.sampled_from(_PIECES), max_size=10))
-def test_sysfs_path_split_reads_what_the_pattern_reads(pieces):
+@given(st.lists(st.sampled_from(_PIECES), max_size=10), st.booleans())
+def test_sysfs_line_readers_read_what_the_pattern_read(pieces, rooted):
+    """The fast path (``_path_fields``, lines under /sys/class/infiniband/) and the linear reader of any
+    other line (``_sysfs_line``) read what the reference pattern read, line for line."""
     line = "".join(pieces)
-    if not line.startswith(ib_parse._SYSFS_ROOT):
+    if rooted and not line.startswith(ib_parse._SYSFS_ROOT):
         line = ib_parse._SYSFS_ROOT + line
+    m = _REFERENCE_SYSFS_LINE.match(line)
+    expected = None if m is None else ((m["dev"], None if m["port"] is None else int(m["port"]), m["attr"]),
+                                       m["value"])
+    assert ib_parse._sysfs_line(line) == expected
     path, colon, value = line.partition(":")
-    fields = ib_parse._path_fields.__wrapped__(path) if colon else None
-    m = ib_parse._SYSFS_LINE.match(line)
-    if fields is not None:  # None: the parser asks the pattern itself
-        assert m is not None
-        assert fields == (m["dev"], None if m["port"] is None else int(m["port"]), m["attr"])
-        assert value == m["value"]
+    fields = ib_parse._path_fields.__wrapped__(path) if colon and line.startswith(ib_parse._SYSFS_ROOT) else None
+    if fields is not None:  # None: the parser asks ``_sysfs_line``
+        assert (fields, value) == expected
 
 
 @settings(max_examples=400, deadline=None, derandomize=True, database=None)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 
 import pytest
-from healthcheck.probes.pci import COMMANDS, evaluate_pci, parse_pci
-from healthcheck.probes.pci_parse import parse_lspci, parse_pci_sysfs, pci_address
 
 from healthcheck.core.model import CommandResult, Host, Status
 from healthcheck.core.profiles import load_profile
 from healthcheck.core.spec import EvalContext, ParseError
+from healthcheck.probes.pci import COMMANDS, evaluate_pci, parse_pci
+from healthcheck.probes.pci_parse import parse_lspci, parse_pci_sysfs, pci_address
 from tests.conftest import fixture_text
 
 H100 = load_profile("h100-sxm5-8x")

@@ -17,14 +17,14 @@ from healthcheck.benchmarks.launch import (
     launch_script,
     merge_launcher_settings,
     mpirun_argv,
-    parse_launcher_errors,
     srun_argv,
 )
+from healthcheck.benchmarks.launcher_errors import parse_launcher_errors
 from healthcheck.benchmarks.plan import Job, job_id, pair_rounds, plan_jobs, retest_pairs
 from healthcheck.core.model import CommandResult, Host, Status
 from healthcheck.core.profiles import Expectation, Profile
 from healthcheck.run.benchmarks import execute_benchmarks, load_outcomes, replay_benchmarks
-from tests.conftest import corpus_text
+from tests.conftest import corpus_text, fixture_text
 
 
 @pytest.mark.parametrize("count", [2, 3, 4, 5, 8, 9])
@@ -113,7 +113,7 @@ def test_launch_script_quotes_everything(tmp_path: Path) -> None:
 
 def test_launcher_errors_from_corpus() -> None:
     slots = parse_launcher_errors(corpus_text("nccl-tests/mpirun-not-enough-slots-abort-gcm.txt"))
-    assert [e.message for e in slots] == ["mpirun: not enough slots for the requested ranks"]
+    assert [e.message for e in slots] == ["mpirun: not enough slots for the 16 ranks requested"]
     text = ("srun: error: gpu007: task 9: Exited with exit code 1\n"
             "--------------------------------------------------------------------------\n"
             "The user-provided time limit for job execution has been reached:\n")
@@ -230,3 +230,47 @@ def test_job_rc_file_is_read_like_a_probe_rc(tmp_path: Path) -> None:
     job_errors = {f.source: f.message for f in replayed if f.check == "nccl.all_reduce.job"}
     assert job_errors[first].endswith("the launcher exited with rc 3 although the output looked complete")
     assert job_errors[second].endswith(f"malformed raw/_jobs/{second}.rc: 'three' is not an exit code")
+
+
+class ClusterFake(FakeTransport):
+    """Pairs replay the corpus (slow with ``bad``); the 4-node cluster job is slow (our 4-node fixture with
+    the degraded node), its rerun without the bad node healthy (our 3-node fixture)."""
+
+    def run(self, host: Host, command: str, timeout_s: float, command_id: str = "adhoc") -> CommandResult:
+        outputs = {"cluster-4nodes": "nccl-tests/all_reduce-h100-4node-32gpu-degraded-139GBs-8G-16G.txt",
+                   "retest-3nodes": "nccl-tests/all_reduce-h100-3node-24gpu-healthy-373GBs-8G-16G.txt"}
+        name = next((v for k, v in outputs.items() if k in command_id), None)
+        if name is None:
+            return super().run(host, command, timeout_s, command_id)
+        self.calls.append((host.name, command_id))
+        return CommandResult(host.name, command_id, stdout=fixture_text(name).split("\n", 1)[1].encode(), rc=0)
+
+
+def test_cluster_job_reruns_without_the_node_the_pairs_prove_bad(tmp_path: Path) -> None:
+    hosts, profiles = _setup(4)
+    key = "nccl.all_reduce.cluster.busbw_gbps"
+    profiles["h100"].expectations[key] = Expectation(key, "test", value=400.0, unit="GB/s")
+    transport = ClusterFake(bad="node03")
+    options = {"benchmarks": ["nccl"], "plan": "acceptance", "nccl.shapes": ["pair", "cluster"]}
+    findings, observations = execute_benchmarks(tmp_path, hosts, profiles, transport, options, set())
+    assert [cid for _, cid in transport.calls][-3:] == ["nccl-all_reduce_perf-cluster-4nodes-node01",
+                                                       "nccl-all_reduce_perf-retest-node03-node01",
+                                                       "nccl-all_reduce_perf-retest-3nodes-node01-without-node03"]
+    cluster = {(f.host, f.component): f for f in findings if f.check == "nccl.all_reduce.cluster.busbw"}
+    rerun_of = "cluster (3 nodes, without node03)"
+    assert {k: f.status for k, f in cluster.items()} == {
+        **{(h, "cluster (4 nodes)"): Status.SKIP for h in ("node01", "node02", "node04")},
+        ("node03", "cluster (4 nodes)"): Status.FAIL,
+        **{(h, rerun_of): Status.PASS for h in ("node01", "node02", "node04")}}
+    assert cluster[("node01", "cluster (4 nodes)")].message.endswith(
+        "[not graded for node01: the job included node03, bad in the pair tests; graded on its rerun cluster "
+        "(3 nodes, without node03)]")
+    assert cluster[("node01", rerun_of)].value == 372.6
+    rerun = load_outcomes(tmp_path)[-1].job
+    assert (rerun.hosts, rerun.excluded, rerun.retest_of) == (("node01", "node02", "node04"), ("node03",),
+                                                               "nccl-all_reduce_perf-cluster-4nodes-node01")
+    assert observations["node01"]["benchmarks"]["nccl"][-1]["excluded"] == ["node03"]
+    replayed, _ = replay_benchmarks(tmp_path, hosts, profiles, {})
+    assert _graded(replayed) == _graded(findings)
+    (tmp_path / "raw" / "_jobs" / "manifest.json").unlink()  # the ids alone name the rerun and its hosts
+    assert _graded(replay_benchmarks(tmp_path, hosts, profiles, {})[0]) == _graded(findings)

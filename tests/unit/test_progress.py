@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import io
 
-from healthcheck.benchmarks.grade import JobOutcome
-from healthcheck.benchmarks.plan import Job
 from rich.console import Console
 
+from healthcheck.benchmarks.grade import JobOutcome
+from healthcheck.benchmarks.plan import Job
 from healthcheck.core.model import Finding, Host, Status
 from healthcheck.run.progress import JobProgress, ProgressDisplay
 from healthcheck.store.results import HostResult

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import pytest
+
+from healthcheck.core.model import CommandResult, Host, Status
+from healthcheck.core.profiles import load_profile
+from healthcheck.core.spec import EvalContext, ParseError
 from healthcheck.probes.ras import evaluate_ras, parse_ras
 from healthcheck.probes.ras_parse import (
     parse_aer_kernel_log,
@@ -11,10 +15,6 @@ from healthcheck.probes.ras_parse import (
     parse_edac_sysfs,
     parse_ras_mc_ctl_error_count,
 )
-
-from healthcheck.core.model import CommandResult, Host, Status
-from healthcheck.core.profiles import load_profile
-from healthcheck.core.spec import EvalContext, ParseError
 from healthcheck.store.jsoncodec import to_jsonable
 from tests.conftest import corpus_text, fixture_text
 

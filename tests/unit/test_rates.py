@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from healthcheck.probes.rates import counter_rates, evaluate_rates, parse_counter_clock, parse_rates
+from datetime import datetime, timezone
 
 from healthcheck.core.model import CommandResult, Host, Status
 from healthcheck.core.profiles import load_profile
 from healthcheck.core.spec import EvalContext
+from healthcheck.probes.rates import counter_rates, evaluate_rates, parse_counter_clock, parse_rates
 from healthcheck.store.jsoncodec import to_jsonable
 from tests.conftest import fixture_text
 
@@ -36,9 +37,18 @@ AFTER = ("sysfs-h100-link-downed-grew-fw-28.41.txt", "h100-8gpu-errors-gpu1-link
          "pcie-aer-gpu-fatal-cmplto.txt")
 
 
-def grade(now, before, profile=H100):
+def at(epoch: int) -> datetime:
+    return datetime.fromtimestamp(epoch, timezone.utc)
+
+
+def grade(now, before, profile=H100, collected_at="node", previous_at="node"):
+    """Grade ``now`` against ``before``; the collector's recorded times default to the node clocks'."""
     previous = {"rates": to_jsonable(before)} if before is not None else {}
-    return evaluate_rates(now, EvalContext(host=Host(name="gpu001"), profile=profile, previous=previous))
+    ctx = EvalContext(host=Host(name="gpu001"), profile=profile, previous=previous,
+                      collected_at=at(now.epoch_s) if collected_at == "node" else collected_at,
+                      previous_at=at(before.epoch_s) if before is not None and previous_at == "node" else
+                      (previous_at if previous_at != "node" else None))
+    return evaluate_rates(now, ctx)
 
 
 def by_check(findings, check):
@@ -112,3 +122,33 @@ def test_nvlink_counters_read_as_the_comprehension_over_every_field():
         got = _nvlink(CommandResult(host="h", command_id="nvidia-smi-nvlink-e", stdout=text.encode(), rc=0))
         assert got == expected and list(got) == list(expected)
         assert [list(v) for v in got.values()] == [list(v) for v in expected.values()]
+
+
+def test_the_interval_is_the_collectors_and_a_node_clock_that_disagrees_is_an_error():
+    """Issue 29.6: a node clock reset to 0 before, or in 2100 now, gave PASS "within hourly rates over
+    640956.9 h". The collector recorded the two collections 24 h apart: the node's clock disagrees, ERROR."""
+    day = at(T0), at(T0 + 24 * 3600)
+    for now_epoch, before_epoch in ((T0 + 24 * 3600, 0), (4102444800, T0)):
+        findings = grade(snapshot(now_epoch, *AFTER), snapshot(before_epoch, *BEFORE), collected_at=day[1],
+                         previous_at=day[0])
+        (clock_finding,) = findings
+        assert (clock_finding.check, clock_finding.status) == ("rate.clock", Status.ERROR)
+        assert clock_finding.message.startswith(f"no error rates: node clock {before_epoch} -> {now_epoch} (")
+        assert "collector 2026-11-18T" in clock_finding.message and "(24.0 h apart)" in clock_finding.message
+        assert not any(f.status is Status.PASS for f in findings)
+    agree = grade(snapshot(T0 + 24 * 3600 + 90, *AFTER), snapshot(T0, *BEFORE), collected_at=day[1],
+                  previous_at=day[0])
+    flap = by_check(agree, "rate.ib.link_downed")
+    assert [(f.status, f.value) for f in flap] == [(Status.FAIL, 0.292)]   # 7 in the collector's 24 h
+
+
+def test_a_previous_clock_that_is_not_an_integer_or_unrecorded_times_give_no_rate():
+    before = to_jsonable(snapshot(T0, *BEFORE))
+    ctx = EvalContext(host=Host(name="gpu001"), profile=H100, previous={"rates": {**before, "epoch_s": True}},
+                      collected_at=at(T0 + 3600), previous_at=at(T0))
+    (finding,) = evaluate_rates(snapshot(T0 + 3600, *AFTER), ctx)
+    assert (finding.check, finding.status) == ("rate.baseline", Status.SKIP) and "no previous collection" in \
+        finding.message
+    (unrecorded,) = grade(snapshot(T0 + 3600, *AFTER), snapshot(T0, *BEFORE), previous_at=None)
+    assert (unrecorded.check, unrecorded.status) == ("rate.baseline", Status.SKIP)
+    assert unrecorded.message.startswith("the collector's time of the previous collection is not recorded")

@@ -10,12 +10,13 @@ import re
 from pathlib import Path
 
 import pytest
+
+from healthcheck import reports
+from healthcheck.reports.bench_charts import pair_threshold
 from healthcheck.reports.bench_views import BenchViews
 from healthcheck.reports.charts import heatmap
 from healthcheck.reports.digest import load_digest, short_cited, split_source
-from healthcheck.reports.html import cited_message, host_index, pair_threshold, render_html, script_json
-
-from healthcheck import reports
+from healthcheck.reports.html import cited_message, host_index, render_html, script_json
 from tests.unit.test_report_digest import IMG_XSS, XSS, make_run
 
 
@@ -99,13 +100,15 @@ def test_fleet_versions_and_bench_views(page: str) -> None:
     assert "1 outlier" in fleet and "gpu004" in fleet
     bench = page[page.index('id="bench"'):page.index('id="problems"')]
     assert "all_reduce_perf: busbw vs message size per node (5 nodes)" in bench
-    assert 'class="band"' in bench and len(re.findall("<polyline", bench)) == 5
-    assert len(re.findall('stroke="#dc2626" stroke-width="2.2"><title>gpu004</title>', bench)) == 1
-    assert "nccl all_reduce_perf busbw_gbps per pair (2 pairs, 3 nodes)" in bench
+    # gpu004 in the FAIL red; the four identical healthy curves are one line, its legend naming them
+    assert 'class="band"' in bench and len(re.findall("<polyline", bench)) == 2
+    assert len(re.findall('class="fail" stroke-width="2.2"><title>gpu004</title>', bench)) == 1
+    assert "gpu004: below the pass threshold" in bench and "gpu[001-003,005] (4 nodes, identical)" in bench
+    assert "nccl all_reduce_perf: busbw (GB/s) per pair (2 pairs, 3 nodes)" in bench
     worst = re.findall(r'<td class="host">([^<]+)</td><td class="num">([^<]+)</td>', bench)
     assert worst[-2:] == [("gpu003 ↔ gpu004", "12"), ("gpu001 ↔ gpu003", "45.5")]  # lowest first
     # IMB: bandwidth from the job summary, latency parsed again from raw/_jobs/<job>.out
-    assert "imb PingPong latency_us per pair (1 pair, 2 nodes)" in bench
+    assert "imb PingPong: latency (µs) per pair (1 pair, 2 nodes)" in bench
     assert ("gpu001 ↔ gpu002", "4.8") in worst
     assert "HPL GFLOPS per node (5 nodes, slowest first)" in bench
     assert 'class="bar bad"' not in bench  # no HPL expectation among the findings
@@ -162,7 +165,6 @@ def test_small_run_details_all_hosts_big_run_caps(tmp_path: Path, monkeypatch: p
 
 def test_big_run_counts_passing_findings_per_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import healthcheck.reports.html as report_html
-
     from healthcheck.core.model import Finding, Status
     from healthcheck.store.results import HostResult, RunResults, write_results
 
@@ -223,7 +225,11 @@ def test_pair_heatmap_threshold_comes_from_the_pair_check() -> None:
     assert pair_threshold(views, "nccl all_gather_perf busbw_gbps") is None   # no expectation
     assert pair_threshold(views, "imb PingPong latency_us") is None
     svg = str(heatmap(["a", "b", "c"], {("a", "b"): 100.0, ("a", "c"): 300.0}, low=228.0))
-    assert svg.count('fill="#dc2626"') == 2 and 'fill="rgba(37,99,235,' in svg   # a-b both ways red
+    assert svg.count('class="fail"') == 2 and 'fill="rgba(37,99,235,' in svg   # a-b both ways in the FAIL red
+    graded = str(heatmap(["a", "b", "c"], {("a", "b"): 3.1, ("a", "c"): 47.6}, unit="GB/s",
+                         status={("a", "b"): "FAIL", ("a", "c"): "PASS"}, retests={("b", "a"): (3.0, "FAIL")}))
+    assert graded.count('class="fail"') == 2 and "#dc2626" not in graded  # the job's own grade colours it
+    assert "a ↔ b: 3.1 GB/s FAIL; retest: 3 GB/s FAIL" in graded and graded.count(">R</text>") == 2
 
 
 def test_ib_panel_marks_a_port_slower_than_the_hosts_usual_rate() -> None:
@@ -283,7 +289,6 @@ def hostile_run(tmp_path: Path) -> Path:
 
 def test_host_details_as_data_keep_node_text_inert(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import healthcheck.reports.html as report_html
-
     from healthcheck.core.textsafe import printable
 
     monkeypatch.setattr(report_html, "DETAIL_ALL_UP_TO", 0)
@@ -342,3 +347,42 @@ def test_manifest_in_the_page_is_escaped(page: str) -> None:
     start = page.index('<details class="manifest">')
     block = page[start:page.index("</details>", start)]
     assert "lab.yaml" in block and "<script" not in block
+
+
+def test_a_folded_group_lists_each_hosts_own_detail(tmp_path: Path) -> None:
+    """2,000 unknown host keys are one line on the console; the report's group lists each host's fingerprint."""
+    from healthcheck.core.model import Finding, Status
+    from healthcheck.reports.digest import digest_of, group_findings
+    from healthcheck.store.results import HostResult, RunResults
+
+    prints = {f"node{i:03d}": f"SHA256:{chr(64 + i) * 43}" for i in range(1, 4)}
+    findings = {h: [Finding(host=h, check="host.reachable", status=Status.ERROR,
+                            message=f"{h}: host key for {h} is not in known_hosts (ssh-ed25519 {fp})")]
+                for h, fp in prints.items()}
+    [group] = group_findings(f for fs in findings.values() for f in fs)
+    assert group.similar == [("node002", f"node002: host key for node002 is not in known_hosts (ssh-ed25519 "
+                                         f"{prints['node002']})"),
+                             ("node003", f"node003: host key for node003 is not in known_hosts (ssh-ed25519 "
+                                         f"{prints['node003']})")]
+    results = RunResults(run={"id": "r"}, hosts={h: HostResult(name=h, findings=fs) for h, fs in findings.items()})
+    page = render_html(digest_of(tmp_path, results)).decode()
+    problems = page[page.index('id="problems"'):page.index('id="hosts"')]
+    assert "+2 similar" in problems and all(fp in problems for fp in prints.values())
+
+
+def test_header_names_failing_nodes_as_nodesets_linked_to_their_details(tmp_path: Path, page: str) -> None:
+    from healthcheck.core.model import Finding, Status
+    from healthcheck.reports.attention import HOSTS_LINKED, attention
+    from healthcheck.reports.digest import digest_of
+    from healthcheck.store.results import HostResult, RunResults
+
+    header = page[page.index('<header'):page.index('</header>')]
+    assert '<span class="st st-FAIL">FAIL</span> <span class="nodeset">gpu[001-002,004-005,017]</span>' in header
+    assert '<a class="host" href="#h-gpu001">gpu001</a> <code>gpu.row_remap.pending</code>' in header
+    assert '<span class="st st-ERROR">ERROR</span> <span class="nodeset">node-a</span>' in header
+    hosts = {f"n{i:03d}": HostResult(name=f"n{i:03d}", findings=[
+        Finding(host=f"n{i:03d}", check="gpu.count", status=Status.FAIL, message="7 GPUs")]) for i in range(1, 21)}
+    [fail] = attention(digest_of(tmp_path, RunResults(run={"id": "r"}, hosts=hosts)), detailed={"n001"})
+    assert (fail["nodeset"], fail["count"], fail["unlisted"], fail["href"]) == ("n[001-020]", 20, 8, "#status=FAIL")
+    assert len(fail["hosts"]) == HOSTS_LINKED
+    assert [h["href"] for h in fail["hosts"][:2]] == ["#h-n001", "#host=n002"]  # no detail section: the host table

@@ -5,10 +5,9 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from healthcheck.core.model import Finding, Status
 from healthcheck.reports.digest import digest_of, load_digest
 from healthcheck.reports.junit import render_junit, xml_text
-
-from healthcheck.core.model import Finding, Status
 from healthcheck.store.results import HostResult, RunResults
 from tests.unit.test_report_digest import REMAP_REMEDY, make_run
 

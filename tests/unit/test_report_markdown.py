@@ -7,7 +7,6 @@ from pathlib import Path
 
 from healthcheck.reports.digest import load_digest
 from healthcheck.reports.markdown import md_code, md_text, render_markdown
-
 from tests.unit.test_report_digest import make_run
 
 

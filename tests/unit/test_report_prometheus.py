@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from healthcheck.reports.digest import load_digest
-from healthcheck.reports.prometheus import render_prometheus
 from prometheus_client.parser import text_string_to_metric_families
 
+from healthcheck.reports.digest import load_digest
+from healthcheck.reports.prometheus import render_prometheus
 from tests.unit.test_report_digest import make_run
 
 
@@ -125,9 +125,10 @@ def test_types_suffixes_and_sorted_deterministic_output(tmp_path: Path, text: st
 
 
 def test_label_values_are_escaped() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
     from healthcheck.reports.metrics import Sample
     from healthcheck.reports.prometheus import _Collector, families
-    from prometheus_client import CollectorRegistry, generate_latest
 
     odd = 'x"}\nfake_metric 1\\'
     registry = CollectorRegistry(auto_describe=False)
@@ -138,9 +139,10 @@ def test_label_values_are_escaped() -> None:
 
 
 def test_direct_writer_matches_prometheus_client_byte_for_byte(tmp_path: Path) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
     from healthcheck.reports.metrics import Sample
     from healthcheck.reports.prometheus import _Collector, bench_samples, exposition, families, run_samples
-    from prometheus_client import CollectorRegistry, generate_latest
 
     digest = load_digest(make_run(tmp_path))
     digest.options = {"metrics_detail": True}

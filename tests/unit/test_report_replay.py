@@ -80,8 +80,9 @@ def test_html_has_curves_from_raw_jobs_and_stays_escaped(run_dir: Path) -> None:
     page = (run_dir / "report.html").read_text(encoding="utf-8")
     bench = page[page.index('id="bench"'):page.index('id="details"')]
     assert "all_reduce_perf: busbw vs message size per node (3 nodes)" in bench
-    assert len(re.findall("<polyline", bench)) == 3  # rows re-parsed from raw/_jobs/*.out
-    assert "imb PingPong latency_us per pair (1 pair, 2 nodes)" in bench
+    assert len(re.findall("<polyline", bench)) == 2  # rows re-parsed from raw/_jobs/*.out; node01 = node03
+    assert "node[01,03] (2 nodes, identical)" in bench and "node02: below the pass threshold" in bench
+    assert "imb PingPong: latency (µs) per pair (1 pair, 2 nodes)" in bench
     assert "node01 ↔ node02" in bench
     assert "<script>document.title" not in page
     assert "&lt;script&gt;document.title" in page

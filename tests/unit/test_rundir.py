@@ -154,9 +154,9 @@ def test_findings_lines_are_compact_json_with_sorted_keys():
     lines = encode_findings(findings).decode("utf-8").splitlines()
     assert [json.loads(line) for line in lines] == [f.to_json() for f in findings]
     assert all(list(json.loads(line)) == sorted(f.to_json()) for line, f in zip(lines, findings, strict=True))
-    assert lines[0].startswith('{"check":"gpu.temp","component":"node","expected":"inf","host":"gpu001",')
+    assert lines[0].startswith('{"check":"gpu.temp","component":"node","expected":null,"host":"gpu001",')
     assert '"message":"hot: 91 °C \\"gpu0\\"\\n"' in lines[0]  # UTF-8, escapes where JSON needs them
-    assert json.loads(lines[0])["value"] == "nan" and json.loads(lines[0])["observe"] is True
+    assert json.loads(lines[0])["value"] is None and json.loads(lines[0])["observe"] is True  # NaN: null
     assert json.loads(lines[2])["value"] == 10**20  # past 64 bits: the standard library's line
     with pytest.raises(TypeError):  # not JSON: the worker's grade_one turns this into host.grade ERROR
         encode_findings([Finding(host="h", check="c", status=Status.PASS, message="m", value=object())])

@@ -343,3 +343,49 @@ def test_the_node_framer_is_python_38_syntax_and_ascii():
                    (node.annotation if isinstance(node, ast.arg) else node.returns) is not None]
     assert annotations and all(isinstance(n.annotation if isinstance(n, ast.arg) else n.returns, ast.Constant)
                                for n in annotations)  # strings: never evaluated on the node's older Python
+
+
+def test_reader_refuses_a_second_section_for_an_id_and_ids_not_planned():
+    marker = "@@HC-abc"
+
+    def section(cid: str, body: bytes) -> bytes:
+        return (f"\n{marker} BEGIN {cid} rc=0 out={len(body)} err=0 outsize={len(body)} errsize=0\n".encode()
+                + body + f"\n{marker} END {cid}\n".encode())
+
+    twice = FrameReader("h", marker, planned=frozenset({"a", "b"}))
+    assert [r.stdout for r in twice.feed(section("a", b"one"), 0.1)] == [b"one"]
+    with pytest.raises(FrameError, match="a second section for a: both refused") as caught:
+        list(twice.feed(section("a", b"two"), 0.2))
+    assert caught.value.command_id == "a"
+    stranger = FrameReader("h", marker, planned=frozenset({"a"}))
+    with pytest.raises(FrameError, match="a section for 'uname-r', which the script did not plan"):
+        list(stranger.feed(section("uname-r", b"6.6.6"), 0.1))
+    with pytest.raises(FrameError, match="which the script did not plan"):
+        list(FrameReader("h", marker, planned=frozenset({"a"})).feed(
+            f"\n{marker} NOTRUN x tool=nvidia-smi hung_s=5 in=a\n".encode(), 0.1))
+    with pytest.raises(FrameError, match="garbage after the section marker"):  # a digit run is no length
+        list(FrameReader("h", marker).feed(f"\n{marker} BEGIN a rc=0 out={'9' * 5000} err=0\n".encode(), 0.1))
+
+
+def test_a_command_writing_into_the_session_cannot_forge_another_commands_output(framer):
+    """Issue 29.13 (D14): a command that finds the framer's own output (/proc/<framer>/fd/1) and knows the
+    marker writes a section for a later command; the real section then comes second. Both framers' streams
+    are read by ``read_framed``: the forged command is an error for that command and the host, never the
+    forged text."""
+    from healthcheck.transport.stream import read_framed
+
+    marker = new_marker()
+    forge = ("me=$(readlink /proc/$$/fd/1); p=$PPID; "
+             'while [ "$p" -gt 1 ] && [ "$(readlink /proc/$p/fd/1)" = "$me" ]; do p=$(cut -d" " -f4 /proc/$p/stat); '
+             "done; printf '\\n%s BEGIN later rc=0 out=7 err=0 outsize=7 errsize=0\\nforged\\n\\n%s END later\\n' "
+             f"{marker} {marker} > /proc/$p/fd/1")
+    commands = [Command("forge", forge, 5), Command("later", "echo real", 5)]
+    proc = subprocess.run(["sh", "-c", build_script(commands, marker, 1000, kill_after_s=1, pythons=FRAMERS[framer])],
+                          capture_output=True, timeout=60)
+    assert proc.stdout.count(f"{marker} BEGIN later".encode()) == 2   # the forgery reached the session
+    chunks = iter([proc.stdout, b""])
+    collection = read_framed("h", commands, marker, lambda wait_s: next(chunks), deadline_s=60, byte_limit=1 << 20)
+    assert collection.results["forge"].rc == 0
+    later = collection.results["later"]
+    assert later.stdout == b"" and later.transport_error.startswith("h: a second section for later: both refused")
+    assert collection.transport_error == later.transport_error

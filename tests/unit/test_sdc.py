@@ -10,10 +10,10 @@ from dataclasses import replace
 from importlib.resources import files
 
 import pytest
+
 from healthcheck.benchmarks import BenchContext, get
 from healthcheck.benchmarks.plan import Job
 from healthcheck.benchmarks.sdc import SdcDevice, checksum_verdicts, fleet_sdc, parse_sdc
-
 from healthcheck.core.model import Status
 from healthcheck.core.profiles import load_profile
 from healthcheck.core.spec import ParseError

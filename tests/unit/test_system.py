@@ -6,14 +6,14 @@ import subprocess
 from dataclasses import replace
 
 import pytest
-from healthcheck.probes.resources import PROBE as RESOURCES
-from healthcheck.probes.resources import evaluate_resources, parse_resources
-from healthcheck.probes.system import PROBE, evaluate_system, mount_probe_command, parse_system, render_commands
-from healthcheck.probes.system_parse import cpu_list_count, parse_df_posix, parse_proc_mounts, parse_systemctl_units
 
 from healthcheck.core.model import CommandResult, Host, Status
 from healthcheck.core.profiles import Expectation, load_profile
 from healthcheck.core.spec import EvalContext, ParseError
+from healthcheck.probes.resources import PROBE as RESOURCES
+from healthcheck.probes.resources import evaluate_resources, parse_resources
+from healthcheck.probes.system import PROBE, evaluate_system, mount_probe_command, parse_system, render_commands
+from healthcheck.probes.system_parse import cpu_list_count, parse_df_posix, parse_proc_mounts, parse_systemctl_units
 from healthcheck.run.fanout import plan_commands
 from tests.conftest import fixture_text
 

@@ -202,7 +202,8 @@ def test_panel_draws_limits_and_marks_the_throttled_gpu() -> None:
     label, temp, power, clock = panel.view.rows[0]
     assert "HW throttling on gpu5" in label
     assert "limit 89" in temp and "limit 700" in power and "limit" not in clock
-    assert 'stroke="#dc2626" stroke-width="2.0"><title>gpu5</title>' in temp
+    assert 'class="fail" stroke-width="2.0"><title>gpu5</title>' in temp  # the page's one FAIL red
+    assert "#dc2626" not in temp + power + clock
     assert "<script>" not in temp and "&lt;script&gt;" in temp
 
 
@@ -241,3 +242,17 @@ def test_at_rest_panel_flags_the_xid_and_pending_remap() -> None:
     assert panel.view.rows[2] == ["gpu2", 33.0, 38.0, 73.25, 345.0, "", 48, "remap pending"]
     assert panel.view.classes[2] == ["", "", "", "", "", "", "bad", "bad"] and panel.attention
     assert panel.view.classes[0] == [""] * 8
+
+
+def test_a_host_field_in_a_stored_series_cannot_add_a_phantom_host(tmp_path: Path) -> None:
+    """Issue 29.13: a replayed bundle's ``raw/_telemetry/<job>/<host>.json`` says ``"host": "phantom"``: the
+    series stays n2's (its file name), and a series filed under a host the run does not have is left out."""
+    for name, claims in (("n2", "phantom"), ("ghost", "ghost")):
+        out = CommandResult(name, "telemetry-x", stdout=body(SLOW).encode(), rc=0, duration_s=19.2)
+        store_series(tmp_path, f"hpl-hpl-node-{name}", name, out,
+                     {"job": job(name).to_json(), "host": claims, "job_window_s": [0.2, 18.5]})
+    assert [s.host for s in load_series(tmp_path)] == ["ghost", "n2"]
+    findings, observations = merge_telemetry(tmp_path, [Host("n2", profile="h100-sxm5-8x")],
+                                             {"h100-sxm5-8x": H100}, [], {})
+    assert {f.host for f in findings} == {"n2"} and set(observations) == {"n2"}
+    assert ("n2", "telemetry.clock_event.hw_slowdown", "gpu5", "FAIL", 10) in not_pass(findings)

@@ -45,3 +45,13 @@ def test_report_shows_escapes_visibly(tmp_path):
     page = (run / "report.html").read_text()
     assert RLO not in page and "\x1b" not in page and "\x07" not in page
     assert "evil\\u202efdp.exe" in page  # in the page's text and in its embedded JSON (as \\u202e)
+
+
+def test_csv_cells_that_a_spreadsheet_would_run_are_neutralised():
+    from healthcheck.core.textsafe import csv_cell
+
+    for text in ("=1+1", "+cmd|' /C calc'!A0", "-2+3", "@SUM(1+1)", "\t=1+1", "\r=1+1"):
+        assert csv_cell(text).startswith("'"), text
+    assert csv_cell("\t=1+1") == "'\t=1+1" and csv_cell("\r=1") == "'\\x0d=1"
+    assert csv_cell("1652323004110") == "1652323004110" and csv_cell("") == ""
+    assert csv_cell("a\x1b]0;x\x07") == "a\\x1b]0;x\\x07"

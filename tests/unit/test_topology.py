@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from healthcheck.probes.topology import evaluate_topology, nvlink_count, parse_nvidia_smi_topo_m, parse_topology
 
 from healthcheck.core.model import CommandResult, Host, Status
 from healthcheck.core.profiles import load_profile
 from healthcheck.core.spec import EvalContext, ParseError
+from healthcheck.probes.topology import evaluate_topology, nvlink_count, parse_nvidia_smi_topo_m, parse_topology
 from tests.conftest import FIXTURES, corpus_files, corpus_text, fixture_text
 
 
@@ -171,18 +171,19 @@ def test_failed_command_is_a_parse_error_naming_the_tool_message():
 def test_pairs_and_nics_graded_once_per_class_as_each_alone(name):
     """Each distinct link class graded once a host gives the findings of grading every pair and GPU on its
     own (the nearest NIC is the first of the nearest, as a stable sort's first)."""
+    from healthcheck.core import grading
     from healthcheck.probes import topology
 
     obs = parse_nvidia_smi_topo_m(body(f"topo/{name}"))
     graded = evaluate_topology(obs, ctx())
-    original = topology.passes
+    original = grading.passes
     calls = []
     try:
-        topology.passes = lambda exp, value: calls.append(value) or original(exp, value)
+        grading.passes = lambda exp, value: calls.append((exp.key, value)) or original(exp, value)
         assert evaluate_topology(obs, ctx()) == graded
     finally:
-        topology.passes = original
-    assert len(calls) == len(set(calls))  # once per distinct class
+        grading.passes = original
+    assert calls and len(calls) == len(set(calls))  # once per distinct class
     rows, columns = topology._link_table(obs)
     for gpu in obs.gpus:
         assert [rows[gpu][columns[n]] for n in obs.columns] == [obs.link(gpu, n) for n in obs.columns]

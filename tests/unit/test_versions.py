@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from healthcheck.core.model import CommandResult, Host, Status
+from healthcheck.core.profiles import Expectation, load_profile
+from healthcheck.core.spec import EvalContext
 from healthcheck.probes.versions import (
     evaluate_versions,
     hca_firmware,
@@ -12,10 +15,6 @@ from healthcheck.probes.versions import (
     parse_versions,
     version_facts,
 )
-
-from healthcheck.core.model import CommandResult, Host, Status
-from healthcheck.core.profiles import Expectation, load_profile
-from healthcheck.core.spec import EvalContext
 from tests.conftest import corpus_text, fixture_text
 
 H100 = load_profile("h100-sxm5-8x")

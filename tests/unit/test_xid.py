@@ -8,14 +8,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from healthcheck.probes import parse_memo
-from healthcheck.probes.kernel_log import parse_kernel_log, resolve_time
-from healthcheck.probes.xid import evaluate_xid, kernel_log_command, load_catalog, parse_xid
 
 from healthcheck import probes as registry
 from healthcheck.core.model import CommandResult, Host, Status
 from healthcheck.core.profiles import load_profile
 from healthcheck.core.spec import EvalContext, ParseError
+from healthcheck.probes import parse_memo
+from healthcheck.probes.kernel_log import parse_kernel_log, resolve_time
+from healthcheck.probes.xid import evaluate_xid, kernel_log_command, load_catalog, parse_xid
 from healthcheck.run.fanout import plan_commands
 from tests.conftest import corpus_files, corpus_text, fixture_text
 
@@ -377,6 +377,7 @@ def test_reset_fields_that_ask_for_a_reset_or_drain_fail(fields: str, status: St
 def test_catalog_reads_as_safe_load_reads_it():
     """load_catalog uses libyaml's safe loader where available: the same catalog as yaml.safe_load."""
     import yaml
+
     from healthcheck.probes.xid import CATALOG_PATH
     assert load_catalog() == yaml.safe_load(CATALOG_PATH.read_text())
 

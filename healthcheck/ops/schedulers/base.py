@@ -47,8 +47,9 @@ class Action:
 class Scheduler(Protocol):
     """A back-end that drains and resumes nodes.
 
-    ``query_argv`` is a read-only command printing the state of ``nodes``; ``parse_state`` turns
-    its stdout into the back-end's state value (raising ``ParseError`` on garbage). The action
+    ``query_argv`` is a read-only command printing the state of ``nodes``, ``fleet_argv`` the state of
+    every node the scheduler knows (the fleet a drain counts, ``healthcheck.ops.fleet``); ``parse_state``
+    turns either's stdout into the back-end's state value (raising ``ParseError`` on garbage). The action
     builders are pure; ``states=None`` means the state could not be read, and every action is
     then marked ``unchecked``.
     """
@@ -56,6 +57,12 @@ class Scheduler(Protocol):
     name: str
 
     def query_argv(self, nodes: Sequence[str]) -> list[str]: ...
+
+    def fleet_argv(self) -> list[str]: ...
+
+    def nodes(self, states: Any) -> frozenset[str]:
+        """Every node name in ``states``."""
+        ...
 
     def parse_state(self, text: str) -> Any: ...
 

@@ -3,6 +3,7 @@
     controller = Controller()                                   # this machine
     controller = Controller(Host("slurmctl01"), open_transport("ssh"))   # the inventory's controller
     states, error = read_states(SLURM, controller, ["gpu001", "gpu003"])
+    fleet, error = read_fleet(SLURM, controller)                 # every node the scheduler knows
     outcomes = apply_actions(actions, controller)
 
 Locally the argv list is executed directly (no shell). Remotely it is ``shlex.join``ed, the only
@@ -82,10 +83,18 @@ def read_states(scheduler: Scheduler, controller: Controller, nodes: Sequence[st
     """
     if not nodes:
         return None, None  # nothing to ask about: there will be no action either
-    result = controller.run(scheduler.query_argv(nodes), command_id=f"{scheduler.name}-query")
+    return _read(scheduler, controller, scheduler.query_argv(nodes))
+
+
+def read_fleet(scheduler: Scheduler, controller: Controller) -> tuple[Any, str | None]:
+    """The state of every node the scheduler knows, or (None, why) when it could not be read."""
+    return _read(scheduler, controller, scheduler.fleet_argv())
+
+
+def _read(scheduler: Scheduler, controller: Controller, argv: list[str]) -> tuple[Any, str | None]:
+    result = controller.run(argv, command_id=f"{scheduler.name}-query")
     if result.transport_error or result.timed_out or (result.rc != 0 and not result.text.strip()):
-        what = shlex.join(scheduler.query_argv(nodes)[:3])
-        return None, f"{what} on {controller.where}: {failure_text(result)}"
+        return None, f"{shlex.join(argv[:3])} on {controller.where}: {failure_text(result)}"
     try:
         return scheduler.parse_state(result.text), None
     except ParseError as exc:

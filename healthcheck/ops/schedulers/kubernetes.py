@@ -129,6 +129,12 @@ class KubernetesScheduler:
     def query_argv(self, nodes: Sequence[str]) -> list[str]:
         return ["kubectl", "get", "nodes", *sorted(set(nodes)), "-o", "json"]
 
+    def fleet_argv(self) -> list[str]:
+        return ["kubectl", "get", "nodes", "-o", "json"]   # every node of the cluster
+
+    def nodes(self, states: KubeStates) -> frozenset[str]:
+        return frozenset(states.nodes)
+
     def parse_state(self, text: str) -> KubeStates:
         return parse_kubectl_nodes_json(text)
 

@@ -42,6 +42,12 @@ class SlurmScheduler:
     def query_argv(self, nodes: Sequence[str]) -> list[str]:
         return show_node_argv(nodes)
 
+    def fleet_argv(self) -> list[str]:
+        return ["scontrol", "show", "node"]   # every node slurmctld knows
+
+    def nodes(self, states: SlurmStates) -> frozenset[str]:
+        return frozenset(states.nodes)
+
     def parse_state(self, text: str) -> SlurmStates:
         return parse_scontrol_show_node(text)
 
