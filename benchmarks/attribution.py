@@ -83,10 +83,16 @@ def attribute(results: Sequence[PairResult], min_partners: int = 2) -> tuple[dic
     first = [r for r in results if not r.retest]
     suspects, good = retest_candidates(first, min_partners)
     table = _partners(first)
+    good_set = set(good)
+    retests_of: dict[str, list[PairResult]] = {}
+    for r in results:
+        if r.retest:
+            for host in dict.fromkeys(r.hosts):
+                if _other(r, host) in good_set:
+                    retests_of.setdefault(host, []).append(r)
     nodes: dict[str, NodeBlame] = {}
     for host, (passed, failed) in sorted(table.items()):
-        retests = [r for r in results if r.retest and host in r.hosts and _other(r, host) in good]
-        nodes[host] = _node_verdict(host, passed, failed, host in suspects, retests)
+        nodes[host] = _node_verdict(host, passed, failed, host in suspects, retests_of.get(host, []))
     pairs = [_pair_blame(r, nodes) for r in results if not r.ok]
     return nodes, pairs
 

@@ -6,7 +6,10 @@ and pair attribution.
 A transport error, a hung job (timeout) or output no parser understands is an ERROR for every
 host in the job; an exit code alone never passes (a non-zero rc with clean-looking output is an
 ERROR too). Pair and rail jobs are attributed (``benchmarks.attribution``): a failed pair is
-re-stated as PASS for the partner the attribution cleared, WARN when the link is to blame.
+re-stated as PASS for the partner the attribution cleared, WARN when the link is to blame. The jobs
+of an isolation (``trails``) are replayed through its planner (``benchmarks.isolate_report``): its
+verdicts become findings, each failed group job is re-stated with what it is blamed on, and its story
+(the tree of jobs) is appended to ``stories``.
 """
 
 from __future__ import annotations
@@ -28,6 +31,15 @@ from healthcheck.benchmarks.attribution import (
     attribution_findings,
     included_blame,
 )
+from healthcheck.benchmarks.isolate_report import (
+    Trail,
+    isolation_findings,
+    probe_job,
+    replay_trail,
+    restate,
+    story,
+)
+from healthcheck.benchmarks.isolate_verdict import Conclusion
 from healthcheck.benchmarks.launch import TIMEOUT_EXIT_CODES, merge_launcher_settings
 from healthcheck.benchmarks.launcher_errors import launcher_remedy, parse_launcher_errors, telling_lines
 from healthcheck.benchmarks.plan import Job
@@ -162,9 +174,12 @@ def pair_results(graded: Sequence[tuple[JobOutcome, list[Finding]]]) -> dict[tup
 
 
 def grade_outcomes(outcomes: Sequence[JobOutcome], hosts: Sequence[Host], profiles: Mapping[str, Profile],
-                   options: Mapping[str, Any]) -> tuple[list[Finding], dict[str, dict[str, Any]]]:
-    """All findings of all jobs (fleet and attribution included), and per-host observations."""
+                   options: Mapping[str, Any], trails: Sequence[Trail] = (),
+                   stories: list[dict[str, Any]] | None = None) -> tuple[list[Finding], dict[str, dict[str, Any]]]:
+    """All findings of all jobs (fleet, attribution and isolation included), and per-host observations;
+    each isolation's story is appended to ``stories`` when given."""
     by_name = {h.name: h for h in hosts}
+    metrics: dict[str, float | None] = {}
     graded: list[tuple[JobOutcome, list[Finding]]] = []
     parsed_by_bench: dict[tuple[str, str], list[tuple[Job, Any]]] = {}
     observations: dict[str, dict[str, Any]] = {}
@@ -178,11 +193,12 @@ def grade_outcomes(outcomes: Sequence[JobOutcome], hosts: Sequence[Host], profil
         graded.append((outcome, findings))
         if parsed is not None:
             parsed_by_bench.setdefault((job.benchmark, profile.name), []).append((job, parsed))
+        metrics[job.job_id] = _metric(spec, parsed)
         summary = {"job_id": job.job_id, "test": job.test, "shape": job.shape, "hosts": list(job.hosts),
                    "rail": job.rail, "retest_of": job.retest_of, **({"excluded": list(job.excluded)}
                                                                      if job.excluded else {}), "rc": outcome.rc,
                    "duration_s": round(outcome.duration_s, 3),
-                   "metric": _metric(spec, parsed),
+                   "metric": metrics[job.job_id],
                    "status": job_status(findings).value}
         series = spec.series(to_jsonable(parsed)) if parsed is not None else {}
         if series:
@@ -199,8 +215,18 @@ def grade_outcomes(outcomes: Sequence[JobOutcome], hosts: Sequence[Host], profil
                                rerun.component if rerun and not job.excluded else None) \
             if job.shape == "cluster" else None
         blames += [blame] if blame else []
-    for _outcome, job_findings in graded:
-        findings += apply_blame(job_findings, blames)
+    isolated: dict[str, tuple[str, Conclusion]] = {}  # job id -> (probe key, conclusion) of its isolation
+    ok_by_job = {o.job.job_id: job_ok(f) for o, f in graded}
+    for trail in trails:
+        conclusion = replay_trail(trail, ok_by_job)
+        base = check_base(Job("", trail.benchmark, trail.test, "group", (), 1))
+        findings += isolation_findings(base, trail, conclusion)
+        isolated.update({probe_job(trail, o.probe).job_id: (o.probe.key, conclusion) for o in conclusion.outcomes})
+        if stories is not None:
+            stories.append(story(trail, conclusion, metrics))
+    for outcome, job_findings in graded:
+        where = isolated.get(outcome.job.job_id)
+        findings += restate(job_findings, *where) if where else apply_blame(job_findings, blames)
     for (bench, profile_name), parsed in parsed_by_bench.items():
         spec = benchmarks.get(bench)
         if spec.fleet is not None:

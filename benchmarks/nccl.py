@@ -28,6 +28,7 @@ from typing import Any
 from healthcheck.benchmarks import NUMBER_RE, BenchContext, BenchmarkSpec, Program, bench_setting, finite, register
 from healthcheck.benchmarks.bands import band_finding
 from healthcheck.benchmarks.launcher_errors import LauncherError, launcher_remedy, parse_launcher_errors
+from healthcheck.benchmarks.nccl_groups import busbw_expectation, rail_gpu
 from healthcheck.benchmarks.nccl_transport import NcclTransport, evaluate_nccl_transport, parse_nccl_transport
 from healthcheck.benchmarks.plan import Job
 from healthcheck.core.grading import fleet_outliers
@@ -299,7 +300,7 @@ def evaluate_nccl(job: Job, result: NcclTestResult, ctx: BenchContext) -> list[F
             busbw, size = metric
             key = f"{base}.{job.shape}.busbw_gbps"
             remedy = _REMEDY["node" if job.shape == "node" else "net"]
-            out += [band_finding(h, f"{base}.{job.shape}.busbw", ctx.profile.expect(key), busbw,
+            out += [band_finding(h, f"{base}.{job.shape}.busbw", busbw_expectation(ctx.profile, base, job.shape), busbw,
                                  source=job.job_id, remedy=remedy, profile=ctx.profile, key=key,
                                  component=job.component, what=f"{coll} busbw at {_size(size)}")
                     for h in job.hosts]
@@ -464,14 +465,17 @@ def nccl_program(job: Job, profile: Profile, options: Mapping[str, Any]) -> Prog
 
     binary_dir = setting("binary_dir", "")
     binary = f"{binary_dir.rstrip('/')}/{job.test}" if binary_dir else job.test
+    one_gpu = job.shape == "group_rail"
     argv = (binary, "-b", setting("min_bytes", "8G"), "-e", setting("max_bytes", "8G"),
-            "-f", setting("step_factor", "2"), "-g", setting("gpus_per_process", "1"), "-c", "1",
+            "-f", setting("step_factor", "2"), "-g", "1" if one_gpu else setting("gpus_per_process", "1"), "-c", "1",
             "-n", setting("iters", "20"), "-w", setting("warmup_iters", "5"))
     # NCCL_DEBUG=INFO (INIT,NET only) names the network NCCL chose: a silent fallback to TCP sockets is a FAIL
     env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET",
            **{str(k): str(v) for k, v in (bench_setting(profile, options, "nccl.env", {}) or {}).items()}}
     if job.rail:
         env["NCCL_IB_HCA"] = job.rail if job.rail[0] in "=^" else f"={job.rail}"
+    if one_gpu and job.rail:  # the GPU beside that HCA, so that the rails of one node run side by side
+        env["CUDA_VISIBLE_DEVICES"] = str(rail_gpu(profile, options, job.rail))
     return Program(argv=argv, env=env)
 
 
@@ -502,7 +506,7 @@ SPEC = register(BenchmarkSpec(
     name="nccl",
     description="nccl-tests (*_perf): #wrong/out-of-bounds, rank count, busbw per shape against bands",
     tests=lambda profile, options: tuple(bench_setting(profile, options, "nccl.tests", ["all_reduce_perf"])),
-    shapes={"quick": ("node",), "acceptance": ("node", "pair", "cluster")},
+    shapes={"quick": ("node",), "acceptance": ("node", "pair", "cluster"), "isolate": ("isolate",)},
     ranks_per_host=nccl_ranks_per_host,
     program=nccl_program,
     parse=parse_nccl_tests,

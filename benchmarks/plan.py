@@ -6,10 +6,12 @@
 Shapes: ``node`` (every node alone: NVLink all-reduce over its GPUs, single-node HPL), ``pair``
 (disjoint node pairs in rounds, the circle method, so every round uses each node at most once and
 no pair repeats), ``rail`` (the pairs again, one job per rail/HCA), ``cluster`` (all nodes at
-once). Stages run in order; the runner packs the jobs of one stage into batches of disjoint hosts
-that run together. After the pairs, suspects are retested against a known-good partner
-(``retest_pairs``), and a cluster job that included nodes the pairs proved bad is run again without
-them (``cluster_rerun``), so the other nodes are graded on a run they can pass. Pure: no I/O.
+once). The isolation plan (``benchmarks/isolate.py``) adds ``group`` (k nodes, every GPU and rail) and
+``group_rail`` (k nodes, one GPU each, pinned to one rail: the rails of a node run side by side).
+Stages run in order; the runner packs the jobs of one stage into batches of disjoint hosts (host and
+rail, ``Job.slots``) that run together. After the pairs, suspects are retested against a known-good
+partner (``retest_pairs``), and a cluster job that included nodes the pairs proved bad is run again
+without them (``cluster_rerun``), so the other nodes are graded on a run they can pass. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -19,10 +21,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ClusterShell.NodeSet import NodeSet
+
 SHAPES = ("node", "pair", "rail", "cluster")
+GROUP_SHAPES = ("group", "group_rail")  # the isolation plan's, planned round by round (benchmarks/isolate.py)
 # Stage order of the shapes; retests (pairs against a known-good partner) come after all pairs, the
 # cluster job without the nodes they proved bad after the cluster job.
-_STAGE_BASE = {"node": 0, "pair": 100, "rail": 500, "retest": 900, "cluster": 1000, "rerun": 1100}
+_STAGE_BASE = {"node": 0, "pair": 100, "rail": 500, "isolate": 700, "retest": 900, "cluster": 1000, "rerun": 1100}
 
 
 @dataclass(frozen=True)
@@ -53,15 +58,27 @@ class Job:
     @property
     def component(self) -> str:
         """How findings name this job: ``node``, ``pair a-b``, ``retest pair a-b``, ``rail mlx5_0 a-b``,
-        ``cluster (N nodes)``, ``cluster (3 nodes, without c)``."""
+        ``cluster (N nodes)``, ``cluster (3 nodes, without c)``, ``group gpu[001-008]``,
+        ``rail mlx5_0:1 group gpu[001,009]``."""
         if self.shape == "node":
             return "node"
         if self.shape == "cluster":
             without = ", ".join(self.excluded) if len(self.excluded) <= 3 else f"{len(self.excluded)} blamed nodes"
             return f"cluster ({len(self.hosts)} nodes{f', without {without}' if self.excluded else ''})"
+        if self.shape in GROUP_SHAPES:
+            group = f"group {NodeSet.fromlist(self.hosts)}"
+            return f"rail {self.rail} {group}" if self.rail else group
         pair = "-".join(self.hosts)
         where = f"rail {self.rail} {pair}" if self.rail else f"pair {pair}"
         return f"retest {where}" if self.retest_of else where
+
+    @property
+    def slots(self) -> tuple[tuple[str, str | None], ...]:
+        """What the job occupies while it runs: (host, rail) for a one-GPU ``group_rail`` job, else (host,
+        None), the whole host. Two jobs can run together when no host of one is whole in the other and
+        they share no (host, rail)."""
+        rail = self.rail if self.shape == "group_rail" else None
+        return tuple((h, rail) for h in self.hosts)
 
     @property
     def prefix(self) -> str:
@@ -148,6 +165,15 @@ def job_id(benchmark: str, test: str, shape: str, hosts: Sequence[str], rail: st
         without = "-".join(excluded)
         where += f"-without-{without if len(without) <= 120 else f'{len(excluded)}nodes'}"
     parts = [benchmark, test, "retest" if retest else shape, *([rail] if rail else []), where]
+    return _UNSAFE.sub("_", "-".join(parts))
+
+
+def isolation_job_id(benchmark: str, test: str, round_number: int, purpose: str, hosts: Sequence[str],
+                     rail: str | None = None) -> str:
+    """``nccl-all_reduce_perf-isolate-r2-split-gpu007-2nodes[-mlx5_0_1]``: unique in one isolation (a host
+    is in one job per round and rail) and filename-safe."""
+    parts = [benchmark, test, "isolate", f"r{round_number}", purpose, hosts[0], f"{len(hosts)}nodes",
+             *([rail] if rail else [])]
     return _UNSAFE.sub("_", "-".join(parts))
 
 

@@ -39,6 +39,7 @@ from healthcheck.reports.field_views import field_context
 from healthcheck.reports.findings_index import STATUS_RANK
 from healthcheck.reports.fleet import version_rows
 from healthcheck.reports.host_panels import host_panels
+from healthcheck.reports.isolation_views import isolation_views
 from healthcheck.store.jsoncodec import dumps
 from healthcheck.store.results import HostResult
 
@@ -261,6 +262,7 @@ def render_context(digest: RunDigest) -> dict[str, Any]:
             if not small else 0,
             "index": script_json(host_index(digest, {h.name for h in chosen})),
             "versions": version_rows(hosts), "bench": bench_context(digest), "domains": domain_views(digest),
+            "isolation": isolation_views(digest),
             "attention": attention(digest, {h.name for h in chosen}),
             "changes": digest.document.get("changes"), "detailed": {h.name for h in chosen},
             "script": script, "script_hash": script_hash, "field": field_context(digest),

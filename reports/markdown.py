@@ -19,12 +19,13 @@ from healthcheck.reports import ReporterSpec, register
 from healthcheck.reports.digest import RunDigest, expected_band, fold, short_cited
 from healthcheck.reports.domains import domain_views
 from healthcheck.reports.field_views import field_context
+from healthcheck.reports.isolation_views import isolation_views, tree_lines
 
 MAX_GROUPS = 25
 MAX_TEXT = 300
 MAX_BANDWIDTH_ROWS = 40
 # the benchmark results graded as a fraction of the profile's expectation (benchmarks/bands.py)
-BANDWIDTH_CHECKS = re.compile(r"^(nccl\.\w+\.(node|pair|rail|cluster)\.busbw|hpl\.node\.gflops"
+BANDWIDTH_CHECKS = re.compile(r"^(nccl\.\w+\.(node|pair|rail|cluster|group|group_rail)\.busbw|hpl\.node\.gflops"
                               r"|imb\.pingpong\.bandwidth)$")
 _BAND_LABEL = re.compile(r"\((excellent|acceptable|degraded|broken);")
 
@@ -63,6 +64,7 @@ def render_markdown(digest: RunDigest) -> bytes:
     lines += rerun_lines(digest.document.get("rerun"))
     lines += domain_lines(digest)
     lines += bandwidth_lines(digest)
+    lines += isolation_lines(digest)
     groups = digest.groups
     if groups:
         lines += ["", "### Findings (grouped across hosts)", ""]
@@ -80,6 +82,25 @@ def render_markdown(digest: RunDigest) -> bytes:
                   f"failing on {md_text(o.get('failures', '?'))} of the last {md_text(o.get('runs', '?'))} runs"
                   for o in offenders[:MAX_GROUPS]]
     return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def isolation_lines(digest: RunDigest) -> list[str]:
+    """"Isolation": what each isolation blamed and why, its suspects, and the follow-ups of its failed jobs."""
+    lines: list[str] = []
+    for iso in isolation_views(digest):
+        lines += ["", f"### Isolation: {md_text(iso.title)}", "", md_text(iso.summary)
+                  + (f". Stopped early: {md_text(iso.stopped)}" if iso.stopped else ""), ""]
+        lines += [f"- **blamed** {md_text(b.kind)} {md_code(b.subject)} ({md_code(b.hosts, 500)}): {md_text(b.reason)}"
+                  for b in iso.blamed[:MAX_GROUPS]] or ["- nothing blamed"]
+        lines += [f"- **suspect** {md_text(b.kind)} {md_code(b.subject)}: {md_text(b.reason)}"
+                  for b in iso.suspects[:MAX_GROUPS]]
+        tree = [line for root in iso.roots[:MAX_GROUPS] for line in tree_lines(root)]
+        if tree:
+            lines += ["", "Failed jobs and their follow-ups:", ""]
+            lines += [f"{'  ' * depth}- {md_text(node.label)}"
+                      + (f" → blamed on {md_text(', '.join(node.blamed_on))}" if node.blamed_on else
+                         " → not reproduced" if not node.ok and not node.left else "") for depth, node in tree]
+    return lines
 
 
 def bandwidth_lines(digest: RunDigest) -> list[str]:

@@ -31,11 +31,13 @@ from healthcheck.core.defaults import DEFAULTS
 from healthcheck.run.options import RunOptions
 from healthcheck.transport import SSH_CLIENTS
 
-PLANS = ("quick", "acceptance")
+PLANS = ("quick", "acceptance", "isolate")
 PLAN_HELP = ("quick: the probes with DCGM diag level 1 (about a minute), nccl/HPL per node and one round of "
              "IMB/OSU pairs. acceptance: DCGM diag level 3, which runs 30-60 minutes per node, and "
              "benchmarks per node, in pairs (3 rounds, suspects retested) and across the cluster: hours "
-             "on a large fleet.")
+             "on a large fleet. isolate: DCGM diag level 1, and nccl in adaptive, topology-aware groups (at "
+             "most 4 rounds, 3 jobs per node) that name the bad nodes, links, leaves and rails "
+             "(docs/benchmarks.md).")
 
 
 def command_line_flag(*names: str, help: str) -> Callable[[Any], Any]:

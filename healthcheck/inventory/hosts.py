@@ -37,7 +37,7 @@ from healthcheck.core.suggest import did_you_mean
 TOP_KEYS = ("defaults", "groups", "hosts", "controller")
 GROUP_KEYS = ("hosts", "vars")
 KNOWN_VARS = ("address", "user", "port", "profile", "transport", "slurm_node", "k8s_node", "benchmarks",
-              "xid_ignore", "mounts", "services", "extra")
+              "xid_ignore", "mounts", "services", "leaf", "nvlink_domain", "extra")
 TRANSPORTS = ("ssh", "local", "slurm")
 
 
@@ -51,6 +51,10 @@ def _str_list(v: Any) -> bool:
 
 def _port(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and 0 < v < 65536
+
+
+def _fabric_name(v: Any) -> bool:  # joined as "<nvlink_domain>/<leaf>" into a cell name
+    return (isinstance(v, int) and not isinstance(v, bool)) or (_str(v) and "/" not in v)
 
 
 def _xid_list(v: Any) -> bool:  # a list, one number or "13,43" (probes.xid reads all three)
@@ -71,6 +75,9 @@ VAR_TYPES: dict[str, tuple[Any, str]] = {
     "xid_ignore": (_xid_list, "a list of Xid numbers"),
     "mounts": (_str_list, "a list of mount points ([/scratch, /home])"),
     "services": (_str_list, "a list of systemd unit names"),
+    # where the host sits in the fabric, for --plan isolate (benchmarks/topology.py)
+    "leaf": (_fabric_name, "a leaf switch name or number (no '/')"),
+    "nvlink_domain": (_fabric_name, "an NVLink domain name or number (no '/')"),
     "extra": (lambda v: isinstance(v, Mapping), "a mapping"),
 }
 

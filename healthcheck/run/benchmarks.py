@@ -10,8 +10,11 @@ Every job's output is stored as ``raw/_jobs/<job_id>.out|.err|.rc`` with ``raw/_
 by ``replay_benchmarks``. A job that hangs past its timeout is an ERROR for every host in it. Pair
 jobs whose failure points at a node are retested against a known-good partner before the node
 is declared bad (``benchmarks.attribution``), and a cluster job that included a bad node runs again
-without it, so the other nodes are graded on a run they can pass. ``profiles`` maps host names or profile names to
-``Profile``s. The benchmark plug-ins (``benchmarks/``) stay pure: the I/O of a job is here.
+without it, so the other nodes are graded on a run they can pass. The ``isolate`` shape runs the
+adaptive isolation round by round through the same launcher (``run.isolation``; its trail is
+``raw/_jobs/isolation.json``), and its story is appended to the ``stories`` list when one is given.
+``profiles`` maps host names or profile names to ``Profile``s. The benchmark plug-ins (``benchmarks/``)
+stay pure: the I/O of a job is here.
 """
 
 from __future__ import annotations
@@ -32,9 +35,11 @@ from healthcheck.benchmarks.grade import (
     grade_job,
     grade_outcomes,
     inventory_options,
+    job_ok,
     pair_results,
     profile_for,
 )
+from healthcheck.benchmarks.isolate_report import Trail
 from healthcheck.benchmarks.launch import (
     LauncherSettings,
     hostfile_text,
@@ -47,6 +52,7 @@ from healthcheck.benchmarks.stored import read_stored_jobs
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.model import CommandResult, Finding, Host, Status
 from healthcheck.core.profiles import Profile
+from healthcheck.run.isolation import fabric_leaves, isolation_trails, read_trails, run_isolation, write_trails
 from healthcheck.run.telemetry import merge_telemetry, sample_during
 
 JOBS_DIR = Path("raw") / "_jobs"
@@ -58,8 +64,8 @@ LOCAL = "local"
 def plan_benchmark(spec: BenchmarkSpec, hosts: Sequence[Host], profile: Profile,
                    options: Mapping[str, Any]) -> list[Job]:
     """The jobs of one benchmark over hosts that share ``profile`` (first pass, no retests)."""
+    shapes = [s for s in planned_shapes(spec, options) if s != "isolate"]
     plan = str(options.get("plan", "quick"))
-    shapes = list(options.get(f"{spec.name}.shapes") or spec.shapes.get(plan) or spec.shapes["quick"])
     rails = [str(r) for r in bench_setting(profile, options, f"{spec.name}.rails", []) or []]
     if (options.get("per_rail") or bench_setting(profile, options, f"{spec.name}.per_rail", False)) and rails:
         shapes.append("rail")
@@ -68,6 +74,13 @@ def plan_benchmark(spec: BenchmarkSpec, hosts: Sequence[Host], profile: Profile,
     ranks = {shape: int(spec.ranks_per_host(profile, shape, options)) for shape in ("node", "pair", "rail", "cluster")}
     return plan_jobs(spec.name, spec.tests(profile, options), shapes, [h.name for h in hosts], ranks,
                      pair_round_count=rounds, rails=rails, timeout_s=timeout)
+
+
+def planned_shapes(spec: BenchmarkSpec, options: Mapping[str, Any]) -> list[str]:
+    """The shapes the run's plan asks of ``spec`` (option ``<bench>.shapes`` wins); ``isolate`` among them
+    is the adaptive isolation, planned round by round."""
+    plan = str(options.get("plan", "quick"))
+    return list(options.get(f"{spec.name}.shapes") or spec.shapes.get(plan) or spec.shapes["quick"])
 
 
 def first_pass(spec: BenchmarkSpec, group: Sequence[Host], profile: Profile,
@@ -122,20 +135,27 @@ def _local_transport() -> Any:
 
 
 def _waves(jobs: Sequence[Job]) -> list[list[Job]]:
-    """Jobs in stage order, packed into waves whose jobs touch disjoint hosts."""
+    """Jobs in stage order, packed into waves whose jobs share no slot: a host, or for one-GPU rail jobs
+    a (host, rail) (``Job.slots``)."""
     waves: list[list[Job]] = []
     for stage in sorted({j.stage for j in jobs}):
         pending = [j for j in jobs if j.stage == stage]
         while pending:
-            used: set[str] = set()
+            used: dict[str, set[str | None]] = {}
             wave = []
             for job in pending:
-                if used.isdisjoint(job.hosts):
+                if all(_slot_free(used, host, rail) for host, rail in job.slots):
                     wave.append(job)
-                    used.update(job.hosts)
+                    for host, rail in job.slots:
+                        used.setdefault(host, set()).add(rail)
             waves.append(wave)
             pending = [j for j in pending if j not in wave]
     return waves
+
+
+def _slot_free(used: Mapping[str, set[str | None]], host: str, rail: str | None) -> bool:
+    taken = used.get(host)
+    return not taken or (rail is not None and None not in taken and rail not in taken)
 
 
 def _run_jobs(run_dir: Path, jobs: Sequence[Job], hosts: Mapping[str, Host], profile: Profile,
@@ -209,15 +229,17 @@ def _retest_jobs(graded: Sequence[tuple[JobOutcome, list[Finding]]], profile: Pr
 
 def execute_benchmarks(run_dir: Path, hosts: Sequence[Host], profiles: Mapping[str, Profile], transport: Any,
                        run_options: Mapping[str, Any], failed_hosts: set[str] | frozenset[str] = frozenset(),
-                       listener: Any = None) -> tuple[list[Finding], dict[str, dict[str, Any]]]:
+                       listener: Any = None, stories: list[dict[str, Any]] | None = None,
+                       ) -> tuple[list[Finding], dict[str, dict[str, Any]]]:
     """Plan, launch and grade ``options["benchmarks"]`` over ``hosts``; store every job's raw output.
 
-    Options: ``benchmarks`` (names), ``plan`` (quick | acceptance), ``launcher_host`` (an inventory
-    host or ``local``; default: the job's first host), ``launcher`` (LauncherSettings overrides),
-    ``skip_failed_hosts`` (default True: hosts in ``failed_hosts`` are not benchmarked),
-    ``pair_rounds``, ``per_rail``, ``parallel_jobs``, ``retest`` (default True), and any
-    ``<benchmark>.<setting>`` overriding the profile's ``settings.benchmarks``; an inventory host
-    var ``benchmarks: {nccl: {binary_dir: ...}, launcher: {...}}`` sits between the two.
+    Options: ``benchmarks`` (names), ``plan`` (quick | acceptance | isolate), ``launcher_host`` (an
+    inventory host or ``local``; default: the job's first host), ``launcher`` (LauncherSettings
+    overrides), ``skip_failed_hosts`` (default True: hosts in ``failed_hosts`` are not benchmarked),
+    ``pair_rounds``, ``per_rail``, ``parallel_jobs``, ``retest`` (default True), ``topology`` (an
+    ibnetdiscover/iblinkinfo file for the isolation's leaves), and any ``<benchmark>.<setting>``
+    overriding the profile's ``settings.benchmarks``; an inventory host var ``benchmarks: {nccl:
+    {binary_dir: ...}, launcher: {...}}`` sits between the two.
     """
     by_name = {h.name: h for h in hosts}
     skip = bool(run_options.get("skip_failed_hosts", True))
@@ -225,21 +247,54 @@ def execute_benchmarks(run_dir: Path, hosts: Sequence[Host], profiles: Mapping[s
     findings: list[Finding] = []
     manifest: list[dict[str, Any]] = []
     outcomes: list[JobOutcome] = []
+    trails: list[Trail] = []
+    leaves, topology_findings = fabric_leaves(run_options, eligible) if run_options.get("topology") else ({}, [])
     for spec in benchmarks.select(list(run_options.get("benchmarks") or ())):
         findings += [Finding(host=h.name, check=f"{spec.name}.skipped", status=Status.SKIP,
                              source="benchmarks", message=f"{spec.name} not run: the host failed its probes")
                      for h in hosts if h not in eligible]
         for profile, group in _groups(eligible, profiles):
-            done = _run_group(run_dir, spec, group, profile, by_name, transport,
-                              inventory_options(group[0], run_options), manifest, listener)
+            group_options = inventory_options(group[0], run_options)
+            done = _run_group(run_dir, spec, group, profile, by_name, transport, group_options, manifest, listener)
+            if "isolate" in planned_shapes(spec, group_options) and group_options.get("jobs") is None:
+                isolated, problems = _run_isolations(run_dir, spec, group, profile, by_name, transport, group_options,
+                                                     manifest, listener, trails, leaves)
+                done += isolated
+                findings += problems
             outcomes += done
             covered = {h for o in done for h in o.job.hosts}
             findings += [Finding(host=h.name, check=f"{spec.name}.skipped", status=Status.SKIP,
                                  source="benchmarks", message=_not_covered(spec.name, profile.name, run_options))
                          for h in group if h.name not in covered]
-    graded_findings, observations = grade_outcomes(outcomes, hosts, profiles, run_options)
+    graded_findings, observations = grade_outcomes(outcomes, hosts, profiles, run_options, trails, stories)
     # telemetry (issue 9): the series sampled during the jobs join the findings and observations
-    return merge_telemetry(run_dir, hosts, profiles, findings + graded_findings, observations)
+    return merge_telemetry(run_dir, hosts, profiles, topology_findings + findings + graded_findings, observations)
+
+
+def _run_isolations(run_dir: Path, spec: BenchmarkSpec, group: Sequence[Host], profile: Profile,
+                    by_name: Mapping[str, Host], transport: Any, options: Mapping[str, Any],
+                    manifest: list[dict[str, Any]], listener: Any, trails: list[Trail],
+                    leaves: Mapping[str, str]) -> tuple[list[JobOutcome], list[Finding]]:
+    """The isolation of each test of ``spec`` over one profile group, round by round (trails recorded first);
+    settings that cannot be used are an ERROR on every host of the group, naming the setting."""
+    ctx = BenchContext(profile, by_name, options)
+    done: list[JobOutcome] = []
+    try:
+        planned = isolation_trails(spec, group, profile, options, leaves)
+    except ValueError as exc:
+        return [], [Finding(host=h.name, check=f"{spec.name}.isolate.settings", status=Status.ERROR,
+                            source="benchmarks", expected="usable isolation settings",
+                            message=f"{spec.name}: isolation not run: {exc}",
+                            remedy=f"Fix settings.benchmarks.{spec.name}.isolate in profile {profile.name} (or the "
+                                   "inventory var benchmarks / the run option)") for h in group]
+    for trail in planned:
+        trails.append(trail)
+        write_trails(run_dir, trails)
+        done += run_isolation(trail,
+                              lambda jobs: _run_jobs(run_dir, jobs, by_name, profile, transport, options, manifest,
+                                                     listener),
+                              lambda outcome: job_ok(grade_job(outcome, spec, ctx)[0]))
+    return done, []
 
 
 def _not_covered(bench: str, profile: str, options: Mapping[str, Any]) -> str:
@@ -274,16 +329,20 @@ def cluster_reruns(graded: Sequence[tuple[JobOutcome, list[Finding]]]) -> list[J
 
 
 def replay_benchmarks(run_dir: Path, hosts: Sequence[Host], profiles: Mapping[str, Profile],
-                      options: Mapping[str, Any]) -> tuple[list[Finding], dict[str, dict[str, Any]]]:
+                      options: Mapping[str, Any], stories: list[dict[str, Any]] | None = None,
+                      ) -> tuple[list[Finding], dict[str, dict[str, Any]]]:
     """Re-grade the jobs stored under ``raw/_jobs/`` (no launch); hosts missing from ``hosts`` are added.
-    Job outputs that cannot be graded (no manifest and an id naming no known hosts) are an ERROR on
-    every host, never silently ignored."""
+    Job outputs that cannot be graded (no manifest and an id naming no known hosts), or an isolation
+    trail that cannot be replayed, are an ERROR on every host, never silently ignored."""
     outcomes, problems = read_stored_jobs(run_dir, [h.name for h in hosts])
+    trails, trail_problems = read_trails(run_dir)
+    problems += trail_problems
     by_name = {h.name: h for h in hosts}
     outcomes = [_with_ranks(o, by_name, profiles, options) for o in outcomes]
     known = set(by_name)
     extra = sorted({n for o in outcomes for n in o.job.hosts} - known)
-    findings, observations = grade_outcomes(outcomes, [*hosts, *(Host(n) for n in extra)], profiles, options)
+    findings, observations = grade_outcomes(outcomes, [*hosts, *(Host(n) for n in extra)], profiles, options,
+                                            trails, stories)
     for bench in dict.fromkeys(o.job.benchmark for o in outcomes):  # hosts the original run left out
         covered = {n for o in outcomes if o.job.benchmark == bench for n in o.job.hosts}
         findings = [Finding(host=h.name, check=f"{bench}.skipped", status=Status.SKIP, source="benchmarks",

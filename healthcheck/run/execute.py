@@ -59,6 +59,7 @@ def execute_run(opts: RunOptions) -> RunOutcome:
                                                               manifest(opts, plan, started)))
     log = FindingsLog(run_dir)
     evidence: list[dict[str, Any]] = []
+    stories: list[dict[str, Any]] = []  # the isolations' (results.json "isolation")
     previous = previous_observations(opts.selection.previous)
     with InterruptGuard() as guard:
         try:
@@ -73,7 +74,8 @@ def execute_run(opts: RunOptions) -> RunOutcome:
             if plan.mode == "replay":
                 keep_bundle_outputs(opts, run_dir, host_results, log)
             if not (interrupted or sweep_end.fatal):  # no benchmark launch, no fleet verdict
-                for stage, stage_fn in post_stages(opts, plan, run_dir, transport, host_results, evidence):
+                stages = post_stages(opts, plan, run_dir, transport, host_results, evidence, stories)
+                for stage, stage_fn in stages:
                     append_findings(log, mark_observed(run_stage(stage, stage_fn, host_results), plan.profile_of))
         except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM after the sweep: results are still written
             guard.note(exc)
@@ -82,6 +84,8 @@ def execute_run(opts: RunOptions) -> RunOutcome:
         _apply_verdict_rules(plan, host_results, log)
         results = _results(opts, plan, run_dir, host_results, sweep_end, started, clock, interrupted,
                            guard.signal, evidence, rerun)
+        if stories:
+            results.extra["isolation"] = stories
         with gc_paused():  # millions of acyclic objects (the findings): the collector would only walk them
             report_error = write_outputs(opts, run_dir, results)
     return RunOutcome(run_dir=run_dir, results=results, report_error=report_error, interrupted=interrupted,

@@ -85,20 +85,21 @@ def evidence_stage(opts: RunOptions, plan: RunPlan, run_dir: Path, host_results:
 
 
 def benchmark_stage(opts: RunOptions, plan: RunPlan, run_dir: Path, transport: Transport,
-                    host_results: dict[str, HostResult]) -> list[Finding]:
-    """Run the selected benchmarks after the probes (or re-grade a bundle's stored jobs)."""
+                    host_results: dict[str, HostResult], stories: list[dict[str, Any]] | None = None) -> list[Finding]:
+    """Run the selected benchmarks after the probes (or re-grade a bundle's stored jobs); the stories of
+    the isolations (``--plan isolate``) are appended to ``stories`` (results.json ``isolation``)."""
     run_options = {**opts.selection.probe_options, "benchmarks": list(opts.bench.benchmarks),
                    "plan": opts.selection.plan}
     by_host = host_profiles(plan.hosts, plan.profiles)
     if plan.mode == "replay":
         if not (run_dir / "raw" / "_jobs").is_dir():
             return []
-        findings, observations = replay_benchmarks(run_dir, plan.hosts, by_host, run_options)
+        findings, observations = replay_benchmarks(run_dir, plan.hosts, by_host, run_options, stories)
     elif opts.bench.benchmarks:
         failed = {name for name, r in host_results.items() if hard_failed(r)}
         with JobProgress(enabled=opts.outputs.progress) as progress:
             findings, observations = execute_benchmarks(run_dir, plan.hosts, by_host, transport, run_options, failed,
-                                                        listener=progress)
+                                                        listener=progress, stories=stories)
     else:
         return []
     _add_observations(run_dir, host_results, observations)
@@ -144,9 +145,10 @@ def fleet_tables(host_results: Mapping[str, HostResult], plan: RunPlan) -> dict[
 
 
 def post_stages(opts: RunOptions, plan: RunPlan, run_dir: Path, transport: Transport,
-                host_results: dict[str, HostResult],
-                evidence: list[dict[str, Any]]) -> Sequence[tuple[str, Callable[[], list[Finding]]]]:
-    """The post-sweep stages, in order: evidence, benchmarks, fleet."""
+                host_results: dict[str, HostResult], evidence: list[dict[str, Any]],
+                stories: list[dict[str, Any]] | None = None) -> Sequence[tuple[str, Callable[[], list[Finding]]]]:
+    """The post-sweep stages, in order: evidence, benchmarks, fleet. ``evidence`` and ``stories`` collect
+    what the run records beside the hosts (results.json ``evidence`` and ``isolation``)."""
     return (("evidence", lambda: evidence_stage(opts, plan, run_dir, host_results, evidence)),
-            ("benchmarks", lambda: benchmark_stage(opts, plan, run_dir, transport, host_results)),
+            ("benchmarks", lambda: benchmark_stage(opts, plan, run_dir, transport, host_results, stories)),
             ("fleet", lambda: fleet_stage(host_results, plan)))

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from healthcheck.benchmarks.plan import GROUP_SHAPES, stage_of
 from healthcheck.core.model import Host, Status
 from healthcheck.store.results import HostResult
 
@@ -113,6 +114,8 @@ class JobProgress:
 
     @staticmethod
     def stage_label(job: Any) -> str:
+        if job.shape in GROUP_SHAPES:  # the isolation's jobs: which of its rounds
+            return f"{job.benchmark} isolate round {job.stage - stage_of('isolate')} ({job.test})"
         retest = " retest" if getattr(job, "retest_of", None) else ""
         return f"{job.benchmark} {job.shape}{retest} ({job.test})"
 

@@ -122,6 +122,8 @@ def test_max_hosts_can_be_raised_and_a_directory_is_refused(tmp_path: Path):
     ("xid_ignore", True, "xid_ignore True is not a list of Xid numbers"),
     ("transport", "rsh", "transport 'rsh' is not one of ssh, local, slurm"),
     ("address", 10, "address 10 is not a host name or IP address"),
+    ("leaf", "spine/leaf1", "leaf 'spine/leaf1' is not a leaf switch name or number (no '/')"),
+    ("nvlink_domain", ["nvl1"], "nvlink_domain ['nvl1'] is not an NVLink domain name or number (no '/')"),
 ])
 def test_host_vars_are_type_checked(tmp_path: Path, var: str, value: object, message: str) -> None:
     path = tmp_path / "inv.yaml"
@@ -129,3 +131,9 @@ def test_host_vars_are_type_checked(tmp_path: Path, var: str, value: object, mes
     with pytest.raises(InventoryError) as exc:
         load_inventory(path)
     assert str(exc.value) == f"{path}: hosts.gpu001: {message}"
+
+
+def test_fabric_place_vars_reach_the_host() -> None:
+    inv = parse_inventory({"groups": {"su1": {"hosts": "gpu[001-002]", "vars": {"leaf": "L1", "nvlink_domain": 7}}}},
+                          "inv.yaml")
+    assert [(h.vars["leaf"], h.vars["nvlink_domain"]) for h in inv.hosts] == [("L1", 7), ("L1", 7)]

@@ -71,3 +71,12 @@ def test_benchmark_progress_counts_jobs_and_names_the_stage():
     jobs.on_jobs_planned(1)
     jobs.on_job_start(retest)
     assert jobs.status_text() == "job 3 of 4  nccl pair retest (all_reduce_perf)  running 1  done 2  failed 1"
+
+
+def test_isolation_jobs_name_their_round():
+    jobs = JobProgress(enabled=False)
+    rail = Job(job_id="i", benchmark="nccl", test="all_reduce_perf", shape="group_rail", hosts=("a", "b"),
+               ranks_per_host=1, stage=703, rail="mlx5_0:1")
+    jobs.on_jobs_planned(8)
+    jobs.on_job_start(rail)
+    assert jobs.status_text() == "job 1 of 8  nccl isolate round 3 (all_reduce_perf)  running 1  done 0"
