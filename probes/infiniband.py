@@ -31,6 +31,7 @@ from healthcheck.probes.ib_parse import (
     parse_ibstat,
     parse_peermem_module,
 )
+from healthcheck.probes.ib_ports import count_findings, fabric_ports, other_port_findings, type_findings
 
 _SYSFS_FILES = ("fw_ver", "hca_type", "board_id", "ports/*/state", "ports/*/phys_state", "ports/*/rate",
                 "ports/*/link_layer", "ports/*/counters/*", "ports/*/hw_counters/*")
@@ -76,98 +77,6 @@ def parse_infiniband(outputs: Mapping[str, CommandResult]) -> IbObservation:
                          peermem_modules=peermem, peermem_collected=modules is not None)
 
 
-@dataclass(frozen=True)
-class PortSelection:
-    """The profile's fabric ports, and everything else the node has (named in findings, never dropped)."""
-
-    fabric: list[IbPort]
-    other_layer: list[IbPort]       # fabric-type HCAs whose port runs another link layer (storage, frontend)
-    other_hcas: list[IbDevice]      # HCAs whose type or name the profile does not select
-
-
-def fabric_ports(devices: tuple[IbDevice, ...], profile: Profile) -> PortSelection:
-    """Fabric ports by the profile's selectors: HCAs whose type is in ``ib.hca.type`` and name in
-    ``ib.hca.names`` (each optional), ports whose link layer is ``ib.port.link_layer`` (storage and
-    management NICs of the same type run Ethernet)."""
-    def wanted(key: str) -> set[str] | None:
-        exp = profile.expect(key)
-        if exp is None:
-            return None
-        values = exp.value if isinstance(exp.value, list | tuple) else [exp.value]
-        return {str(v).lower() for v in values}
-
-    types, names, layer = wanted("ib.hca.type"), wanted("ib.hca.names"), wanted("ib.port.link_layer")
-    selection = PortSelection([], [], [])
-    for device in devices:
-        if (types and (device.hca_type or "").lower() not in types) or (names and device.name.lower() not in names):
-            selection.other_hcas.append(device)
-            continue
-        for port in device.ports:
-            if layer and port.link_layer and port.link_layer.lower() not in layer:
-                selection.other_layer.append(port)
-            else:
-                selection.fabric.append(port)
-    return selection
-
-
-_REMEDY_COUNT = ("An HCA or port is missing: check lspci for the adapter, dmesg for mlx5_core, the firmware, and "
-                 "the port's link type (mlxconfig LINK_TYPE_P1: 1 = InfiniBand, 2 = Ethernet)")
-_REMEDY_TYPES = ("None of the node's HCAs is of a type the profile selects: if these are the compute HCAs (e.g. "
-                 "virtual functions, another ConnectX generation), add their CA type to ib.hca.type in the "
-                 "profile; otherwise the node has the wrong adapters")
-_REMEDY_OTHER_DOWN = ("Not a fabric port of this profile, so not graded: if it should carry traffic (frontend, "
-                      "storage), check its cable, transceiver and switch port; if it is unused, disable it")
-
-
-def _left_out_note(selection: PortSelection, profile: Profile) -> str:
-    """``9 HCAs seen, 0 of type MT4123/MT4124: mlx5_0 MT4126, ...`` and the ports of another link layer."""
-    parts = []
-    if selection.other_hcas:
-        exp = profile.expect("ib.hca.type")
-        values = exp.value if exp is not None and isinstance(exp.value, list | tuple) else [exp.value if exp else "any"]
-        fabric_hcas = len({p.device for p in selection.fabric} | {p.device for p in selection.other_layer})
-        listed = ", ".join(f"{d.name} {d.hca_type or 'type unknown'}" for d in selection.other_hcas[:12])
-        more = f" ... {len(selection.other_hcas) - 12} more" if len(selection.other_hcas) > 12 else ""
-        parts.append(f"{fabric_hcas + len(selection.other_hcas)} HCAs seen, {fabric_hcas} of type "
-                     f"{'/'.join(map(str, values))}; not counted: {listed}{more}")
-    if selection.other_layer:
-        parts.append("not counted, other link layer: "
-                     + ", ".join(f"{p.name} {p.link_layer}" for p in selection.other_layer))
-    return f" ({'; '.join(parts)})" if parts else ""
-
-
-def _count_findings(host: str, selection: PortSelection, profile: Profile, source: str) -> list[Finding]:
-    hcas = sorted({p.device for p in selection.fabric})
-    note = _left_out_note(selection, profile)
-    out = []
-    for check, value in (("ib.hca.count", len(hcas)), ("ib.port.count", len(selection.fabric))):
-        grade = grade_value(check, profile.expect(check), value, remedy=_REMEDY_COUNT, profile=profile)
-        if grade.status is Status.PASS:
-            out.append(grade.finding(host, "node", source))
-            continue
-        if not selection.fabric and not selection.other_layer and selection.other_hcas:
-            # every HCA is of an unselected type: the profile's selector, not the node, is the likely fault
-            grade = grade._replace(status=Status.ERROR, remedy=_REMEDY_TYPES)
-        out.append(grade.finding(host, "node", source, note=note))
-    return out
-
-
-def _other_port_findings(host: str, selection: PortSelection, source: str) -> list[Finding]:
-    """Ports outside the fabric that are not Active: WARN naming them (they must not vanish from the report)."""
-    ports = [(p, "other link layer") for p in selection.other_layer]
-    ports += [(p, f"HCA type {d.hca_type or 'unknown'} not in the profile") for d in selection.other_hcas
-              for p in d.ports]
-    out = []
-    for port, why in ports:
-        if port.state is None or port.state == "ACTIVE":
-            continue
-        state = " / ".join(v for v in (port.state, port.phys_state) if v)
-        out.append(Finding(host=host, check="ib.port.other", component=port.name, status=Status.WARN, value=state,
-                           expected="ACTIVE, or disabled on purpose", source=source, remedy=_REMEDY_OTHER_DOWN,
-                           message=f"{port.name} ({port.link_layer or 'link layer unknown'}, {why}): {state}"))
-    return out
-
-
 def evaluate_infiniband(obs: IbObservation, ctx: EvalContext) -> list[Finding]:
     host, profile = ctx.host.name, ctx.profile
     source = obs.source
@@ -185,8 +94,9 @@ def evaluate_infiniband(obs: IbObservation, ctx: EvalContext) -> list[Finding]:
                                         "expects none"))
         return findings
     selection = fabric_ports(obs.devices, profile)
-    findings += _count_findings(host, selection, profile, source)
-    findings += _other_port_findings(host, selection, source)
+    findings += count_findings(host, selection, profile, source)
+    findings += type_findings(host, selection, profile, source)
+    findings += other_port_findings(host, selection, source)
     previous = previous_counters(ctx.previous.get("infiniband"))
     rules = _counter_rules(host, profile, source, growth=bool(previous))
     facets = _PortFacets(host, profile, source)
@@ -198,6 +108,14 @@ def evaluate_infiniband(obs: IbObservation, ctx: EvalContext) -> list[Finding]:
 
 
 _Facet = tuple[str, Any, ValueGrades]  # label, the port's value, its grades
+_NHC = ("LBNL NHC check_hw_ib (mej/nhc scripts/lbnl_hw.nhc): a port whose State is not ACTIVE or whose PhysState "
+        "is not LinkUp is a fault on any hardware; used when the profile sets no ib.port.state, so WARN")
+# The rule for a port's state where the profile has none (no profile, or a PCIe profile whose NICs vary):
+# a port that is not Active/LinkUp is named, never left SKIP.
+PORT_UP_RULE = {"ib.port.state": Expectation(key="ib.port.state", op="eq", value="ACTIVE", severity="WARN",
+                                             source=_NHC),
+                "ib.port.phys_state": Expectation(key="ib.port.phys_state", op="eq", value="LinkUp",
+                                                  severity="WARN", source=_NHC)}
 
 
 class _PortFacets:
@@ -206,9 +124,13 @@ class _PortFacets:
 
     def __init__(self, host: str, profile: Profile, source: str) -> None:
         self.host, self.source = host, source
-        self.grades = {key: ValueGrades(host, key, profile.expect(key), source=source, remedy="", profile=profile)
-                       for key in ("ib.port.state", "ib.port.phys_state", "ib.port.rate_gbps", "ib.port.width",
-                                   "ib.port.speed")}
+        exps = {key: profile.expect(key) for key in ("ib.port.state", "ib.port.phys_state", "ib.port.rate_gbps",
+                                                     "ib.port.width", "ib.port.speed")}
+        self.built_in = exps["ib.port.state"] is None and exps["ib.port.phys_state"] is None
+        if self.built_in:
+            exps.update(PORT_UP_RULE)
+        self.grades = {key: ValueGrades(host, key, exp, source=source, remedy="", profile=profile)
+                       for key, exp in exps.items()}
 
     def findings(self, port: IbPort) -> list[Finding]:
         g = self.grades
@@ -251,6 +173,8 @@ class _PortFacets:
             message += f": {'; '.join(bad)}{why} (source: {'; '.join(sorted(sources))})"
         else:
             message += why
+            if check == "ib.port.state" and self.built_in:
+                message += " (no ib.port.state in the profile: graded by the rule for any hardware, NHC check_hw_ib)"
         return Finding(host=self.host, check=check, component=component, status=status, value=measured,
                        expected=", ".join(expected), message=message, source=self.source,
                        remedy=None if status is Status.PASS else remedy)

@@ -285,15 +285,140 @@ def test_ports_down_outside_the_fabric_are_named_never_dropped():
     assert by_check(findings, "ib.hca.count")[0].status is Status.PASS  # the 8 compute HCAs are all there
 
 
-def test_hcas_of_types_not_in_the_profile_are_named_in_the_count():
-    """Real A100 node (Azure): 9x MT4126, 8 IB ports Active at 200 Gb/s; the profile selects MT4123/MT4124."""
+def test_virtual_functions_of_another_type_at_the_profiles_rate_are_graded_and_the_type_warned():
+    """Real A100 node (Azure): 9x MT4126 (the ConnectX VF id), 8 IB ports Active at 200 Gb/s, mlx5_0 Ethernet;
+    the profile lists MT4123/MT4124. The ports are the profile's fabric (IB at 200): counted and graded, and
+    the type difference is its own WARN, never ``ib.hca.count 0 HCAs``."""
     a100 = load_profile("a100-sxm4-80gb-8x")
     _, findings = evaluate({"ibstat": corpus_text("ib/ibstat-a100-node-all-active.txt")}, profile=a100)
     count = by_check(findings, "ib.hca.count")[0]
-    assert count.status is Status.ERROR and count.value == 0  # the profile's selector, not the node
-    assert "(9 HCAs seen, 0 of type MT4123/MT4124; not counted: mlx5_0 MT4126, mlx5_1 MT4126" in count.message
-    assert "add their CA type to ib.hca.type" in count.remedy
-    assert not [f for f in findings if f.status is Status.FAIL]
+    assert (count.status, count.value) == (Status.PASS, 8)
+    assert [(f.status, f.value) for f in by_check(findings, "ib.port.count")] == [(Status.PASS, 8)]
+    (kind,) = by_check(findings, "ib.hca.type")
+    assert (kind.status, kind.value, kind.expected) == (Status.WARN, "MT4126", "one of MT4123, MT4124")
+    assert kind.message.startswith("8 of 8 fabric HCAs are of a type the profile does not list (mlx5_1 MT4126, ")
+    assert "graded as fabric ports by link layer InfiniBand at the profile's rate (== 200 Gb/s)" in kind.message
+    assert "add their CA type to ib.hca.type" in kind.remedy
+    assert {f.status for f in by_check(findings, "ib.port.rate")} == {Status.PASS}
+    assert len(by_check(findings, "ib.port.state")) == 8
+    assert not [f for f in findings if f.status in (Status.FAIL, Status.ERROR)]
+    # derived fault: mlx5_2's port Down/Polling at rate 10; its type runs the fabric, so it stays a fabric port
+    head, rest = corpus_text("ib/ibstat-a100-node-all-active.txt").split("CA 'mlx5_2'", 1)
+    down = head + "CA 'mlx5_2'" + rest.replace("State: Active\n\t\tPhysical state: LinkUp\n\t\tRate: 200",
+                                               "State: Down\n\t\tPhysical state: Polling\n\t\tRate: 10", 1)
+    _, findings = evaluate({"ibstat": down}, profile=a100)
+    assert [(f.status, f.value) for f in by_check(findings, "ib.hca.count")] == [(Status.PASS, 8)]
+    assert [(f.component, f.status, f.value) for f in by_check(findings, "ib.port.state")
+            if f.status is not Status.PASS] == [("mlx5_2/1", Status.FAIL, "DOWN / Polling")]
+
+
+def test_wrong_profile_grades_the_ports_on_their_rate_not_a_count_of_zero():
+    """The H100 sample node (8x MT4129 IB at NDR 400 + 4 Ethernet) under the A100 profile (MT4123/MT4124, 200):
+    the 8 IB ports are counted and fail on their rate; the type is a WARN; nothing is ERROR."""
+    a100 = load_profile("a100-sxm4-80gb-8x")
+    sample = Path(__file__).parents[2] / "inventories" / "samples" / "h100-4node" / "raw" / "h100-node01"
+    _, findings = evaluate({"ib-sysfs": (sample / "ib-sysfs.out").read_text()}, profile=a100)
+    assert [(f.check, f.status, f.value) for f in findings if f.check.endswith(".count")] == \
+        [("ib.hca.count", Status.PASS, 8), ("ib.port.count", Status.PASS, 8)]
+    (kind,) = by_check(findings, "ib.hca.type")
+    assert kind.status is Status.WARN and "(no HCA of a listed type or at the profile rate on it)" in kind.message
+    rate = by_check(findings, "ib.port.rate")
+    assert len(rate) == 8 and {f.status for f in rate} == {Status.FAIL}
+    assert "rate 400.0 instead of 200" in rate[0].message
+    assert not [f for f in findings if f.status is Status.ERROR]
+
+
+def test_a_swapped_adapter_of_another_type_counts_at_the_fabric_rate_only():
+    """Derived from our healthy 8x ConnectX-7 fixture: mlx5_6 reports MT4131 (another ConnectX at NDR 400) and
+    is counted with a WARN; a storage HCA of another type at HDR 200 on the same link layer is left out."""
+    text = own("sysfs-h100-8x-ndr-healthy.txt").replace("mlx5_6/hca_type:MT4129", "mlx5_6/hca_type:MT4131")
+    _, findings = evaluate({"ib-sysfs": text})
+    assert [(f.status, f.value) for f in by_check(findings, "ib.hca.count")] == [(Status.PASS, 8)]
+    (kind,) = by_check(findings, "ib.hca.type")
+    assert (kind.status, kind.value) == (Status.WARN, "MT4131") and "(mlx5_6 MT4131;" in kind.message
+    assert "by link layer InfiniBand at the profile's rate (== 400 Gb/s)" in kind.message
+    slow = text.replace("mlx5_6/ports/1/rate:400 Gb/sec (4X NDR)", "mlx5_6/ports/1/rate:200 Gb/sec (4X HDR)")
+    _, findings = evaluate({"ib-sysfs": slow})
+    count = by_check(findings, "ib.hca.count")[0]
+    assert (count.status, count.value) == (Status.FAIL, 7) and "not counted: mlx5_6 MT4131" in count.message
+    assert [(f.status, f.value) for f in by_check(findings, "ib.hca.type")] == [(Status.PASS, "MT4129")]
+
+
+def test_without_a_profile_a_port_not_active_is_a_warning_naming_it():
+    """NHC's check_hw_ib rule holds on any hardware: with no profile, the Down/Disabled port is WARN and the
+    Active ones PASS (saying which rule graded them), so the host is checked, not ERROR host.checked."""
+    from healthcheck.core.profiles import EMPTY_PROFILE
+
+    _, findings = evaluate({"ib-sysfs": own("sysfs-h100-degraded-2x-hdr-down-symbol-errors.txt")},
+                           profile=EMPTY_PROFILE)
+    state = by_check(findings, "ib.port.state")
+    assert len(state) == 12
+    bad = [(f.component, f.status, f.value) for f in state if f.status is not Status.PASS]
+    assert bad == [("mlx5_10/1", Status.WARN, "DOWN / Disabled")]
+    assert "NHC check_hw_ib" in next(f for f in state if f.component == "mlx5_10/1").message
+    assert "graded by the rule for any hardware" in state[0].message
+    assert {f.status for f in by_check(findings, "ib.port.rate")} == {Status.SKIP}
+    _, polling = evaluate({"ibstat": own("ibstat-h100-8x-ib-mlx5_3-down-polling.txt")}, profile=EMPTY_PROFILE)
+    assert [(f.component, f.value) for f in by_check(polling, "ib.port.state") if f.status is Status.WARN] == \
+        [("mlx5_3/1", "DOWN / Polling")]
+
+
+def test_without_a_profile_the_corpus_ports_down_are_named_and_the_host_is_checked():
+    """Real H100 nodes (gpud testdata), no profile: the three MT4125 Ethernet ports Down/Disabled are WARN by
+    name, the nine Active ports PASS; the host holds evidence, so no ``host.checked`` ERROR is added."""
+    from healthcheck.core.profiles import EMPTY_PROFILE
+    from healthcheck.core.verdicts import nothing_checked
+
+    _, findings = evaluate({"ibstat": corpus_text("ib/ibstat-h100-node-ib400-some-ports-down.txt")},
+                           profile=EMPTY_PROFILE)
+    state = by_check(findings, "ib.port.state")
+    assert [(f.component, f.value) for f in state if f.status is Status.WARN] == \
+        [("mlx5_2/1", "DOWN / Disabled"), ("mlx5_7/1", "DOWN / Disabled"), ("mlx5_8/1", "DOWN / Disabled")]
+    assert [f.status for f in state].count(Status.PASS) == 9
+    assert not [f for f in findings if f.status in (Status.FAIL, Status.ERROR)]
+
+    class Result:
+        def __init__(self, found):
+            self.findings = found
+
+    assert nothing_checked({"gpu001": Result(findings)}) == []
+    _, roce = evaluate({"ibstat": corpus_text("ib/ibstat-h100-node-8x400G-roce-all-active.txt")},
+                       profile=EMPTY_PROFILE)
+    assert {f.status for f in by_check(roce, "ib.port.state")} == {Status.PASS}
+
+
+def test_roce_site_profile_selects_the_fabric_by_rate_on_a_real_node():
+    """Real H100 RoCE node (8x MT4129 Ethernet 400G + 4x MT4125 Ethernet 100G): a RoCE profile at 400 counts the
+    eight ConnectX-7 ports; the 100G MT4125 ports are of another type and rate, so they are left out and named."""
+    roce = replace(H100, expectations={**H100.expectations, "ib.port.link_layer": Expectation(
+        key="ib.port.link_layer", op="eq", value="Ethernet", source="test: RoCE fabric")})
+    _, findings = evaluate({"ibstat": corpus_text("ib/ibstat-h100-node-8x400G-roce-all-active.txt")}, profile=roce)
+    count = by_check(findings, "ib.hca.count")[0]
+    assert (count.status, count.value) == (Status.PASS, 8)
+    assert [(f.status, f.value) for f in by_check(findings, "ib.hca.type")] == [(Status.PASS, "MT4129")]
+    assert len(by_check(findings, "ib.port.rate")) == 8
+    # the same node with its ConnectX-7 listed as another id (a VF): still the fabric at 400, type WARN
+    text = corpus_text("ib/ibstat-h100-node-8x400G-roce-all-active.txt").replace("MT4129", "MT4130")
+    _, findings = evaluate({"ibstat": text}, profile=roce)
+    assert [(f.status, f.value) for f in by_check(findings, "ib.hca.count")] == [(Status.PASS, 8)]
+    (kind,) = by_check(findings, "ib.hca.type")
+    assert (kind.status, kind.value) == (Status.WARN, "MT4130")
+    assert "by link layer Ethernet at the profile's rate (== 400 Gb/s)" in kind.message
+    assert sorted(f.component for f in by_check(findings, "ib.port.rate")) == \
+        ["mlx5_0/1", "mlx5_10/1", "mlx5_11/1", "mlx5_3/1", "mlx5_4/1", "mlx5_5/1", "mlx5_6/1", "mlx5_9/1"]
+
+
+def test_a_name_selector_that_matches_nothing_is_the_profiles_error():
+    """``ib.hca.names`` that names no HCA of the node: ERROR saying to fix the selector (the node was measured,
+    the profile's names are wrong); an HCA type that matches nothing is never such an ERROR."""
+    named = replace(H100, expectations={**H100.expectations, "ib.hca.names": Expectation(
+        key="ib.hca.names", op="in", value=["ibp12s0", "ibp13s0"], source="test: site names")})
+    _, findings = evaluate({"ib-sysfs": own("sysfs-h100-8x-ndr-healthy.txt")}, profile=named)
+    count = by_check(findings, "ib.hca.count")[0]
+    assert (count.status, count.value) == (Status.ERROR, 0)
+    assert "fix ib.hca.names" in count.remedy and "not counted: mlx5_0 MT4129" in count.message
+    _, findings = evaluate({"ibstat": corpus_text("ib/ibstat-h100-node-8x400G-roce-all-active.txt")})
+    assert {f.status for f in by_check(findings, "ib.hca.count")} == {Status.FAIL}
 
 
 @pytest.mark.parametrize("name", ["sysfs-h100-8x-ndr-healthy.txt", "sysfs-h100-degraded-2x-hdr-down-symbol-errors.txt"])
