@@ -44,6 +44,7 @@ BUILTIN = (
     "healthcheck.probes.versions",
     "healthcheck.probes.assets",
     "healthcheck.probes.fleet",
+    "healthcheck.probes.fabric_fleet",
 )
 
 
