@@ -45,6 +45,7 @@ BUILTIN = (
     "healthcheck.probes.assets",
     "healthcheck.probes.fleet",
     "healthcheck.probes.fabric_fleet",
+    "healthcheck.probes.roce_fleet",
 )
 
 

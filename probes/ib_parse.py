@@ -82,6 +82,8 @@ class IbObservation:
     peermem_modules: tuple[str, ...] | None = None  # None: not collected or truncated
     peermem_collected: bool = False
     link_log: KernelLog | None = None               # link-down lines of the kernel log; None: not collected
+    roce: Mapping[str, Mapping[str, str]] | None = None  # "mlx5_0 ens1f0np0" -> RoCE config fields (roce_config)
+    roce_error: str | None = None                   # why roce-config could not be read
 
 
 def _state(text: str) -> str:

@@ -5,6 +5,7 @@
     ibstat     -> CA 'mlx5_0' / Port 1: / State: Active / Rate: 400 / Link layer: InfiniBand
     peermem-module -> "nvidia_peermem" (a GPUDirect RDMA module present in /sys/module), then "# peermem end"
     kernel-log -> the xid probe's kernel log over the window: link-down lines of the ports' netdevs (link flaps)
+    roce-config -> MTU, trust, PFC, ECN, GID index of each RoCE netdev (``probes/roce_config.py``; fleet.roce)
 
 sysfs is preferred (it carries width, speed and error counters); ``ibstat`` is the fallback for
 capture bundles without sysfs, and its ``ibpanic`` abort is reported naming the device. Error
@@ -34,6 +35,8 @@ from healthcheck.probes.ib_parse import (
     parse_peermem_module,
 )
 from healthcheck.probes.ib_ports import count_findings, fabric_ports, other_port_findings, type_findings
+from healthcheck.probes.roce_config import COMMAND as ROCE_COMMAND
+from healthcheck.probes.roce_config import read_roce_config
 from healthcheck.probes.xid import LOG_ID, kernel_log_command
 
 _SYSFS_FILES = ("fw_ver", "hca_type", "board_id", "ports/*/state", "ports/*/phys_state", "ports/*/rate",
@@ -47,6 +50,7 @@ COMMANDS = {
               "else echo 'healthcheck: ibstat not installed'; fi",
     "peermem-module": "for m in nvidia_peermem nv_peer_mem; do if [ -d /sys/module/$m ]; then echo $m; fi; "
                       "done; echo '# peermem end'",
+    "roce-config": ROCE_COMMAND,
 }
 COMMAND_TOOLS = {"ib-sysfs": ("infiniband",), "ibstat": ("infiniband",),  # healthcheck/run/nodetools.py
                  LOG_ID: ("journalctl",)}
@@ -80,11 +84,13 @@ def parse_infiniband(outputs: Mapping[str, CommandResult]) -> IbObservation:
             devices, source = parsed.devices, "ibstat"
     if source is None and ibstat_error is None and sysfs is not None:
         raise ParseError(f"ib-sysfs exited {sysfs.rc} and ibstat gave nothing usable", sysfs.err_text)
+    roce = outputs.get("roce-config")
+    roce_ports, roce_error = read_roce_config(roce.text if roce is not None else None)
     modules = outputs.get("peermem-module")
     peermem = parse_peermem_module(modules.text, PEERMEM_MODULES) if modules is not None else None
     return IbObservation(devices=devices, source=source or "ibstat", ibstat_error=ibstat_error,
                          peermem_modules=peermem, peermem_collected=modules is not None,
-                         link_log=link_log(outputs.get(LOG_ID)))
+                         link_log=link_log(outputs.get(LOG_ID)), roce=roce_ports, roce_error=roce_error)
 
 
 
@@ -116,6 +122,10 @@ def evaluate_infiniband(obs: IbObservation, ctx: EvalContext) -> list[Finding]:
         findings += _counter_findings(host, port, source, previous.get(port.name), rules)
     findings += flap_findings(host, obs.devices, selection.fabric, obs.link_log, previous, ctx)
     findings += _gpudirect_findings(host, obs, ctx)
+    if obs.roce_error:
+        findings.append(Finding(host=host, check="ib.roce_config", status=Status.ERROR, source="roce-config",
+                                message=f"roce-config could not be read: {obs.roce_error}",
+                                remedy="Look at raw/<host>/roce-config.out; rerun the collection"))
     return findings
 
 
