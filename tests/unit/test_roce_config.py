@@ -101,3 +101,48 @@ def test_unreadable_roce_config_is_an_error_of_the_host():
     findings = evaluate_infiniband(obs, EvalContext(host=Host(name="gpu001"), profile=H100))
     (error,) = [f for f in findings if f.check == "ib.roce_config"]
     assert error.status is Status.ERROR and "truncated" in error.message
+
+
+def test_the_node_commands_run_over_a_fake_sysfs_tree(tmp_path):
+    """The roce-config and ethtool-stats shell commands, run by sh over a tree laid out like sysfs (the
+    /sys prefix moved to tmp_path) with fake ethtool and mlnx_qos on PATH: their output parses."""
+    import os
+    import subprocess
+
+    from healthcheck.probes.ethtool_parse import parse_ethtool_stats
+    from healthcheck.probes.rates import COMMANDS as RATES
+
+    root = tmp_path / "sys"
+
+    def write(rel: str, text: str) -> None:
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text + "\n")
+
+    write("class/infiniband/mlx5_0/device/net/ens1f0np0/type", "1")
+    write("class/infiniband/mlx5_1/device/net/ib0/type", "32")  # IPoIB: not a RoCE netdev
+    write("class/net/ens1f0np0/mtu", "9000")
+    for prio in range(8):
+        for side in ("np", "rp"):
+            write(f"class/net/ens1f0np0/ecn/roce_{side}/enable/{prio}", "1" if prio == 3 else "0")
+    write("class/infiniband/mlx5_0/ports/1/gid_attrs/types/3", "RoCE v2")
+    write("class/infiniband/mlx5_0/ports/1/gids/3", "0000:0000:0000:0000:0000:ffff:c0a8:d3f2")
+    write("class/infiniband/mlx5_0/ports/1/gids/9", "0000:0000:0000:0000:0000:0000:0000:0000")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool, body in (("ethtool", 'echo "NIC statistics:"; echo "     rx_discards_phy: 5"; echo "     rx_packets: 9"'),
+                       ("mlnx_qos", 'echo "Priority trust state: dscp"; echo "PFC configuration:"; '
+                                    'echo "\tpriority    0   1   2   3   4   5   6   7"; '
+                                    'echo "\tenabled     0   0   0   1   0   0   0   0   "')):
+        (bin_dir / tool).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+    def run(command: str) -> str:
+        moved = command.replace("/sys/", f"{root}/")
+        return subprocess.run(["sh", "-c", moved], capture_output=True, text=True, env=env, timeout=60,
+                              check=True).stdout.replace(f"{root}/", "/sys/")
+
+    assert parse_roce_config(run(COMMANDS["roce-config"])) == {"mlx5_0 ens1f0np0": {
+        "mtu": "9000", "trust": "dscp", "pfc": "3", "ecn_np": "3", "ecn_rp": "3", "gid_index": "3"}}
+    assert parse_ethtool_stats(run(RATES["ethtool-stats"])) == {"mlx5_0 ens1f0np0": {"rx_discards_phy": 5}}
