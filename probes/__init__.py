@@ -46,6 +46,8 @@ BUILTIN = (
     "healthcheck.probes.assets",
     "healthcheck.probes.fleet",
     "healthcheck.probes.nvl_domain",
+    "healthcheck.probes.fabric_fleet",
+    "healthcheck.probes.roce_fleet",
 )
 
 

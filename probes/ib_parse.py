@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from healthcheck.core.spec import ParseError
+from healthcheck.probes.kernel_log import KernelLog
 from healthcheck.probes.parse_memo import memoized, shared_parser
 
 # Width in bits of the IBA PortCounters error counters that sysfs exposes (IBA spec vol. 1,
@@ -58,6 +59,7 @@ class IbDevice:
     fw_ver: str | None = None
     board_id: str | None = None
     ports: tuple[IbPort, ...] = ()
+    netdevs: tuple[tuple[str, int], ...] = ()  # (netdev, port number) from sysfs device/net/<netdev>/dev_port
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,9 @@ class IbObservation:
     ibstat_error: IbstatPanic | None = None
     peermem_modules: tuple[str, ...] | None = None  # None: not collected or truncated
     peermem_collected: bool = False
+    link_log: KernelLog | None = None               # link-down lines of the kernel log; None: not collected
+    roce: Mapping[str, Mapping[str, str]] | None = None  # "mlx5_0 ens1f0np0" -> RoCE config fields (roce_config)
+    roce_error: str | None = None                   # why roce-config could not be read
 
 
 def _state(text: str) -> str:
@@ -143,8 +148,20 @@ def parse_ib_sysfs(text: str) -> tuple[IbDevice, ...]:
     for dev, port in sorted(ports):
         by_device.setdefault(dev, []).append(_sysfs_port(dev, port, ports[(dev, port)]))
     return tuple(IbDevice(name=dev, hca_type=attrs.get("hca_type"), fw_ver=attrs.get("fw_ver"),
-                          board_id=attrs.get("board_id"), ports=tuple(by_device.get(dev, ())))
+                          board_id=attrs.get("board_id"), ports=tuple(by_device.get(dev, ())),
+                          netdevs=_netdevs(attrs))
                  for dev, attrs in sorted(devices.items(), key=lambda kv: _natural(kv[0])))
+
+
+def _netdevs(attrs: Mapping[str, str]) -> tuple[tuple[str, int], ...]:
+    """``device/net/ibp26s0/dev_port: 0`` -> (("ibp26s0", 1),): the netdev of each port (dev_port counts from 0)."""
+    out = []
+    for key, value in attrs.items():
+        parts = key.split("/")
+        if len(parts) == 4 and parts[:2] == ["device", "net"] and parts[3] == "dev_port" and value.isdecimal() \
+                and len(value) <= MAX_PORT_DIGITS:
+            out.append((parts[2], int(value) + 1))
+    return tuple(sorted(out))
 
 
 @memoized(maxsize=4096, typed=False)  # every node of a fleet has the same sysfs paths

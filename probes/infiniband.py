@@ -4,6 +4,8 @@
                   per sysfs file, as ``grep -H``; a closing "# ib-sysfs end" line proves completeness)
     ibstat     -> CA 'mlx5_0' / Port 1: / State: Active / Rate: 400 / Link layer: InfiniBand
     peermem-module -> "nvidia_peermem" (a GPUDirect RDMA module present in /sys/module), then "# peermem end"
+    kernel-log -> the xid probe's kernel log over the window: link-down lines of the ports' netdevs (link flaps)
+    roce-config -> MTU, trust, PFC, ECN, GID index of each RoCE netdev (``probes/roce_config.py``; fleet.roce)
 
 sysfs is preferred (it carries width, speed and error counters); ``ibstat`` is the fallback for
 capture bundles without sysfs, and its ``ibpanic`` abort is reported naming the device. Error
@@ -22,6 +24,7 @@ from healthcheck.core.model import CommandResult, Finding, Status
 from healthcheck.core.profiles import Expectation, Profile
 from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 from healthcheck.probes import register
+from healthcheck.probes.ib_flaps import flap_findings, link_log
 from healthcheck.probes.ib_parse import (
     COUNTER_BITS,
     IbDevice,
@@ -32,9 +35,12 @@ from healthcheck.probes.ib_parse import (
     parse_peermem_module,
 )
 from healthcheck.probes.ib_ports import count_findings, fabric_ports, other_port_findings, type_findings
+from healthcheck.probes.roce_config import COMMAND as ROCE_COMMAND
+from healthcheck.probes.roce_config import read_roce_config
+from healthcheck.probes.xid import LOG_ID, kernel_log_command
 
 _SYSFS_FILES = ("fw_ver", "hca_type", "board_id", "ports/*/state", "ports/*/phys_state", "ports/*/rate",
-                "ports/*/link_layer", "ports/*/counters/*", "ports/*/hw_counters/*")
+                "ports/*/link_layer", "ports/*/counters/*", "ports/*/hw_counters/*", "device/net/*/dev_port")
 IB_SYSFS = ("if ls -d /sys/class/infiniband/*/ports >/dev/null 2>&1; then grep -H -s . "
             + " ".join(f"/sys/class/infiniband/*/{f}" for f in _SYSFS_FILES)
             + "; echo '# ib-sysfs end'; else echo '# ib-sysfs: no /sys/class/infiniband devices'; fi")
@@ -44,8 +50,15 @@ COMMANDS = {
               "else echo 'healthcheck: ibstat not installed'; fi",
     "peermem-module": "for m in nvidia_peermem nv_peer_mem; do if [ -d /sys/module/$m ]; then echo $m; fi; "
                       "done; echo '# peermem end'",
+    "roce-config": ROCE_COMMAND,
 }
-COMMAND_TOOLS = {"ib-sysfs": ("infiniband",), "ibstat": ("infiniband",)}  # healthcheck/run/nodetools.py
+COMMAND_TOOLS = {"ib-sysfs": ("infiniband",), "ibstat": ("infiniband",),  # healthcheck/run/nodetools.py
+                 LOG_ID: ("journalctl",)}
+
+
+def ib_commands(options: Mapping[str, Any]) -> dict[str, str]:
+    """The commands, with the kernel log over the run's window (shared with the xid probe: run once)."""
+    return {**COMMANDS, LOG_ID: kernel_log_command(options)}
 PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
 _REMEDY_LINK = ("Check the cable and transceiver of this port (reseat, then swap), the switch port, and "
                 "`mlxlink -d <dev> -m`; a Down/Polling port has no peer or a bad cable")
@@ -71,10 +84,14 @@ def parse_infiniband(outputs: Mapping[str, CommandResult]) -> IbObservation:
             devices, source = parsed.devices, "ibstat"
     if source is None and ibstat_error is None and sysfs is not None:
         raise ParseError(f"ib-sysfs exited {sysfs.rc} and ibstat gave nothing usable", sysfs.err_text)
+    roce = outputs.get("roce-config")
+    roce_ports, roce_error = read_roce_config(roce.text if roce is not None else None)
     modules = outputs.get("peermem-module")
     peermem = parse_peermem_module(modules.text, PEERMEM_MODULES) if modules is not None else None
     return IbObservation(devices=devices, source=source or "ibstat", ibstat_error=ibstat_error,
-                         peermem_modules=peermem, peermem_collected=modules is not None)
+                         peermem_modules=peermem, peermem_collected=modules is not None,
+                         link_log=link_log(outputs.get(LOG_ID)), roce=roce_ports, roce_error=roce_error)
+
 
 
 def evaluate_infiniband(obs: IbObservation, ctx: EvalContext) -> list[Finding]:
@@ -103,7 +120,12 @@ def evaluate_infiniband(obs: IbObservation, ctx: EvalContext) -> list[Finding]:
     for port in selection.fabric:
         findings += facets.findings(port)
         findings += _counter_findings(host, port, source, previous.get(port.name), rules)
+    findings += flap_findings(host, obs.devices, selection.fabric, obs.link_log, previous, ctx)
     findings += _gpudirect_findings(host, obs, ctx)
+    if obs.roce_error:
+        findings.append(Finding(host=host, check="ib.roce_config", status=Status.ERROR, source="roce-config",
+                                message=f"roce-config could not be read: {obs.roce_error}",
+                                remedy="Look at raw/<host>/roce-config.out; rerun the collection"))
     return findings
 
 
@@ -286,7 +308,8 @@ def _gpudirect_findings(host: str, obs: IbObservation, ctx: EvalContext) -> list
 PROBE = register(ProbeSpec(
     name="infiniband",
     description="InfiniBand/RoCE HCAs and ports: state, rate/width, link layer, error counters, peermem",
-    command_map=COMMANDS,
+    command_map=ib_commands({}),
+    render_commands=ib_commands,
     command_tools=COMMAND_TOOLS,
     parse_fn=parse_infiniband,
     evaluate_fn=evaluate_infiniband,

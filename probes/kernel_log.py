@@ -157,6 +157,32 @@ def _classify(msg: str, last_gpu: str | None) -> KernelEventGroup | None:
     return None
 
 
+# A network interface losing its link: the kernel's netdev line ("mlx5_core 0000:17:00.0 ens1f0np0: Link down",
+# mlx5e_update_carrier; "r8169 0000:06:00.0 eth0: link down") and systemd-networkd's ("ib6: lost carrier",
+# corpus misc/syslog-ib6-lost-carrier-link-flap) in a full journal or syslog. "ata6: SATA link down" is no netdev.
+_LINK_DOWN = re.compile(r"(?:^|\s)(?P<ifname>[A-Za-z][\w.@-]{0,31}): (?:lost carrier|[Ll]ink down)\b")
+
+
+def parse_link_downs(text: str) -> KernelLog:
+    """Link-down lines of network interfaces, one ``link_down`` group per interface (``device``), with their
+    time tokens; the same log formats as ``parse_kernel_log``."""
+    groups: dict[str, KernelEventGroup] = {}
+    uptime = source = None
+    for line in text.splitlines():
+        if m := _HEADER.match(line):
+            source, uptime = m["source"], float(m["uptime"]) if m["uptime"] else None
+    count = 0
+    for token, msg in _records(text):
+        count += 1
+        if (m := _LINK_DOWN.search(msg)) is None:
+            continue
+        old = groups.get(m["ifname"])
+        groups[m["ifname"]] = KernelEventGroup(kind="link_down", code=None, pci=None, device=m["ifname"],
+                                               times=(old.times if old else ()) + (token,),
+                                               sample=old.sample if old else msg[:SAMPLE_CHARS])
+    return KernelLog(groups=tuple(groups.values()), source=source, uptime_s=uptime, records=count)
+
+
 def looks_like_kernel_log(text: str) -> bool:
     """True when some line carries a kernel-log prefix (timestamp or ``kernel:`` tag)."""
     return any(_timestamp(line) is not None for line in text.splitlines())

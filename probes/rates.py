@@ -1,7 +1,8 @@
 """Error rates, not only totals: IB, NVLink and PCIe AER counters per hour between two collections.
 
-    counter-clock -> "1795000000\\n5c3e1c0e-...-boot-id\\n"   (``date -u +%s`` and the kernel's boot id)
+    counter-clock -> "1795000000\\n5c3e1c0e-...-boot-id\\n12345.67 ..."  (``date -u +%s``, boot id, /proc/uptime)
     ib-sysfs, nvidia-smi-nvlink-e, pcie-aer                  (the infiniband, nvlink and ras probes' commands)
+    ethtool-stats -> ``ethtool -S`` of each RoCE netdev of an RDMA device (``probes/ethtool_parse.py``)
 
 The previous collection comes from ``--previous RUN_DIR`` or, in ``healthcheck sweep``, the last recorded
 run (``ctx.previous["rates"]``: this probe's own observations of that run, node clock included). A rate is
@@ -13,7 +14,9 @@ without a recorded time gives no rate (SKIP): the interval is never the node's w
 went backwards (reset, driver reload, swapped part) or a changed boot id restarts the baseline: no rate, no
 negative or huge number, and a SKIP saying so. Check ids:
 
-  ``rate.ib.<counter>``       per port (``mlx5_0/1``): symbol_error, link_downed, ...
+  ``rate.ib.<counter>``       per port (``mlx5_0/1``): symbol_error, link_downed, ... (sysfs ``counters``)
+  ``rate.ib_hw.<counter>``    per port: mlx5 ``hw_counters`` (rnr_nak_retry_err, local_ack_timeout_err, ...)
+  ``rate.eth.<counter>``      per RoCE netdev (``mlx5_0 ens1f0np0``): ``ethtool -S`` pause/discard/PHY counters
   ``rate.nvlink.<counter>``   per link (``gpu3 link 5``): replay, recovery, crc
   ``rate.aer.<counter>``      per PCI function: correctable, nonfatal, fatal
   ``rate.baseline``           no previous collection, node rebooted, interval too short, counters reset,
@@ -32,6 +35,8 @@ from healthcheck.core.grading import grade_value
 from healthcheck.core.model import CommandResult, Finding, Status
 from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 from healthcheck.probes import register
+from healthcheck.probes.ethtool_parse import parse_ethtool_stats
+from healthcheck.probes.fabric_counters import info as counter_info
 from healthcheck.probes.ib_parse import COUNTER_BITS, parse_ib_sysfs
 from healthcheck.probes.infiniband import COMMANDS as IB_COMMANDS
 from healthcheck.probes.nvlink import ERRORS_ID, parse_nvidia_smi_nvlink_e
@@ -39,9 +44,16 @@ from healthcheck.probes.ras import COMMANDS as RAS_COMMANDS
 from healthcheck.probes.ras_parse import parse_aer_sysfs
 
 CLOCK_ID = "counter-clock"
-COMMANDS = {CLOCK_ID: "date -u +%s; cat /proc/sys/kernel/random/boot_id", "ib-sysfs": IB_COMMANDS["ib-sysfs"],
-            ERRORS_ID: "nvidia-smi nvlink -e", "pcie-aer": RAS_COMMANDS["pcie-aer"]}
-SOURCES = {"ib": "ib-sysfs", "nvlink": ERRORS_ID, "aer": "pcie-aer"}
+ETHTOOL_ID = "ethtool-stats"
+# the Ethernet (type 1) netdevs of RDMA devices: RoCE ports; IPoIB netdevs (type 32) are graded by ib-sysfs
+ETHTOOL_STATS = ("if command -v ethtool >/dev/null 2>&1; then for n in /sys/class/infiniband/*/device/net/*; do "
+                 '[ "$(cat "$n/type" 2>/dev/null)" = 1 ] || continue; d=${n#/sys/class/infiniband/}; '
+                 'echo "# ethtool-stats ${d%%/*} ${n##*/}"; ethtool -S "${n##*/}" 2>&1; done; '
+                 "echo '# ethtool-stats end'; else echo 'healthcheck: ethtool not installed'; fi")
+COMMANDS = {CLOCK_ID: "date -u +%s; cat /proc/sys/kernel/random/boot_id; cat /proc/uptime",
+            "ib-sysfs": IB_COMMANDS["ib-sysfs"], ERRORS_ID: "nvidia-smi nvlink -e",
+            "pcie-aer": RAS_COMMANDS["pcie-aer"], ETHTOOL_ID: ETHTOOL_STATS}
+SOURCES = {"ib": "ib-sysfs", "ib_hw": "ib-sysfs", "eth": ETHTOOL_ID, "nvlink": ERRORS_ID, "aer": "pcie-aer"}
 MIN_INTERVAL_S = 60.0     # closer collections (a replay of the previous run itself) give no meaningful rate
 CLOCK_TOLERANCE_S = 600.0  # node clock vs collector interval: a host's collection may take minutes
 CLOCK_DRIFT = 0.01        # ... plus this share of the interval (clock drift between the two machines)
@@ -50,6 +62,10 @@ _BOOT_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f
 _REMEDY = {
     "ib": "Errors are accumulating on this port right now: check `mlxlink -d DEV -m` (BER, FEC), reseat or "
           "replace the cable/transceiver and check the switch port; a link_downed rate is a flapping link",
+    "ib_hw": "RDMA transport errors are accumulating on this port: look for loss on its path (switch drops, PFC, a "
+             "flapping link) and for a slow peer",
+    "eth": "Pause, discard or PHY errors are accumulating on this RoCE port: check the cable (`mlxlink -m`), the "
+           "switch port, and PFC/ECN settings against the fleet",
     "nvlink": "NVLink errors are accumulating: check the kernel log for Xid 74, run `dcgmi diag -r 3`; a rate "
               "that persists after a GPU reset points at the GPU or baseboard (RMA)",
     "aer": "PCIe errors are accumulating on this device: check `lspci -vvv -s BDF` link status, reseat the card, "
@@ -66,41 +82,66 @@ class CounterSnapshot:
     epoch_s: int | None
     boot_id: str | None
     counters: Counters = field(default_factory=dict)
+    uptime_s: float | None = None  # since boot: the fleet check's rates since boot (fleet.fabric_counters)
+    unreadable: Mapping[str, str] = field(default_factory=dict)  # command id -> why (ethtool-stats only)
 
 
-def parse_counter_clock(text: str) -> tuple[int, str | None]:
+def parse_counter_clock(text: str) -> tuple[int, str | None, float | None]:
+    """(epoch seconds, boot id, uptime seconds) from ``date +%s``, the boot id and /proc/uptime (older
+    collections have no uptime line: None)."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines or not lines[0].isdigit() or len(lines[0]) > MAX_EPOCH_DIGITS:
         raise ParseError("counter-clock: first line is not `date +%s` epoch seconds", text[:200])
     boot = lines[1].lower() if len(lines) > 1 and _BOOT_ID.match(lines[1].lower()) else None
-    return int(lines[0]), boot
+    return int(lines[0]), boot, _uptime(lines[2] if len(lines) > 2 else "")
+
+
+def _uptime(line: str) -> float | None:
+    first = line.split()[0] if line.split() else ""
+    try:
+        value = float(first)
+    except ValueError:
+        return None
+    return value if 0 < value < 1e10 else None  # finite and below ~300 years
 
 
 def parse_rates(outputs: Mapping[str, CommandResult]) -> CounterSnapshot:
     """The node clock and every counter this probe rates (sources that are absent are left out)."""
     clock = outputs.get(CLOCK_ID)
-    epoch, boot = parse_counter_clock(clock.text) if clock is not None else (None, None)
+    epoch, boot, uptime = parse_counter_clock(clock.text) if clock is not None else (None, None, None)
     counters: dict[str, dict[str, dict[str, int]]] = {}
-    for family, read in _READERS.items():
-        result = outputs.get(SOURCES[family])
+    unreadable: dict[str, str] = {}
+    for command_id, read in _READERS.items():
+        result = outputs.get(command_id)
         if result is None:
             continue
         try:
-            values = read(result)
-        except ParseError:
+            families = read(result)
+        except ParseError as exc:
+            if command_id == ETHTOOL_ID:  # no other probe reads it: its fault is said here
+                unreadable[command_id] = str(exc)
             continue  # the owning probe (infiniband, nvlink, ras) reports its unreadable output itself
-        if values is not None:
-            counters[family] = values
-    return CounterSnapshot(epoch_s=epoch, boot_id=boot, counters=counters)
+        counters.update((family, values) for family, values in (families or {}).items() if values is not None)
+    return CounterSnapshot(epoch_s=epoch, boot_id=boot, counters=counters, uptime_s=uptime, unreadable=unreadable)
 
 
-def _ib(result: CommandResult) -> dict[str, dict[str, int]] | None:
+Families = dict[str, dict[str, dict[str, int]] | None]
+
+
+def _ib(result: CommandResult) -> Families | None:
+    """Port counters (``ib``) and mlx5 hw_counters (``ib_hw``) of every port, from one parse."""
     if "# ib-sysfs end" not in result.text:
         return None
-    return {p.name: dict(p.counters) for d in parse_ib_sysfs(result.text) for p in d.ports if p.counters}
+    ports = [p for d in parse_ib_sysfs(result.text) for p in d.ports]
+    return {"ib": {p.name: dict(p.counters) for p in ports if p.counters},
+            "ib_hw": {p.name: dict(p.hw_counters) for p in ports if p.hw_counters}}
 
 
-def _nvlink(result: CommandResult) -> dict[str, dict[str, int]] | None:
+def _eth(result: CommandResult) -> Families:
+    return {"eth": parse_ethtool_stats(result.text)}
+
+
+def _nvlink(result: CommandResult) -> Families | None:
     if result.rc != 0:
         return None
     out: dict[str, dict[str, int]] = {}
@@ -111,20 +152,20 @@ def _nvlink(result: CommandResult) -> dict[str, dict[str, int]] | None:
         else:
             values = zip(_NVLINK_COUNTERS, (replay, recovery, crc), strict=True)
             out[f"gpu{c.gpu} link {c.link}"] = {k: v for k, v in values if isinstance(v, int)}
-    return out
+    return {"nvlink": out}
 
 
 _NVLINK_COUNTERS = ("replay", "recovery", "crc")
 
 
-def _aer(result: CommandResult) -> dict[str, dict[str, int]] | None:
+def _aer(result: CommandResult) -> Families | None:
     if "# pcie-aer end" not in result.text:
         return None
-    return {bdf: {"correctable": c.correctable, "nonfatal": c.nonfatal, "fatal": c.fatal}
-            for bdf, c in parse_aer_sysfs(result.text).items()}
+    return {"aer": {bdf: {"correctable": c.correctable, "nonfatal": c.nonfatal, "fatal": c.fatal}
+                    for bdf, c in parse_aer_sysfs(result.text).items()}}
 
 
-_READERS = {"ib": _ib, "nvlink": _nvlink, "aer": _aer}
+_READERS = {"ib-sysfs": _ib, ETHTOOL_ID: _eth, ERRORS_ID: _nvlink, "pcie-aer": _aer}  # command id -> families
 
 
 @dataclass(frozen=True)
@@ -172,6 +213,15 @@ def _baseline(host: str, message: str) -> Finding:
 
 
 def evaluate_rates(obs: CounterSnapshot, ctx: EvalContext) -> list[Finding]:
+    """The rates, and an ERROR for each counter source only this probe reads that could not be read."""
+    unreadable = [Finding(host=ctx.host.name, check="rate.source", component=command_id, status=Status.ERROR,
+                          source=command_id, message=f"{command_id} could not be read: {why}",
+                          remedy="Look at raw/<host>/ for the command's output; rerun the collection")
+                  for command_id, why in sorted(obs.unreadable.items())]
+    return unreadable + _rated(obs, ctx)
+
+
+def _rated(obs: CounterSnapshot, ctx: EvalContext) -> list[Finding]:
     host = ctx.host.name
     keys = [k for k in ctx.profile.expectations if k.startswith("rate.")]
     if not keys:
@@ -233,8 +283,10 @@ def trusted_interval(now_epoch: int, before_epoch: int, ctx: EvalContext) -> tup
 
 def _grade(host: str, rate: Rate, ctx: EvalContext) -> Finding:
     check = f"rate.{rate.family}.{rate.counter}"
-    grade = grade_value(check, ctx.profile.expect(check), round(rate.per_hour, 3), remedy=_REMEDY[rate.family],
-                        profile=ctx.profile)
+    entry = counter_info(rate.family, rate.counter)
+    grade = grade_value(check, ctx.profile.expect(check), round(rate.per_hour, 3), profile=ctx.profile,
+                        remedy=f"{entry.meaning[:1].upper()}{entry.meaning[1:]}. {entry.remedy}" if entry
+                        else _REMEDY[rate.family])
     if grade.status is Status.PASS:
         return grade.finding(host, rate.component, SOURCES[rate.family])
     bits = COUNTER_BITS.get(rate.counter) if rate.family == "ib" else None
@@ -245,7 +297,8 @@ def _grade(host: str, rate: Rate, ctx: EvalContext) -> Finding:
 
 PROBE = register(ProbeSpec(
     name="rates",
-    description="IB, NVLink and PCIe AER error counters as hourly rates since the previous collection",
+    description="IB/RoCE (port, mlx5 hw and ethtool), NVLink and PCIe AER error counters as hourly rates since "
+                "the previous collection",
     command_map=COMMANDS,
     parse_fn=parse_rates,
     evaluate_fn=evaluate_rates,

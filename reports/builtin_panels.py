@@ -228,6 +228,33 @@ def _usual_rates(ports: Any) -> dict[Any, float]:
     return {layer: counts.most_common(1)[0][0] for layer, counts in seen.items()}
 
 
+_TRAFFIC = ("_data", "_packets", "_bytes", "_requests", "lifespan", "dct_connect")  # volume, not faults
+FABRIC_FAMILIES = {"ib": "IB port", "ib_hw": "mlx5 hw", "eth": "ethtool"}
+
+
+@panel("rates")
+def fabric_counters_panel(obs: Any) -> Panel | None:
+    """The rates probe's fabric counters per port (``probes/rates.py`` ``CounterSnapshot``): every non-zero
+    fault or congestion counter, with its average per hour since boot when the node's uptime is known.
+    Traffic volume counters are left out; thresholds and outliers are in the findings."""
+    counters = _get(obs, "counters")
+    uptime = _num(_get(obs, "uptime_s"))
+    hours = uptime / 3600 if uptime and uptime > 0 else None
+    rows = []
+    for family, label in FABRIC_FAMILIES.items():
+        ports = _get(counters, family)
+        for port, values in sorted(ports.items()) if isinstance(ports, Mapping) else ():
+            for name, value in sorted(values.items()) if isinstance(values, Mapping) else ():
+                if type(value) is int and value > 0 and not any(part in name for part in _TRAFFIC):
+                    rows.append([str(port), label, name, value, "" if hours is None else f"{value / hours:,.1f}"])
+    if not rows:
+        return None
+    table = Table(columns=["port", "source", "counter", "since boot", "per hour since boot"], rows=rows[:200])
+    more = f"; {len(rows) - 200} more in results.json" if len(rows) > 200 else ""
+    return Panel(f"fabric counters ({len(rows)} non-zero)", TABLE, table,
+                 note=f"uptime {uptime / 3600:,.1f} h{more}" if hours else f"uptime unknown{more}")
+
+
 @panel("fabric")
 def fabric_panel(obs: Any) -> Panel | None:
     table = record_table(_records(obs, "gpus"), ("index", "state", "status"))

@@ -66,6 +66,10 @@ class Defaults:
     gate_reserve_s: float = 5.0          # ... kept for startup, grading, the bundle and the scheduler update
     gate_kill_grace_s: float = 2.0       # ... a test past its time gets SIGTERM, then SIGKILL this much later
     gate_cache_minutes: float = 30.0     # ... a passing active test is reused for this long (0: never)
+    fabric_outlier_factor: float = 10.0  # fleet.fabric_counters: a port's rate since boot above this many times
+                                         # the fleet median of that counter (counters with no public threshold)
+    fabric_outlier_min_count: int = 1000  # ... and at least this many events since boot (noise floor)
+    fabric_fleet_min_hosts: int = 3      # ... compared only across at least this many hosts of a profile
 
 
 DEFAULTS = Defaults()

@@ -52,6 +52,7 @@ from healthcheck.benchmarks.stored import read_stored_jobs
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.model import CommandResult, Finding, Host, Status
 from healthcheck.core.profiles import Profile
+from healthcheck.run.fabric_jobs import around_job, merge_fabric
 from healthcheck.run.isolation import fabric_leaves, isolation_trails, read_trails, run_isolation, write_trails
 from healthcheck.run.telemetry import merge_telemetry, sample_during
 
@@ -176,8 +177,10 @@ def _run_jobs(run_dir: Path, jobs: Sequence[Job], hosts: Mapping[str, Host], pro
         with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(wave)))) as pool:
             # telemetry (issue 9): single-node jobs run with a GPU field sampler on their node
             # (healthcheck/run/telemetry.py; off with the option telemetry=False), stored under raw/_telemetry/
+            # fabric counters (issue 33): multi-node jobs run between two counter snapshots of their hosts
             done = list(pool.map(lambda j: sample_during(run_dir, j, hosts, transport, profile, options,
-                                                         lambda: launch(j)), wave))
+                                                         lambda: around_job(run_dir, j, hosts, transport, options,
+                                                                            lambda: launch(j))), wave))
         for outcome in done:
             store_outcome(run_dir, outcome, manifest)
             if listener is not None:
@@ -268,7 +271,9 @@ def execute_benchmarks(run_dir: Path, hosts: Sequence[Host], profiles: Mapping[s
                          for h in group if h.name not in covered]
     graded_findings, observations = grade_outcomes(outcomes, hosts, profiles, run_options, trails, stories)
     # telemetry (issue 9): the series sampled during the jobs join the findings and observations
-    return merge_telemetry(run_dir, hosts, profiles, topology_findings + findings + graded_findings, observations)
+    findings, observations = merge_telemetry(run_dir, hosts, profiles, topology_findings + findings + graded_findings,
+                                             observations)
+    return merge_fabric(run_dir, hosts, profiles, findings), observations
 
 
 def _run_isolations(run_dir: Path, spec: BenchmarkSpec, group: Sequence[Host], profile: Profile,
@@ -353,8 +358,10 @@ def replay_benchmarks(run_dir: Path, hosts: Sequence[Host], profiles: Mapping[st
                          remedy="Keep raw/_jobs/manifest.json with the job outputs, or name the files "
                                 "<benchmark>-<test>-<shape>-<hosts>.out as healthcheck writes them")
                  for problem in problems for h in hosts]
-    # telemetry (issue 9): replayed too, for the run's hosts and the stored jobs' own hosts only
-    return merge_telemetry(run_dir, [*hosts, *(Host(n) for n in extra)], profiles, findings, observations)
+    # telemetry (issue 9) and fabric counters (issue 33): replayed too, for the run's and the stored jobs' hosts
+    everyone = [*hosts, *(Host(n) for n in extra)]
+    findings, observations = merge_telemetry(run_dir, everyone, profiles, findings, observations)
+    return merge_fabric(run_dir, everyone, profiles, findings), observations
 
 
 def _with_ranks(outcome: JobOutcome, hosts: Mapping[str, Host], profiles: Mapping[str, Profile],

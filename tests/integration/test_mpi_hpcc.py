@@ -82,8 +82,14 @@ def test_hpcc_across_two_ssh_hosts(ssh_cluster_factory, tmp_path: Path) -> None:
         assert by_check[(h, "hpcc.pingpong.bandwidth")].status is Status.SKIP  # no expectation: never PASS
     summary = observations["node01"]["benchmarks"]["hpl"][0]
     assert summary["hosts"] == ["node01", "node02"] and summary["metric"] > 0
-    # the launch went through ssh: node01 got the transport's login plus its orted's, node02 its orted's
-    assert [h.connections() for h in cluster.hosts] == [2, 1]
+    # the launch went through ssh: node01 got the transport's login plus its orted's, node02 its orted's; each
+    # host also got the two fabric counter snapshots around the job (healthcheck/run/fabric_jobs.py)
+    assert [h.connections() for h in cluster.hosts] == [4, 3]
+    fabric = run_dir / "raw" / "_fabric" / "hpl-hpl-cluster-2nodes-node01"
+    assert sorted(p.name for p in fabric.iterdir()) == [f"{h}.{kind}" for h in ("node01", "node02")
+                                                         for kind in ("after.out", "before.out", "json")]
+    assert "# ib-sysfs: no /sys/class/infiniband devices" in (fabric / "node02.before.out").read_text()
+    assert not [f for f in findings if ".fabric" in f.check]  # no InfiniBand on the testbed: nothing to grade
 
     outcomes = load_outcomes(run_dir)
     assert [o.job.job_id for o in outcomes] == ["hpl-hpl-cluster-2nodes-node01"]

@@ -155,7 +155,8 @@ def _setup(count: int = 5) -> tuple[list[Host], dict[str, Profile]]:
 def test_execute_pairs_retest_and_replay(tmp_path: Path) -> None:
     hosts, profiles = _setup()
     transport = FakeTransport(bad="node03")
-    options = {"benchmarks": ["nccl"], "plan": "acceptance", "nccl.shapes": ["pair"]}
+    # fabric counter snapshots around the jobs are tests/unit/test_fabric_jobs.py's: here only the launches
+    options = {"benchmarks": ["nccl"], "plan": "acceptance", "nccl.shapes": ["pair"], "fabric_counters": False}
     findings, observations = execute_benchmarks(tmp_path, hosts, profiles, transport, options, set())
     node = {f.host: f for f in findings if f.check == "nccl.all_reduce.pairs.node"}
     assert node["node03"].status is Status.FAIL and "retest with known-good" in node["node03"].message
@@ -251,7 +252,8 @@ def test_cluster_job_reruns_without_the_node_the_pairs_prove_bad(tmp_path: Path)
     key = "nccl.all_reduce.cluster.busbw_gbps"
     profiles["h100"].expectations[key] = Expectation(key, "test", value=400.0, unit="GB/s")
     transport = ClusterFake(bad="node03")
-    options = {"benchmarks": ["nccl"], "plan": "acceptance", "nccl.shapes": ["pair", "cluster"]}
+    options = {"benchmarks": ["nccl"], "plan": "acceptance", "nccl.shapes": ["pair", "cluster"],
+               "fabric_counters": False}
     findings, observations = execute_benchmarks(tmp_path, hosts, profiles, transport, options, set())
     assert [cid for _, cid in transport.calls][-3:] == ["nccl-all_reduce_perf-cluster-4nodes-node01",
                                                        "nccl-all_reduce_perf-retest-node03-node01",

@@ -56,8 +56,10 @@ def by_check(findings, check):
 
 
 def test_clock_parser():
-    assert parse_counter_clock(clock(T0)) == (T0, BOOT)
-    assert parse_counter_clock(f"{T0}\n") == (T0, None)
+    assert parse_counter_clock(clock(T0)) == (T0, BOOT, None)
+    assert parse_counter_clock(f"{T0}\n") == (T0, None, None)
+    assert parse_counter_clock(f"{T0}\n{BOOT}\n350735.47 5543321.93\n") == (T0, BOOT, 350735.47)
+    assert parse_counter_clock(f"{T0}\n{BOOT}\nnan 1\n") == (T0, BOOT, None)
 
 
 def test_rates_over_twelve_hours_name_the_port_link_and_device():
@@ -119,7 +121,7 @@ def test_nvlink_counters_read_as_the_comprehension_over_every_field():
     for text in (errors, errors.replace(": 0\n", ": N/A\n", 9)):
         expected = {f"gpu{c.gpu} link {c.link}": {k: getattr(c, k) for k in COUNTERS if isinstance(getattr(c, k), int)}
                     for c in parse_nvidia_smi_nvlink_e(text)}
-        got = _nvlink(CommandResult(host="h", command_id="nvidia-smi-nvlink-e", stdout=text.encode(), rc=0))
+        got = _nvlink(CommandResult(host="h", command_id="nvidia-smi-nvlink-e", stdout=text.encode(), rc=0))["nvlink"]
         assert got == expected and list(got) == list(expected)
         assert [list(v) for v in got.values()] == [list(v) for v in expected.values()]
 

@@ -386,3 +386,25 @@ def test_header_names_failing_nodes_as_nodesets_linked_to_their_details(tmp_path
     assert (fail["nodeset"], fail["count"], fail["unlisted"], fail["href"]) == ("n[001-020]", 20, 8, "#status=FAIL")
     assert len(fail["hosts"]) == HOSTS_LINKED
     assert [h["href"] for h in fail["hosts"][:2]] == ["#h-n001", "#host=n002"]  # no detail section: the host table
+
+
+def test_fabric_counters_panel_lists_non_zero_fault_counters_per_port_with_the_rate_since_boot() -> None:
+    """The rates observation of our RoCE pause-storm fixtures: fault counters shown, traffic volume left out."""
+    from healthcheck.core.model import CommandResult
+    from healthcheck.probes.rates import parse_rates
+    from healthcheck.reports.builtin_panels import fabric_counters_panel
+    from healthcheck.store.jsoncodec import to_jsonable
+    from tests.conftest import fixture_text
+
+    texts = {"counter-clock": "1795000000\n5c3e1c0e-0d3b-4a53-9a57-4e0fb3a5d2c1\n43200.00 1.00\n",
+             "ib-sysfs": fixture_text("ib/sysfs-roce-2port-hw-counters-t1-mlx5_1-rnr-timeouts-cnp-storm.txt"),
+             "ethtool-stats": fixture_text("ethtool/ethtool-stats-2port-t1-ens2f0np0-pause-storm-flaps.txt")}
+    obs = to_jsonable(parse_rates({c: CommandResult(host="n", command_id=c, stdout=t.encode(), rc=0)
+                                   for c, t in texts.items()}))
+    panel = fabric_counters_panel(obs)
+    assert panel is not None and panel.note == "uptime 12.0 h"
+    rows = {(r[0], r[2]): (r[1], r[3], r[4]) for r in panel.view.rows}
+    assert rows[("mlx5_1 ens2f0np0", "tx_prio3_pause")] == ("ethtool", 41001791, "3,416,815.9")
+    assert rows[("mlx5_1/1", "rnr_nak_retry_err")] == ("mlx5 hw", 2, "0.2")
+    assert not [k for k in rows if k[1] in ("port_xmit_data", "rx_bytes_phy", "rx_write_requests", "lifespan")]
+    assert fabric_counters_panel({"counters": {}}) is None and fabric_counters_panel(None) is None
