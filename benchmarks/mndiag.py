@@ -216,8 +216,13 @@ def _host_findings(job: Any, host: str, reported: MndiagHost, result: MndiagResu
                                   f"profile {ctx.profile.name}")
     failing = [r for r in gpus if r.status in ("Fail", "Warn")]
     named = ", ".join(f"GPU {r.entity_id} {r.status}" for r in failing)
-    verdict = dataclasses.replace(verdict, message=f"{job.prefix}dcgmi mndiag on {host} (host {reported.host_id}): "
-                                                   f"{len(gpus)} GPUs, {named or 'all Pass'}; {verdict.message}")
+    said = f"{job.prefix}dcgmi mndiag on {host} (host {reported.host_id}): {len(gpus)} GPUs, {named or 'all Pass'}"
+    if verdict.status is Status.PASS:
+        verdict = dataclasses.replace(verdict, message=said)
+    elif exp is not None and verdict.status is not Status.SKIP:
+        verdict = dataclasses.replace(verdict, message=f"{said}; expected {exp.value} (source: {exp.source[:90]})")
+    else:
+        verdict = dataclasses.replace(verdict, message=f"{said}; {verdict.message}")
     return [verdict] + [_gpu_finding(job, host, r, exp is not None) for r in failing]
 
 
