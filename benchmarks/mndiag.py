@@ -33,6 +33,7 @@ from typing import Any
 
 from healthcheck.benchmarks import BenchContext, BenchmarkSpec, Program, bench_setting, register
 from healthcheck.benchmarks.domain import host_of
+from healthcheck.benchmarks.mndiag_text import parse_mndiag_table
 from healthcheck.core.grading import finding_from_expectation
 from healthcheck.core.model import Finding, Status
 from healthcheck.core.profiles import Profile
@@ -144,8 +145,12 @@ def _list(doc: Mapping[str, Any], key: str) -> list[Any]:
 
 
 def parse_mndiag(text: str) -> MndiagResult:
-    """``dcgmi mndiag --json`` output (pure), with any noise around the document; ``ParseError`` otherwise."""
-    doc = _document(text)
+    """``dcgmi mndiag --json`` output (pure), with any noise around the document, else its plain-text table
+    (``benchmarks/mndiag_text.py``); ``ParseError`` when it is neither."""
+    try:
+        doc = _document(text)
+    except ParseError:
+        return _from_table(parse_mndiag_table(text))
     hosts = tuple(MndiagHost(_int(h.get("host_id"), "host_id"), str(h.get("hostname", "")),
                              h.get("dcgm_version"), h.get("driver_version"),
                              tuple(_int(e.get("entity_id"), "entity_id") for e in _list(h, "entities")
@@ -168,6 +173,20 @@ def parse_mndiag(text: str) -> MndiagResult:
         global_errors=_errors(doc.get("global_errors"), "global_errors"),
         mpi_error=str(mpi.get("warning", ""))[:500] if isinstance(mpi, dict) else None,
         runtime_error=str(runtime)[:500] if runtime else None)
+
+
+def _from_table(fields: Mapping[str, Any]) -> MndiagResult:
+    gpus: dict[int, list[int]] = {}
+    for host_id, gpu, _, _ in fields["results"]:
+        gpus.setdefault(host_id, []).append(gpu)
+    hosts = tuple(MndiagHost(i, name, fields["dcgm"], fields["driver"], tuple(gpus.get(i, ())))
+                  for i, name in fields["hosts"])
+    results = tuple(MndiagEntity(h, "GPU", g, _status(status, "GPU"), tuple(MndiagError(e[:500]) for e in errors))
+                    for h, g, status, errors in fields["results"])
+    return MndiagResult(test=fields["test"], status=_status(fields["status"], "test"),
+                        num_hosts=fields["num_hosts"] if fields["num_hosts"] is not None else len(hosts),
+                        hosts=hosts, results=results, mpi_error=fields["mpi_error"],
+                        runtime_error=fields["runtime_error"])
 
 
 def evaluate_mndiag(job: Any, result: MndiagResult, ctx: BenchContext) -> list[Finding]:

@@ -102,3 +102,28 @@ def test_program_lists_every_tray_and_asks_for_json():
     assert argv[:4] == ("dcgmi", "mndiag", "--hostList", ";".join(TRAYS))
     assert argv[4:] == ("--run", "mnubergemm", "--json", "--parameters", "mnubergemm.time_to_run=300")
     assert get("mndiag").launcher == "direct"
+
+
+def test_the_plain_text_table_reads_like_the_json():
+    from healthcheck.benchmarks.mndiag_text import parse_mndiag_table
+
+    text = parse_mndiag(fixture_text("mndiag/gb200-nvl72-r07t11-gpu1-fail-table.txt"))
+    doc = parse_mndiag(fixture_text("mndiag/gb200-nvl72-r07t11-gpu1-fail.json"))
+    assert [(r.host_id, r.entity_id, r.status, [e.text for e in r.errors]) for r in text.results] == [
+        (r.host_id, r.entity_id, r.status, [e.text for e in r.errors]) for r in doc.results]
+    assert [h.hostname for h in text.hosts] == list(TRAYS) and text.num_hosts == 18
+    fields = parse_mndiag_table(fixture_text("mndiag/gb200-nvl72-18trays-pass-table.txt"))
+    assert (fields["status"], fields["driver"], fields["dcgm"], len(fields["results"])) == (
+        "Pass", "580.173.02", "4.6.0", 72)
+    findings = get("mndiag").evaluate(JOB, text, BenchContext(GB200, {h: Host(h) for h in TRAYS}))
+    assert not_passing(findings) == [("r07t11", "mndiag.gpu", "gpu1", "FAIL"),
+                                     ("r07t11", "mndiag.result", "cluster (18 nodes)", "FAIL")]
+
+
+def test_a_failure_printed_before_the_table_is_the_runtime_error():
+    table = fixture_text("mndiag/gb200-nvl72-18trays-pass-table.txt").split("|-----  Host Details")[0]
+    table = table.replace("Successfully ran multi-node diagnostic.", "Multi-node diagnostic failed.")
+    result = parse_mndiag("Error: Unable to reserve GPUs on r07t09.\n" + table)
+    assert result.runtime_error == "Error: Unable to reserve GPUs on r07t09." and not result.results
+    findings = get("mndiag").evaluate(JOB, result, BenchContext(GB200, {}))
+    assert {(f.check, f.status) for f in findings} == {("mndiag.run", Status.ERROR)}
