@@ -133,3 +133,14 @@ def test_program_runs_a_testcase_or_a_suite():
     program = nvloom_program(job("gpu-to-rack"), GB200, {"nvloom.buffer_mib": 1024, "nvloom.gpu_to_rack_samples": 7})
     assert program.argv == ("nvloom_cli", "-s", "gpu-to-rack", "-b", "1024", "--gpuToRackSamples", "7")
     assert get("nvloom").ranks_per_host(GB200, "cluster") == 4
+
+
+def test_rich_output_samples_and_column_separators_parse():
+    """``--richOutput`` (cli/util.cpp incrementalPrint): one column per sample, ``| `` after each rack's
+    last sample, ``;(src-dst)`` after each value; two racks here, two samples each."""
+    head = fixture_text("nvloom/gb200-nvl72-18trays-healthy.txt").split("Running ")[0]
+    text = (head + f"Running {G2R}\n\tA-0\tA-1\t| \tB-0\tB-1\t\n"
+            + "0\t740.10;(0-36)\t741.20;(0-50)\t|\t738.00;(0-1)\tN/A;(0-2)\t\n")
+    (test,) = parse_nvloom(text).testcases
+    assert test.matrix.columns == ("A-0", "A-1", "B-0", "B-1")
+    assert test.matrix.rows == (("0", (740.1, 741.2, 738.0, None)),)
