@@ -278,7 +278,7 @@ SPEC = register(BenchmarkSpec(
     name="mndiag",
     description="DCGM multi-node diagnostics (dcgmi mndiag, mnubergemm): DCGM's verdict per host and GPU",
     tests=lambda profile, options: (str(bench_setting(profile, options, "mndiag.run", "mnubergemm")),),
-    shapes={"quick": ("cluster",), "acceptance": ("cluster",)},
+    shapes={"quick": ("domain",), "acceptance": ("domain",)},
     ranks_per_host=lambda profile, shape, options=None: 1,
     program=mndiag_program,
     parse=parse_mndiag,

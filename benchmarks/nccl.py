@@ -301,7 +301,7 @@ def evaluate_nccl(job: Job, result: NcclTestResult, ctx: BenchContext) -> list[F
 def _scope(job: Job, ctx: BenchContext) -> str:
     """``domain`` for a cluster job that is exactly one NVLink domain (graded against
     ``nccl.<coll>.domain.busbw_gbps``), else the job's shape."""
-    return "domain" if job.shape == "cluster" and one_domain(job, ctx).one_domain else job.shape
+    return "domain" if job.shape in ("cluster", "domain") and one_domain(job, ctx).one_domain else job.shape
 
 
 def _all(job: Job, check: str, status: Status, message: str, remedy: str | None, **kw: Any) -> list[Finding]:

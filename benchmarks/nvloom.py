@@ -238,7 +238,7 @@ SPEC = register(BenchmarkSpec(
     description="NVIDIA nvloom: per-GPU bandwidth across a multi-node NVLink domain (bisect quick test, "
                 "gpu-to-rack sampling) against the profile and the domain median",
     tests=nvloom_tests,
-    shapes={"quick": ("cluster",), "acceptance": ("cluster",)},
+    shapes={"quick": ("domain",), "acceptance": ("domain",)},
     ranks_per_host=nvloom_ranks_per_host,
     program=nvloom_program,
     parse=parse_nvloom,

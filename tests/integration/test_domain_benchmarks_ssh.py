@@ -1,7 +1,7 @@
 """Domain benchmarks over real sshd test hosts: ``healthcheck bench --benchmarks nvloom,mndiag`` plans one
-``cluster`` job of each over four GB200 trays, launches nvloom through mpirun (4 ranks per tray) and
-``dcgmi mndiag`` as is on the first tray, grades the outputs per tray and GPU, and replays them with every sshd
-stopped.
+``domain`` job of each over four GB200 trays (one inventory domain), launches nvloom through mpirun (4 ranks
+per tray) and ``dcgmi mndiag`` as is on the first tray, grades the outputs per tray and GPU, and replays them
+with every sshd stopped.
 
 Only ``mpirun`` and ``dcgmi`` are shims (``SshCluster.add_tool``): each answers exactly the command line we
 expect, so a different launch line fails the job. Their outputs are built here in the layouts of our fixtures
@@ -84,14 +84,14 @@ def test_nvloom_and_mndiag_name_the_slow_pair_and_the_failing_gpu(ssh_cluster_fa
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     jobs = json.loads((run_dir / "raw" / "_jobs" / "manifest.json").read_text())["jobs"]
     assert sorted((e["job"]["job_id"], e["launcher"], e["rc"]) for e in jobs) == [
-        ("mndiag-mnubergemm-cluster-4nodes-r07t01", "r07t01", 0),
-        (f"nvloom-{BISECT}-cluster-4nodes-r07t01", "r07t01", 0)]
+        ("mndiag-mnubergemm-domain-4nodes-r07t01", "r07t01", 0),
+        (f"nvloom-{BISECT}-domain-4nodes-r07t01", "r07t01", 0)]
 
     found = domain_findings(run_dir)
     not_passing = sorted(k for k in found if k[3] not in ("PASS", "SKIP"))
     assert [k for k in not_passing if k[1] != "nvloom.domain.gpus"] == [
         ("r07t02", f"nvloom.{BISECT}", "gpu1", "FAIL"), ("r07t02", f"nvloom.{BISECT}.domain", "gpu1", "FAIL"),
-        ("r07t03", "mndiag.gpu", "gpu2", "FAIL"), ("r07t03", "mndiag.result", "cluster (4 nodes)", "FAIL"),
+        ("r07t03", "mndiag.gpu", "gpu2", "FAIL"), ("r07t03", "mndiag.result", "domain (4 nodes)", "FAIL"),
         ("r07t04", f"nvloom.{BISECT}", "gpu1", "FAIL"), ("r07t04", f"nvloom.{BISECT}.domain", "gpu1", "FAIL")]
     # four trays are 16 of the NVL72 domain's 72 GPUs: the rack is short, a WARN on every tray
     assert {k for k in not_passing if k[1] == "nvloom.domain.gpus"} == {

@@ -15,9 +15,9 @@ from healthcheck.cli.main import main
 from tests.conftest import corpus_text, fixture_text
 
 HOSTS = [f"r07t{i:02d}" for i in range(1, 19)]
-JOBS = {"nvloom-bisect_device_to_device_write_sm-cluster-18nodes-r07t01":
+JOBS = {"nvloom-bisect_device_to_device_write_sm-domain-18nodes-r07t01":
         lambda: fixture_text("nvloom/gb200-nvl72-18trays-slow-pair-rank5-rank41.txt"),
-        "mndiag-mnubergemm-cluster-18nodes-r07t01": lambda: fixture_text("mndiag/gb200-nvl72-r07t11-gpu1-fail.json"),
+        "mndiag-mnubergemm-domain-18nodes-r07t01": lambda: fixture_text("mndiag/gb200-nvl72-r07t11-gpu1-fail.json"),
         "nccl-all_reduce_perf-cluster-18nodes-r07t01":
         lambda: corpus_text("nccl-tests/all_reduce-gb200-nvl72-72gpu-single-rack-tail.txt")}
 
