@@ -37,7 +37,7 @@ from healthcheck.core.suggest import did_you_mean
 TOP_KEYS = ("defaults", "groups", "hosts", "controller")
 GROUP_KEYS = ("hosts", "vars")
 KNOWN_VARS = ("address", "user", "port", "profile", "transport", "slurm_node", "k8s_node", "benchmarks",
-              "xid_ignore", "mounts", "services", "extra")
+              "xid_ignore", "mounts", "services", "nvl_domain", "extra")
 TRANSPORTS = ("ssh", "local", "slurm")
 
 
@@ -71,6 +71,7 @@ VAR_TYPES: dict[str, tuple[Any, str]] = {
     "xid_ignore": (_xid_list, "a list of Xid numbers"),
     "mounts": (_str_list, "a list of mount points ([/scratch, /home])"),
     "services": (_str_list, "a list of systemd unit names"),
+    "nvl_domain": (_str, "the NVLink domain (rack) the host's tray belongs to, e.g. rack07"),
     "extra": (lambda v: isinstance(v, Mapping), "a mapping"),
 }
 

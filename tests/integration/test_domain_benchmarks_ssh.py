@@ -105,3 +105,50 @@ def test_nvloom_and_mndiag_name_the_slow_pair_and_the_failing_gpu(ssh_cluster_fa
     proc = healthcheck("run", "--replay", run_dir, "--run-dir", replay)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert domain_findings(replay) == found
+
+
+def test_two_racks_get_one_job_each_on_their_first_tray(ssh_cluster_factory, tmp_path: Path) -> None:
+    """Four trays in two inventory groups (two NVLink domains): one nvloom and one mndiag job per rack, each
+    launched on the rack's first tray; rack08's nvloom output lacks one tray (r08t02 FAIL, missing)."""
+    names = ["r07t01", "r07t02", "r08t01", "r08t02"]
+    cluster = ssh_cluster_factory(4, names=names)
+    header = [line for line in fixture_text("nvloom/gb200-nvl72-18trays-healthy.txt").splitlines()
+              if not line.startswith("Process ")][:8]
+
+    def nvloom(trays: list[str]) -> str:
+        ranks = 4 * len(trays)
+        lines = header + [f"Process {r} ({trays[r // 4]}): device {r % 4}: NVIDIA GB200 (0000000{8 + r % 2}:01:00); "
+                          f"rackGuid: {trays[0][:3]}" for r in range(ranks)] + ["", f"Running {BISECT}", "\t0\t"]
+        lines += [f"{r}->{(r + ranks // 2) % ranks}\t{741.0 + r:.2f}\t" for r in range(ranks)]
+        return "\n".join([*lines, "", f"Done {BISECT}", ""])
+
+    mpirun = f"--np 8 --hostfile hostfile --map-by ppr:4:node --timeout 1800 nvloom_cli -t {BISECT}"
+    cluster.add_tool("r07t01", "mpirun", {mpirun: (nvloom(["r07t01", "r07t02"]), 0)})
+    cluster.add_tool("r08t01", "mpirun", {mpirun: (nvloom(["r08t01"]), 0)})
+    for first, rack in (("r07t01", ["r07t01", "r07t02"]), ("r08t01", ["r08t01", "r08t02"])):
+        doc = json.loads(mndiag_text())
+        doc["hosts"] = [dict(h, hostname=rack[i]) for i, h in enumerate(doc["hosts"][:2])]
+        (test,) = doc["test_categories"][0]["tests"]
+        test["status"] = test["test_summary"]["status"] = "Pass"
+        test["results"] = [dict(r, status="Pass") for r in test["results"] if r["host_id"] < 2]
+        for r in test["results"]:
+            r.pop("warnings", None)
+        cluster.add_tool(first, "dcgmi", {f"mndiag --hostList {';'.join(rack)} --run mnubergemm --json":
+                                          (json.dumps(doc, indent=3), 0)})
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", profile="gb200-nvl72-tray",
+                                  host_vars={n: {"nvl_domain": n[:3], "benchmarks": {"nvloom": {"tests": [BISECT]}}}
+                                             for n in names})
+    run_dir = tmp_path / "bench"
+    proc = healthcheck("bench", "-i", inv, "-F", cluster.ssh_config, "--benchmarks", "nvloom,mndiag",
+                       "--plan", "quick", "--run-dir", run_dir)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    jobs = json.loads((run_dir / "raw" / "_jobs" / "manifest.json").read_text())["jobs"]
+    assert sorted((e["job"]["job_id"], e["launcher"], tuple(e["job"]["hosts"])) for e in jobs) == [
+        ("mndiag-mnubergemm-domain-2nodes-r07t01", "r07t01", ("r07t01", "r07t02")),
+        ("mndiag-mnubergemm-domain-2nodes-r08t01", "r08t01", ("r08t01", "r08t02")),
+        (f"nvloom-{BISECT}-domain-2nodes-r07t01", "r07t01", ("r07t01", "r07t02")),
+        (f"nvloom-{BISECT}-domain-2nodes-r08t01", "r08t01", ("r08t01", "r08t02"))]
+    found = domain_findings(run_dir)
+    assert sorted(k for k in found if k[3] in ("FAIL", "ERROR")) == [
+        ("r08t02", "nvloom.ranks", "domain (2 nodes)", "FAIL")]
+    assert {k[0] for k in found if k[1] == "mndiag.result" and k[3] == "PASS"} == set(names)

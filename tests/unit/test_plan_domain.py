@@ -43,3 +43,16 @@ def test_a_stored_domain_job_is_rebuilt_from_its_id_when_it_covers_the_bundle():
     job = job_from_id("nvloom-gpu-to-rack-domain-18nodes-r07t01", names)
     assert (job.benchmark, job.test, job.shape, job.hosts) == ("nvloom", "gpu-to-rack", "domain", tuple(names))
     assert job_from_id("mndiag-mnubergemm-domain-17nodes-r07t01", names) is None   # which 17? not guessed
+
+
+def test_inventory_accepts_nvl_domain_and_groups_name_racks():
+    import pytest
+
+    from healthcheck.benchmarks.domain import domain_label
+    from healthcheck.inventory.hosts import InventoryError, parse_inventory
+
+    inv = parse_inventory({"groups": {"rack07": {"hosts": "r07t[01-02]", "vars": {"profile": "gb200-nvl72-tray"}}},
+                           "hosts": {"r07t02": {"nvl_domain": "nvl-a"}}}, "inv.yaml")
+    assert [domain_label(h) for h in inv.hosts] == ["rack07", "nvl-a"]
+    with pytest.raises(InventoryError, match="nvl_domain"):
+        parse_inventory({"hosts": {"r07t01": {"nvl_domain": 7}}}, "inv.yaml")
