@@ -102,7 +102,7 @@ _SPECS: dict[str, BenchmarkSpec] = {}
 
 # Built-in benchmark modules, in the order they run.
 BUILTIN = tuple(f"healthcheck.benchmarks.{name}" for name in ("nccl", "hpl", "imb", "osu", "sdc", "gpuperf",
-                                                                  "nvbandwidth"))
+                                                                  "nvbandwidth", "nvloom", "mndiag"))
 
 
 def register(spec: BenchmarkSpec) -> BenchmarkSpec:

@@ -27,6 +27,7 @@ from typing import Any
 
 from healthcheck.benchmarks import NUMBER_RE, BenchContext, BenchmarkSpec, Program, bench_setting, finite, register
 from healthcheck.benchmarks.bands import band_finding
+from healthcheck.benchmarks.domain import host_of, one_domain
 from healthcheck.benchmarks.launcher_errors import LauncherError, launcher_remedy, parse_launcher_errors
 from healthcheck.benchmarks.nccl_groups import busbw_expectation, rail_gpu
 from healthcheck.benchmarks.nccl_transport import NcclTransport, evaluate_nccl_transport, parse_nccl_transport
@@ -233,20 +234,6 @@ def infer_ranks(collective: str, row: NcclRow) -> int | None:
     return None if factor >= scale else round(scale / (scale - factor))
 
 
-def host_of(printed: str | None, job: Job, ctx: BenchContext) -> str | None:
-    """The inventory host a node-printed name refers to (name, address, short name or ``vars.hostname``)."""
-    if not printed:
-        return None
-    for name in job.hosts:
-        host = ctx.hosts.get(name)
-        known = {name, name.split(".")[0]}
-        if host is not None:
-            known |= {str(host.address or ""), str(host.vars.get("hostname", ""))}
-        if printed in known or printed.split(".")[0] in known:
-            return name
-    return None
-
-
 def busbw_metric(result: NcclTestResult, min_bytes: int | None) -> tuple[float, int] | None:
     """(best busbw, size) over the rows at or above ``min_bytes`` (default: the largest size)."""
     rows = [r for r in result.rows if r.size_bytes > 0]
@@ -279,6 +266,9 @@ _REMEDY = {
             "power and PCIe links; compare with the fleet",
     "net": "Check the IB/RoCE ports of these nodes (ibstat rate/width, error counters), NCCL_IB_HCA and GID "
            "settings, GPUDirect RDMA, and the switch ports on their path",
+    "domain": "A slow collective over one NVLink domain: check the domain's fabric findings (fabric.health, "
+              "nvl.domain, imex), the NVLink switch trays (NMX) and run nvloom's gpu-to-rack suite to find the "
+              "slow GPU",
     "warn": "NCCL reported a warning: read it (HCA, QP, socket or NVLS error) and check that device",
 }
 
@@ -298,13 +288,21 @@ def evaluate_nccl(job: Job, result: NcclTestResult, ctx: BenchContext) -> list[F
         metric = busbw_metric(result, int(min_bytes) if min_bytes else None)
         if metric is not None:
             busbw, size = metric
-            key = f"{base}.{job.shape}.busbw_gbps"
-            remedy = _REMEDY["node" if job.shape == "node" else "net"]
-            out += [band_finding(h, f"{base}.{job.shape}.busbw", busbw_expectation(ctx.profile, base, job.shape), busbw,
+            scope = _scope(job, ctx)
+            key = f"{base}.{scope}.busbw_gbps"
+            remedy = _REMEDY["domain" if scope == "domain" else "node" if job.shape == "node" else "net"]
+            what = f"{coll} busbw at {_size(size)}" + (" over one NVLink domain" if scope == "domain" else "")
+            out += [band_finding(h, f"{base}.{scope}.busbw", busbw_expectation(ctx.profile, base, scope), busbw,
                                  source=job.job_id, remedy=remedy, profile=ctx.profile, key=key,
-                                 component=job.component, what=f"{coll} busbw at {_size(size)}")
+                                 component=job.component, what=what)
                     for h in job.hosts]
     return out
+
+
+def _scope(job: Job, ctx: BenchContext) -> str:
+    """``domain`` for a cluster job that is exactly one NVLink domain (graded against
+    ``nccl.<coll>.domain.busbw_gbps``), else the job's shape."""
+    return "domain" if job.shape in ("cluster", "domain") and one_domain(job, ctx).one_domain else job.shape
 
 
 def _all(job: Job, check: str, status: Status, message: str, remedy: str | None, **kw: Any) -> list[Finding]:

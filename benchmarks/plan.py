@@ -6,8 +6,9 @@
 Shapes: ``node`` (every node alone: NVLink all-reduce over its GPUs, single-node HPL), ``pair``
 (disjoint node pairs in rounds, the circle method, so every round uses each node at most once and
 no pair repeats), ``rail`` (the pairs again, one job per rail/HCA), ``cluster`` (all nodes at
-once). The isolation plan (``benchmarks/isolate.py``) adds ``group`` (k nodes, every GPU and rail) and
-``group_rail`` (k nodes, one GPU each, pinned to one rail: the rails of a node run side by side).
+once), ``domain`` (one job per NVLink domain the inventory names: nvloom, dcgmi mndiag). The isolation
+plan (``benchmarks/isolate.py``) adds ``group`` (k nodes, every GPU and rail) and ``group_rail`` (k nodes,
+one GPU each, pinned to one rail: the rails of a node run side by side).
 Stages run in order; the runner packs the jobs of one stage into batches of disjoint hosts (host and
 rail, ``Job.slots``) that run together. After the pairs, suspects are retested against a known-good
 partner (``retest_pairs``), and a cluster job that included nodes the pairs proved bad is run again
@@ -23,11 +24,12 @@ from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
 
-SHAPES = ("node", "pair", "rail", "cluster")
+SHAPES = ("node", "pair", "rail", "cluster", "domain")
 GROUP_SHAPES = ("group", "group_rail")  # the isolation plan's, planned round by round (benchmarks/isolate.py)
 # Stage order of the shapes; retests (pairs against a known-good partner) come after all pairs, the
 # cluster job without the nodes they proved bad after the cluster job.
-_STAGE_BASE = {"node": 0, "pair": 100, "rail": 500, "isolate": 700, "retest": 900, "cluster": 1000, "rerun": 1100}
+_STAGE_BASE = {"node": 0, "pair": 100, "rail": 500, "isolate": 700, "retest": 900, "cluster": 1000, "rerun": 1100,
+               "domain": 1200}
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,8 @@ class Job:
         ``rail mlx5_0:1 group gpu[001,009]``."""
         if self.shape == "node":
             return "node"
+        if self.shape == "domain":
+            return f"domain ({len(self.hosts)} nodes)"
         if self.shape == "cluster":
             without = ", ".join(self.excluded) if len(self.excluded) <= 3 else f"{len(self.excluded)} blamed nodes"
             return f"cluster ({len(self.hosts)} nodes{f', without {without}' if self.excluded else ''})"
@@ -160,7 +164,7 @@ def job_id(benchmark: str, test: str, shape: str, hosts: Sequence[str], rail: st
            retest: bool = False, excluded: Sequence[str] = ()) -> str:
     """A stable, filename-safe id: ``nccl-all_reduce_perf-pair-node01-node02``; a cluster rerun
     ``nccl-all_reduce_perf-retest-3nodes-node01-without-node03`` (``stored.job_from_id`` reads them back)."""
-    where = f"{len(hosts)}nodes-{hosts[0]}" if shape == "cluster" else "-".join(hosts)
+    where = f"{len(hosts)}nodes-{hosts[0]}" if shape in ("cluster", "domain") else "-".join(hosts)
     if excluded:
         without = "-".join(excluded)
         where += f"-without-{without if len(without) <= 120 else f'{len(excluded)}nodes'}"
@@ -194,9 +198,19 @@ def stage_of(shape: str, round_index: int = 0) -> int:
     return _STAGE_BASE[shape] + round_index
 
 
+def domain_groups(hosts: Sequence[str], domain_of: Mapping[str, str | None]) -> list[tuple[str, ...]]:
+    """The hosts per NVLink domain (``domain_of``: host -> the domain the inventory names), in host order; hosts
+    with no domain form one group together. A domain of one host is a job too (nvloom waives, mndiag grades)."""
+    groups: dict[str | None, list[str]] = {}
+    for host in hosts:
+        groups.setdefault(domain_of.get(host), []).append(host)
+    return [tuple(group) for group in groups.values()]
+
+
 def plan_jobs(benchmark: str, tests: Sequence[str], shapes: Sequence[str], hosts: Sequence[str],
               ranks_per_host: Mapping[str, int], *, pair_round_count: int = 1,
-              rails: Sequence[str] = (), timeout_s: float = 1800.0) -> list[Job]:
+              rails: Sequence[str] = (), timeout_s: float = 1800.0,
+              domain_of: Mapping[str, str | None] | None = None) -> list[Job]:
     """Every job of one benchmark for the given shapes, in stage order."""
     jobs: list[Job] = []
 
@@ -213,6 +227,9 @@ def plan_jobs(benchmark: str, tests: Sequence[str], shapes: Sequence[str], hosts
             elif shape == "cluster":
                 for group in cluster(hosts):
                     add(test, shape, group, stage_of("cluster"))
+            elif shape == "domain":
+                for group in domain_groups(hosts, domain_of or {}):
+                    add(test, shape, group, stage_of("domain"))
             elif shape == "pair":
                 for index, pairs in enumerate(pair_rounds(hosts, pair_round_count)):
                     for group in pairs:

@@ -26,7 +26,7 @@ from healthcheck.core.hostnames import host_name_problem
 from healthcheck.store.safeio import BundleFileError, read_regular
 
 JOBS_DIR = Path("raw") / "_jobs"
-_ID = re.compile(r"^(?P<bench>[a-z]+)-(?P<test>.+?)-(?P<shape>node|pair|rail|cluster|retest)-(?P<rest>.+)$")
+_ID = re.compile(r"^(?P<bench>[a-z]+)-(?P<test>.+?)-(?P<shape>node|pair|rail|cluster|domain|retest)-(?P<rest>.+)$")
 _RERUN = re.compile(r"^(?P<count>\d+)nodes-(?P<first>.+?)-without-(?P<without>.+)$")
 
 
@@ -83,7 +83,7 @@ def job_from_id(job_id: str, known: Sequence[str]) -> Job | None:
     shape, rest, rail = m["shape"], m["rest"], None
     if shape == "rail":
         rail, _, rest = rest.partition("-")
-    if shape == "cluster":
+    if shape in ("cluster", "domain"):  # without a manifest: only a job over every host of the bundle
         count, _, first = rest.partition("nodes-")
         hosts = tuple([first, *[h for h in known if h != first]]) if count.isdecimal() and first in known \
             and int(count) == len(known) else None

@@ -51,6 +51,7 @@ _SOURCES: tuple[tuple[str, str, str], ...] = (
     ("system", "systemctl", "systemd-units"), ("system", "nccl-libs", "nccl-libs"),
     ("nccl-tests", "", "bench:nccl"), ("imb", "", "bench:imb"), ("hpl", "", "bench:hpl"), ("osu", "", "bench:osu"),
     ("sdc", "", "bench:sdc"), ("gpuperf", "", "bench:gpuperf"), ("nvbandwidth", "", "bench:nvbandwidth"),
+    ("nvloom", "", "bench:nvloom"), ("mndiag", "", "bench:mndiag"),
     ("nvidia-smi", "nvidia-smi-q-", "nvidia-smi-q"), ("imex", "ctl-N", "imex-ctl-nodes"),
     ("imex", "nodes_config", "imex-nodes-config"),
 )
@@ -165,9 +166,11 @@ def check_probe(probe_name: str, cid: str, text: str, alone: bool) -> str:
 
 def bench_job(name: str, text: str) -> Job:
     test = {"nccl": "all_reduce_perf", "hpl": "xhpl", "imb": "PingPong", "osu": "osu_latency", "sdc": "sdc",
-            "gpuperf": "gpuperf", "nvbandwidth": "nvbandwidth"}[name]
-    shape = "node" if name in ("nccl", "hpl", "sdc", "gpuperf", "nvbandwidth") else "pair"
-    hosts = ("fuzz1",) if shape == "node" else ("fuzz1", "fuzz2")
+            "gpuperf": "gpuperf", "nvbandwidth": "nvbandwidth", "nvloom": "bisect_device_to_device_write_sm",
+            "mndiag": "mnubergemm"}[name]
+    shape = "node" if name in ("nccl", "hpl", "sdc", "gpuperf", "nvbandwidth") else \
+        "cluster" if name in ("nvloom", "mndiag") else "pair"
+    hosts = ("fuzz1",) if shape == "node" else ("r07t01", "r07t02") if shape == "cluster" else ("fuzz1", "fuzz2")
     return Job(job_id=f"{name}-fuzz", benchmark=name, test=test, shape=shape, hosts=hosts, ranks_per_host=8)
 
 

@@ -33,7 +33,7 @@ from healthcheck.run.execute import execute_run
 @target_options
 @run_dir_options
 @click.option("--benchmarks", "names", default="nccl", show_default=True, help="Comma-separated: "
-              "nccl,hpl,imb,osu,sdc,gpuperf,nvbandwidth.")
+              "nccl,hpl,imb,osu,sdc,gpuperf,nvbandwidth,nvloom,mndiag.")
 @plan_option
 @click.option("--launcher", type=click.Choice(["mpirun", "srun"]), help="Override the profile's launcher.")
 @click.option("--launcher-host", help="Host that runs mpirun/srun ('local' = here) [default: each "

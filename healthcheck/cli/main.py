@@ -96,7 +96,7 @@ def main(profiles_dirs: tuple[Path, ...]) -> None:
 @click.option("--output-cap", type=click.IntRange(1024), default=DEFAULTS.output_cap_bytes, show_default=True,
               help="Per-command stdout/stderr cap, bytes (marked truncated).")
 @click.option("--benchmarks", help="Comma-separated benchmarks to run after probes "
-              "(nccl,hpl,imb,osu,sdc,gpuperf,nvbandwidth).")
+              "(nccl,hpl,imb,osu,sdc,gpuperf,nvbandwidth,nvloom,mndiag).")
 @plan_option
 @click.option("--strict", is_flag=True, help="WARN counts as failure for the exit code.")
 @click.option("--collect-evidence", is_flag=True, help="Run nvidia-bug-report.sh on hosts that FAIL gpu/nvlink/xid "

@@ -33,7 +33,8 @@ from healthcheck.transport import SSH_CLIENTS
 
 PLANS = ("quick", "acceptance", "isolate")
 PLAN_HELP = ("quick: the probes with DCGM diag level 1 (about a minute), nccl/HPL per node and one round of "
-             "IMB/OSU pairs. acceptance: DCGM diag level 3, which runs 30-60 minutes per node, and "
+             "IMB/OSU pairs (nvloom and mndiag: one job over all the hosts in both plans). acceptance: DCGM "
+             "diag level 3, which runs 30-60 minutes per node, and "
              "benchmarks per node, in pairs (3 rounds, suspects retested) and across the cluster: hours "
              "on a large fleet. isolate: DCGM diag level 1, and nccl in adaptive, topology-aware groups (at "
              "most 4 rounds, 3 jobs per node) that name the bad nodes, links, leaves and rails "

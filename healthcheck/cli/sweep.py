@@ -73,8 +73,8 @@ def ended_early(results: RunResults, record: SweepRecord, history_dir: Path) -> 
               help="Re-grade a capture bundle instead of sweeping over SSH.")
 @click.option("--history", "history_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="History directory: index, lock and run directories.")
-@click.option("--benchmarks", help="Comma-separated benchmarks (nccl,hpl,imb,osu,sdc,gpuperf,nvbandwidth), "
-              "after the probes.")
+@click.option("--benchmarks", help="Comma-separated benchmarks (nccl,hpl,imb,osu,sdc,gpuperf,nvbandwidth,nvloom,"
+              "mndiag), after the probes.")
 @plan_option
 @click.option("--keep-days", type=click.FloatRange(0), default=DEFAULTS.history_keep_days, show_default=True,
               help="Retention: forget runs (index rows and HISTORY/runs/ directories) older than this.")

@@ -29,6 +29,7 @@ from typing import Any
 from healthcheck import benchmarks
 from healthcheck.benchmarks import BenchContext, BenchmarkSpec, bench_setting
 from healthcheck.benchmarks.attribution import retest_candidates
+from healthcheck.benchmarks.domain import domain_label
 from healthcheck.benchmarks.grade import (
     JobOutcome,
     attributed,
@@ -47,7 +48,7 @@ from healthcheck.benchmarks.launch import (
     launcher_argv,
     merge_launcher_settings,
 )
-from healthcheck.benchmarks.plan import Job, cluster_rerun, job_id, plan_jobs, retest_pairs, stage_of
+from healthcheck.benchmarks.plan import SHAPES, Job, cluster_rerun, job_id, plan_jobs, retest_pairs, stage_of
 from healthcheck.benchmarks.stored import read_stored_jobs
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.model import CommandResult, Finding, Host, Status
@@ -72,9 +73,10 @@ def plan_benchmark(spec: BenchmarkSpec, hosts: Sequence[Host], profile: Profile,
         shapes.append("rail")
     rounds = int(options.get("pair_rounds") or (DEFAULTS.bench_pair_rounds if plan == "acceptance" else 1))
     timeout = float(bench_setting(profile, options, f"{spec.name}.timeout_s", DEFAULTS.bench_job_timeout_s))
-    ranks = {shape: int(spec.ranks_per_host(profile, shape, options)) for shape in ("node", "pair", "rail", "cluster")}
+    ranks = {shape: int(spec.ranks_per_host(profile, shape, options)) for shape in SHAPES}
     return plan_jobs(spec.name, spec.tests(profile, options), shapes, [h.name for h in hosts], ranks,
-                     pair_round_count=rounds, rails=rails, timeout_s=timeout)
+                     pair_round_count=rounds, rails=rails, timeout_s=timeout,
+                     domain_of={h.name: domain_label(h) for h in hosts})
 
 
 def planned_shapes(spec: BenchmarkSpec, options: Mapping[str, Any]) -> list[str]:

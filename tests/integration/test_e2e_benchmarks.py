@@ -241,7 +241,7 @@ def test_bench_wrong_pair_fails_and_hung_job_errors(ssh_cluster_factory, tmp_pat
                                   host_vars={h.name: short for h in cluster.hosts})
     listing = healthcheck("bench", "--list")
     assert listing.returncode == 0 and [line.split()[0] for line in listing.stdout.splitlines()] == \
-        ["nccl", "hpl", "imb", "osu", "sdc", "gpuperf", "nvbandwidth"]
+        ["nccl", "hpl", "imb", "osu", "sdc", "gpuperf", "nvbandwidth", "nvloom", "mndiag"]
 
     run_dir = tmp_path / "bench"
     proc = healthcheck("bench", "-i", inv, "-F", cluster.ssh_config, "--benchmarks", "nccl", "--plan", "acceptance",

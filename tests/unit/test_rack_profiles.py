@@ -42,3 +42,18 @@ def test_gb300_inherits_the_rack_layout_and_overrides_the_gpu():
     assert gb300.expect("domain.one_clique").value is True
     assert (gb200.expect("gpu.model").value, gb300.expect("gpu.model").value) == ("GB200", "GB300")
     assert gb300.expect("gpu.memory_mib").value == 284208 and gb300.expect("fabric.manager") is None
+
+
+def test_hgx_b300_profile_grades_what_has_a_public_source_and_nothing_of_the_b200():
+    from healthcheck.core.grading import grade
+
+    b300 = load_profile("b300-hgx-8x")
+    assert (b300.expect("gpu.count").value, b300.expect("gpu.model").value) == (8, "B300")
+    assert grade(b300.expect("gpu.memory_mib"), 275040) is Status.PASS        # nvidia-smi on a B300 SXM6 AC
+    assert grade(b300.expect("gpu.memory_mib"), 183359) is Status.FAIL        # a B200 (corpus b200-8gpu-drv570-idle)
+    assert b300.expect("nvlink.link.speed_gbps").value == 53.125 and b300.expect("copy.d2d_gbps").value == 900
+    assert b300.expect("fabric.manager").value == "active" and b300.expect("domain.trays") is None
+    for absent in ("gpu.power_limit_w", "gpu.pcie.gen_max", "hpl.node.gflops", "ib.port.rate_gbps", "ib.hca.type",
+                   "nccl.all_reduce.node.busbw_gbps", "system.memory_gib", "system.cpu_count"):
+        assert b300.expect(absent) is None, absent
+    assert not [e.key for e in b300.expectations.values() if "DGX B200" in e.source or "HGX B200" in e.source]
