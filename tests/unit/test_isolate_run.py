@@ -65,7 +65,8 @@ def _run(tmp_path: Path) -> tuple[list, list[Host], dict, list[dict], ModelTrans
     profiles = {"h100-sxm5-8x": load_profile("h100-sxm5-8x")}
     transport = ModelTransport()
     stories: list[dict] = []
-    options = {"benchmarks": ["nccl"], "plan": "isolate", "parallel_jobs": 8, "telemetry": False}
+    options = {"benchmarks": ["nccl"], "plan": "isolate", "parallel_jobs": 8, "telemetry": False,
+               "fabric_counters": False}
     findings, _ = execute_benchmarks(tmp_path, hosts, profiles, transport, options, set(), stories=stories)
     return findings, hosts, profiles, stories, transport
 
