@@ -5,7 +5,8 @@
     outcome.run_dir, outcome.results.verdict
 
 Live runs and replays share everything after collection, so ``--replay`` of a run gives the same
-verdicts. Raw outputs and findings are on disk as each host completes.
+verdicts. A live run's raw outputs and findings are on disk as each host completes (``findings.jsonl``,
+its crash journal until results.json is written).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def execute_run(opts: RunOptions) -> RunOutcome:
     transport = open_sweep_transport(opts, plan.hosts, run_dir, plan.commands_for)
     write_or_stop(run_dir, "manifest.json", lambda: write_json(run_dir / "manifest.json",
                                                               manifest(opts, plan, started)))
-    log = FindingsLog(run_dir)
+    log = FindingsLog(run_dir, enabled=plan.mode != "replay")  # a replay's journal is its bundle: replay it again
     evidence: list[dict[str, Any]] = []
     previous = previous_observations(opts.selection.previous)
     with InterruptGuard() as guard:

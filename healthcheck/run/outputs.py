@@ -18,7 +18,7 @@ from healthcheck import reports
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.run.forked import Forked
 from healthcheck.run.options import RunOptions
-from healthcheck.store.results import RunResults, store_observations, write_results
+from healthcheck.store.results import RunResults, retire_journal, store_observations, write_results
 from healthcheck.store.rundir import RunDirError, update_latest
 
 
@@ -67,7 +67,10 @@ def write_outputs(opts: RunOptions, run_dir: Path, results: RunResults) -> str |
 
 
 def _write_results(opts: RunOptions, run_dir: Path, results: RunResults) -> None:
+    """results.json and the findings table, then the crash journal (findings.jsonl) is no longer needed."""
     write_or_stop(run_dir, "results.json", lambda: write_results(run_dir, results))
+    with contextlib.suppress(OSError):  # not flushed or not removed: the journal stays (a copy, never a loss)
+        retire_journal(run_dir)
     if opts.outputs.run_dir is None:
         update_latest(run_dir)
 

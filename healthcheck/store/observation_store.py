@@ -113,7 +113,9 @@ class ObservationStore:
         with self._lock:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             try:
-                os.write(fd, member)
+                view = memoryview(member)
+                while view:  # a full disk gives a short write, then ENOSPC: never a silent partial member
+                    view = view[os.write(fd, view):]
             finally:
                 os.close(fd)
             offset, self._size = self._size, self._size + len(member)

@@ -22,6 +22,7 @@ version 1 documents (every finding and observation inline) as well.
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ from healthcheck.store.observation_store import (
     iter_observations,
     key_observations,
 )
+from healthcheck.store.rundir import FindingsLog
 
 SCHEMA = "healthcheck.results/2"
 STATUS_VALUES = tuple(s.value for s in Status)  # iterating the Enum per host is slow at 10,000 hosts
@@ -238,3 +240,17 @@ def write_results(run_dir: Path, results: RunResults) -> Path:
         tmp.unlink(missing_ok=True)  # disk full: no half-written file left behind
         raise
     return path
+
+
+def retire_journal(run_dir: Path) -> None:
+    """A finished run's ``findings.jsonl`` (its crash journal) removed: results.json and the findings table
+    hold every finding, so they are flushed to disk first and a crash after this still finds them whole.
+    Only the run that wrote the journal calls this; a rebuilt run keeps its journal."""
+    run_dir = Path(run_dir)
+    for name in ("results.json", FILES["findings"]):
+        fd = os.open(run_dir / name, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    FindingsLog(run_dir).retire()

@@ -169,8 +169,7 @@ def test_three_nights_degrading_and_recovering(tmp_path):
     assert trends["gpu.temp_c"]["unit"] == "C"
     reloaded = load_results(tmp_path / "runs" / "night3")
     assert reloaded.hosts["gpu001"].verdict is Status.WARN
-    jsonl = (tmp_path / "runs" / "night3" / "findings.jsonl").read_text().splitlines()
-    assert sum('"history.' in line for line in jsonl) == 4
+    assert sum(f.check.startswith("history.") for f in reloaded.findings()) == 4  # in the findings table
 
 
 def test_baseline_ignores_runs_where_the_host_failed(tmp_path):
