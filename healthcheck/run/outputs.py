@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from healthcheck import reports
 from healthcheck.core.defaults import DEFAULTS
@@ -44,15 +45,15 @@ def write_outputs(opts: RunOptions, run_dir: Path, results: RunResults) -> str |
         return None
     # hosts missing from the observation store go in first, so the child sees their offsets
     write_or_stop(run_dir, "results.json", lambda: store_observations(run_dir, results))
-    metrics_detail = opts.outputs.metrics_detail
+    options = opts.outputs.report_options
     try:
         names = [spec.name for spec in reports.all_reporters()]  # every format imported before the fork
     except Exception:  # a format that cannot be imported: written one by one, it is the reports' error
         names = None
-    child = None if names is None else Forked.start(lambda: render_reports(run_dir, results, metrics_detail))
+    child = None if names is None else Forked.start(lambda: render_reports(run_dir, results, options))
     if child is None:
         _write_results(opts, run_dir, results)
-        return render_or_error(run_dir, results, metrics_detail)
+        return render_or_error(run_dir, results, options)
     try:
         _write_results(opts, run_dir, results)
     except BaseException:  # no results.json: no report either, as when written one by one
@@ -87,10 +88,11 @@ def _say_not_rendered(error: str) -> None:
     print(f"healthcheck: reports not rendered ({error}); results.json is complete", file=sys.stderr)
 
 
-def render_or_error(run_dir: Path, results: RunResults | None = None, metrics_detail: bool = False) -> str | None:
+def render_or_error(run_dir: Path, results: RunResults | None = None,
+                    options: Mapping[str, Any] | None = None) -> str | None:
     """Render the reports; a failure is reported, not raised (``healthcheck report`` can retry)."""
     try:
-        render_reports(run_dir, results, metrics_detail)
+        render_reports(run_dir, results, options)
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
         _say_not_rendered(error)
@@ -98,9 +100,9 @@ def render_or_error(run_dir: Path, results: RunResults | None = None, metrics_de
     return None
 
 
-def render_reports(run_dir: Path, results: RunResults | None = None, metrics_detail: bool = False) -> list[Path]:
+def render_reports(run_dir: Path, results: RunResults | None = None,
+                   options: Mapping[str, Any] | None = None) -> list[Path]:
     """Write report.html, junit.xml, metrics.prom, summary.md (the reports package); from ``results``
-    when the caller has them in memory, else from the run directory."""
-    if results is None and not metrics_detail:
-        return reports.write_all(run_dir)
-    return reports.write_all(run_dir, results=results, options={"metrics_detail": metrics_detail})
+    when the caller has them in memory, else from the run directory. ``options``: the reports' options
+    (``metrics_detail``, ``junit_full``; ``OutputOptions.report_options``)."""
+    return reports.write_all(run_dir, results=results, options=options)
