@@ -82,7 +82,7 @@ def _asset_changes(previous_dir: str | None, results: RunResults) -> list[AssetC
     """Hardware changes since the previous recorded run (empty when its directory is gone)."""
     if previous_dir is None or not (Path(previous_dir) / "results.json").is_file():
         return []
-    return [c for c in diff_assets(load_results(Path(previous_dir)), results)
+    return [c for c in diff_assets(load_results(Path(previous_dir), observations=("assets",)), results)
             if c.kind not in ("host.added", "host.missing")]
 
 
