@@ -56,9 +56,10 @@ def execute_run(opts: RunOptions) -> RunOutcome:
     check_reach(opts, plan.hosts)
     run_dir = new_run_dir(opts.outputs.out, opts.outputs.run_dir)
     transport = open_sweep_transport(opts, plan.hosts, run_dir, plan.commands_for)
+    journal = plan.mode != "replay"  # a replay keeps no crash journal: its bundle is its input, replayed again
     write_or_stop(run_dir, "manifest.json", lambda: write_json(run_dir / "manifest.json",
-                                                              manifest(opts, plan, started)))
-    log = FindingsLog(run_dir, enabled=plan.mode != "replay")  # a replay's journal is its bundle: replay it again
+                                                              manifest(opts, plan, started)), journal)
+    log = FindingsLog(run_dir, enabled=journal)
     evidence: list[dict[str, Any]] = []
     previous = previous_observations(opts.selection.previous)
     with InterruptGuard() as guard:

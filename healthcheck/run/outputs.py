@@ -23,14 +23,17 @@ from healthcheck.store.results import RunResults, retire_journal, store_observat
 from healthcheck.store.rundir import RunDirError, update_latest
 
 
-def write_or_stop(run_dir: Path, what: str, write: Callable[[], object]) -> None:
-    """A write into the run directory itself; failing, it is a clean stop (``RunDirError``, exit 2)."""
+def write_or_stop(run_dir: Path, what: str, write: Callable[[], object], journal: bool = True) -> None:
+    """A write into the run directory itself; failing, it is a clean stop (``RunDirError``, exit 2).
+    ``journal``: the run keeps a crash journal (a live run); a replay has none, its bundle is its input."""
     try:
         write()
     except OSError as exc:
-        raise RunDirError(f"cannot write {what} in {run_dir}: {exc.strerror or exc}; what is already on disk "
-                          f"(raw/, findings.jsonl) is kept: free space and run `healthcheck results {run_dir}`"
-                          ) from exc
+        why = f"cannot write {what} in {run_dir}: {exc.strerror or exc}"
+        if not journal:
+            raise RunDirError(f"{why}: free space and replay the bundle again") from exc
+        raise RunDirError(f"{why}; what is already on disk (raw/, findings.jsonl) is kept: free space and run "
+                          f"`healthcheck results {run_dir}`") from exc
 
 
 def write_outputs(opts: RunOptions, run_dir: Path, results: RunResults) -> str | None:
@@ -44,7 +47,7 @@ def write_outputs(opts: RunOptions, run_dir: Path, results: RunResults) -> str |
         _write_results(opts, run_dir, results)
         return None
     # hosts missing from the observation store go in first, so the child sees their offsets
-    write_or_stop(run_dir, "results.json", lambda: store_observations(run_dir, results))
+    write_or_stop(run_dir, "results.json", lambda: store_observations(run_dir, results), _journal(opts))
     options = opts.outputs.report_options
     try:
         names = [spec.name for spec in reports.all_reporters()]  # every format imported before the fork
@@ -69,11 +72,16 @@ def write_outputs(opts: RunOptions, run_dir: Path, results: RunResults) -> str |
 
 def _write_results(opts: RunOptions, run_dir: Path, results: RunResults) -> None:
     """results.json and the findings table, then the crash journal (findings.jsonl) is no longer needed."""
-    write_or_stop(run_dir, "results.json", lambda: write_results(run_dir, results))
+    write_or_stop(run_dir, "results.json", lambda: write_results(run_dir, results), _journal(opts))
     with contextlib.suppress(OSError):  # not flushed or not removed: the journal stays (a copy, never a loss)
         retire_journal(run_dir)
     if opts.outputs.run_dir is None:
         update_latest(run_dir)
+
+
+def _journal(opts: RunOptions) -> bool:
+    """Whether the run keeps a crash journal (``findings.jsonl``): a live run does, a replay does not."""
+    return opts.target.replay is None
 
 
 def _discard(run_dir: Path, name: str) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from healthcheck.core.model import Finding, Status
+from healthcheck.run import outputs
 from healthcheck.run.execute import execute_run
 from healthcheck.run.options import OutputOptions, RunOptions, TargetOptions, TransportOptions
 from healthcheck.store import rundir
@@ -94,6 +95,19 @@ def test_unwritable_observation_store_stops_the_replay_cleanly(tmp_path, monkeyp
     [swept] = outcome.results.hosts["h100-node04"].findings
     assert swept.message == (f"not swept: the sweep stopped: {outcome.fatal} before this host started")
     assert outcome.results.run["stopped"] == outcome.fatal
+
+
+def test_a_replay_that_cannot_write_its_results_says_to_replay_again(tmp_path, monkeypatch):
+    """No journal to rebuild from: the stop names the way back (the bundle), not ``healthcheck results``."""
+    def full(run_dir, results):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(outputs, "write_results", full)
+    with pytest.raises(RunDirError) as stop:
+        execute_run(RunOptions(target=TargetOptions(replay=SAMPLE),
+                               outputs=OutputOptions(run_dir=tmp_path / "run", render=False)))
+    assert str(stop.value) == (f"cannot write results.json in {tmp_path / 'run'}: No space left on device: "
+                               "free space and replay the bundle again")
 
 
 def test_run_dir_that_cannot_be_created_is_a_usage_error(tmp_path):
