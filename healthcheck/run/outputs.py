@@ -113,4 +113,6 @@ def render_reports(run_dir: Path, results: RunResults | None = None,
     """Write report.html, junit.xml, metrics.prom, summary.md (the reports package); from ``results``
     when the caller has them in memory, else from the run directory. ``options``: the reports' options
     (``metrics_detail``, ``junit_full``; ``OutputOptions.report_options``)."""
+    if results is None and not any((options or {}).values()):
+        return reports.write_all(run_dir)
     return reports.write_all(run_dir, results=results, options=options)
