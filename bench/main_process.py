@@ -3,7 +3,7 @@
     python bench/main_process.py --bundle /tmp/b200 --hosts 200 --workers 2
 
 Grading runs in forked workers (``healthcheck/run/gradepool.py``); the run's process receives every graded
-host (findings, key observations, the encoded store member and findings.jsonl lines), appends them to
+host (findings, key observations, the encoded store member), appends them to
 disk and keeps the results for the reports. That work is serial: at 10,000 hosts every millisecond a
 host is 10 s. This times ``gradepool.grade_hosts`` in the run's process only (``time.process_time``
 covers its threads, which unpickle the results, and never the workers) and the growth of its resident

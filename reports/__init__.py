@@ -85,7 +85,8 @@ def write_all(run_dir: Path, names: list[str] | None = None, results: RunResults
               options: Mapping[str, Any] | None = None) -> list[Path]:
     """Write every registered format (or only ``names``) into ``run_dir``; returns the files.
     ``results``: the run as the pipeline holds it, so nothing is read back from disk; ``options``:
-    report options (``metrics_detail``: per-GPU, per-link and per-check series in metrics.prom)."""
+    report options (``metrics_detail``: per-GPU, per-link and per-check series in metrics.prom;
+    ``junit_full``: a junit.xml testcase for every finding, PASS included)."""
     digest = load_digest(Path(run_dir)) if results is None else digest_of(Path(run_dir), results)
     digest.options = dict(options or {})
     specs = all_reporters() if names is None else [get(n) for n in names]

@@ -1,13 +1,19 @@
-"""JUnit XML for Jenkins/GitLab: one testsuite per host, one testcase per check and component.
+"""JUnit XML for Jenkins/GitLab: one testsuite per host; a testcase per check that did not pass, and
+the passing checks counted in one testcase per host (bounded: hosts + non-PASS findings testcases).
 
-    <testsuites name="healthcheck" tests="12" failures="1" errors="0">
-      <testsuite name="gpu001" tests="6" failures="1" ...>
+    <testsuites name="healthcheck" tests="3" failures="1" errors="0">
+      <testsuite name="gpu001" tests="2" failures="1" ...>
+        <properties><property name="checks" value="120" /><property name="passed" value="119" /></properties>
+        <testcase classname="gpu001.summary" name="checks passed" time="0">
+          <system-out>119 of 120 checks passed ...</system-out>
         <testcase classname="gpu001.gpu" name="gpu.count [node]">
           <failure message="7 GPUs visible, expected 8" type="FAIL">...remedy...</failure>
 
-FAIL -> ``<failure>``, ERROR -> ``<error>``, SKIP -> ``<skipped>``; PASS and WARN pass (a WARN
-says so in ``<system-out>``). A host without findings gets one ``<error>`` testcase. The output
-validates against the JUnit schema of Jenkins' xUnit plugin (``reports/schemas/junit-jenkins-xunit-10.xsd``).
+With the report option ``junit_full`` (``--junit-full`` on ``run`` and ``report``) every finding is its own
+testcase, PASS included (about 120 per host). FAIL -> ``<failure>``, ERROR -> ``<error>``, SKIP ->
+``<skipped>``; PASS and WARN pass (a WARN says so in ``<system-out>``). A host without findings gets one
+``<error>`` testcase. The output validates against the JUnit schema of Jenkins' xUnit plugin
+(``reports/schemas/junit-jenkins-xunit-10.xsd``).
 """
 
 from __future__ import annotations
@@ -88,10 +94,11 @@ def _findings(host: HostResult) -> list[Finding]:
 
 
 def _suite(name: str, findings: list[Finding], timestamp: str, names: dict[tuple[str, str], str],
-           tails: dict[tuple[Any, ...], str]) -> tuple[str, int, int, int]:
-    """One host's ``<testsuite>`` and its failures, errors and skipped. ``names``: the ``name`` attribute
-    of each (check, component), shared by every host (the same checks repeat on every node); ``tails``:
-    see ``_cases``."""
+           tails: dict[tuple[Any, ...], str], passed: int | None = None) -> tuple[str, int, int, int, int]:
+    """One host's ``<testsuite>`` and its tests, failures, errors and skipped. ``names``: the ``name``
+    attribute of each (check, component), shared by every host (the same checks repeat on every node);
+    ``tails``: see ``_cases``; ``passed``: the PASS findings left out of ``findings`` and counted instead
+    (None: the full form, every finding listed)."""
     body = _cases(name, findings, tails) if _PLAIN_ATTR.fullmatch(name) else None
     if body is None:
         out: list[str] = []
@@ -105,10 +112,23 @@ def _suite(name: str, findings: list[Finding], timestamp: str, names: dict[tuple
     skipped = sum(f.status is Status.SKIP for f in findings) if len(counted) < len(findings) else \
         counted.count(Status.SKIP)
     host = _attr(name)
-    counts = {"tests": len(findings), "failures": failures, "errors": errors, "skipped": skipped}
+    summary = "" if passed is None else _passed_case(name, passed, len(findings) + passed)
+    tests = len(findings) + (passed is not None and passed > 0)
+    counts = {"tests": tests, "failures": failures, "errors": errors, "skipped": skipped}
     head = (f" <testsuite name={host} timestamp={timestamp} hostname={host} time=\"0\" "
             + " ".join(f'{k}="{v}"' for k, v in counts.items()) + ">\n")
-    return head + body + " </testsuite>\n", failures, errors, skipped
+    return head + summary + body + " </testsuite>\n", tests, failures, errors, skipped
+
+
+def _passed_case(host: str, passed: int, checks: int) -> str:
+    """The host's check counts as properties, and its passing checks as one testcase (none when none passed)."""
+    props = (f'  <properties>\n   <property name="checks" value="{checks}" />\n'
+             f'   <property name="passed" value="{passed}" />\n  </properties>\n')
+    if not passed:
+        return props
+    return (props + f'  <testcase classname={_attr(host + ".summary")} name="checks passed" time="0">\n'
+            f'   <system-out>{passed} of {checks} checks passed (each listed with --junit-full)</system-out>\n'
+            '  </testcase>\n')
 
 
 def _classname(classes: dict[str, str], host: str, check: str) -> str:
@@ -150,16 +170,21 @@ def _cases(host: str, findings: list[Finding], tails: dict[tuple[Any, ...], str]
 
 
 def render_junit(digest: RunDigest) -> bytes:
+    """junit.xml of the run: bounded (PASS findings counted per host) unless ``digest.options["junit_full"]``."""
+    full = bool(digest.options.get("junit_full"))
     suites: list[str] = []
     totals = dict.fromkeys(("tests", "failures", "errors", "skipped"), 0)
     timestamp = _attr(str(digest.run.get("started") or ""))
     names: dict[tuple[str, str], str] = {}
     tails: dict[tuple[Any, ...], str] = {}
     for name in sorted(digest.results.hosts):
-        findings = _findings(digest.results.hosts[name])
-        suite, failures, errors, skipped = _suite(name, findings, timestamp, names, tails)
+        findings, passed = _findings(digest.results.hosts[name]), None
+        if not full:
+            listed = [f for f in findings if f.status is not Status.PASS]
+            findings, passed = listed, len(findings) - len(listed)
+        suite, tests, failures, errors, skipped = _suite(name, findings, timestamp, names, tails, passed)
         suites.append(suite)
-        totals["tests"] += len(findings)
+        totals["tests"] += tests
         totals["failures"] += failures
         totals["errors"] += errors
         totals["skipped"] += skipped

@@ -21,7 +21,7 @@ from healthcheck.store.results import RunResults, load_results
 
 def _load(run_dir: Path) -> RunResults:
     try:
-        return load_results(run_dir)
+        return load_results(run_dir, observations=("assets",))  # the store's (results.json's in version 2)
     except (OSError, ValueError) as exc:
         click.echo(f"healthcheck: {run_dir}: no readable results.json ({exc})", err=True)
         sys.exit(2)

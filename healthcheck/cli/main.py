@@ -27,6 +27,7 @@ from healthcheck.cli.options import (
     SweepFlags,
     check_source,
     csv_list,
+    junit_full_option,
     plan_option,
     run_dir_options,
     target_options,
@@ -114,10 +115,11 @@ def main(profiles_dirs: tuple[Path, ...]) -> None:
               "jobs) that produced the FAIL/ERROR findings.")
 @click.option("--metrics-detail", is_flag=True, help="metrics.prom: also every check and the per-GPU, "
               "per-link and per-port series (~180 per host; the default is ~8).")
+@junit_full_option
 def run(target: SweepFlags, replay: Path | None, sample: bool, local: bool, out: Path, run_dir: Path | None,
         deadline: float | None, previous: Path | None, output_cap: int, benchmarks: str | None, plan: str,
         strict: bool, rerun_of: Path | None, verbose: bool, rerun_checks: bool, metrics_detail: bool,
-        collect_evidence: bool, evidence_timeout: float, evidence_max_bytes: int) -> None:
+        junit_full: bool, collect_evidence: bool, evidence_timeout: float, evidence_max_bytes: int) -> None:
     """Sweep the hosts of an inventory (or replay a bundle) and write a run directory."""
     if sample:
         if replay or local or target.hostlist:
@@ -132,7 +134,8 @@ def run(target: SweepFlags, replay: Path | None, sample: bool, local: bool, out:
         replay=replay, local=local, out=out, run_dir=run_dir, deadline_s=deadline, output_cap_bytes=output_cap,
         previous=previous, progress=sys.stderr.isatty(), benchmarks=csv_list(benchmarks) or (), plan=plan,
         probe_options={"plan": plan}, rerun_of=rerun_of, rerun_checks=rerun_checks, metrics_detail=metrics_detail,
-        collect_evidence=collect_evidence, evidence_timeout_s=evidence_timeout, evidence_max_bytes=evidence_max_bytes)
+        junit_full=junit_full, collect_evidence=collect_evidence, evidence_timeout_s=evidence_timeout,
+        evidence_max_bytes=evidence_max_bytes)
     try:
         outcome = execute_run(opts)
     except NothingToRerunError as exc:
@@ -157,7 +160,8 @@ def run(target: SweepFlags, replay: Path | None, sample: bool, local: bool, out:
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--metrics-detail", is_flag=True, help="metrics.prom: also every check and the per-GPU, "
               "per-link and per-port series.")
-def report(run_dir: Path, metrics_detail: bool) -> None:
+@junit_full_option
+def report(run_dir: Path, metrics_detail: bool, junit_full: bool) -> None:
     """Re-render the reports of a run directory from its results.json (old and new schema; rebuilt from
     findings.jsonl when the run was killed before writing it)."""
     try:
@@ -165,7 +169,8 @@ def report(run_dir: Path, metrics_detail: bool) -> None:
         if note is not None:
             click.echo(f"healthcheck: {note}; results.json written", err=True)
             write_results(run_dir, results)
-        written = render_reports(run_dir, results, metrics_detail=metrics_detail)  # loaded once, not twice
+        options = {"metrics_detail": metrics_detail, "junit_full": junit_full}
+        written = render_reports(run_dir, results, options)  # loaded once, not twice
     except (OSError, ValueError) as exc:
         click.echo(f"healthcheck: {exc}", err=True)
         sys.exit(ExitCode.USAGE)

@@ -159,6 +159,13 @@ def plan_option(command: Callable[..., Any]) -> Callable[..., Any]:
                         help=PLAN_HELP)(command)
 
 
+def junit_full_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--junit-full``: junit.xml lists every finding, PASS included (``run``, ``report``)."""
+    return click.option("--junit-full", is_flag=True, help="junit.xml: a testcase for every check of every host, "
+                        "PASS included (~120 per host; the default lists the checks that did not pass and counts "
+                        "the passing ones per host).")(command)
+
+
 def verbose_option(command: Callable[..., Any]) -> Callable[..., Any]:
     """``-v``: the console summary also lists every failing host (it folds hosts by default)."""
     return click.option("-v", "--verbose", is_flag=True, help="Also list each failing host's findings "

@@ -1,6 +1,6 @@
 """What changed in the hardware between two runs: swapped GPUs and HCAs, firmware, moved or lost GPUs, drivers.
 
-    changes = diff_assets(load_results(run_a), load_results(run_b))
+    changes = diff_assets(*(load_results(run, observations=("assets",)) for run in (run_a, run_b)))
     [c.line() for c in changes]
     # ['gpu007 gpu.swapped 0000:4C:00.0: serial 1652323004112 -> 1652323009999', ...]
 

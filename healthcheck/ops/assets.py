@@ -1,6 +1,6 @@
 """The fleet asset table of a run: one row per GPU, HCA and system board (``healthcheck assets``).
 
-    frame = asset_table(load_results(Path("runs/latest")))
+    frame = asset_table(load_results(Path("runs/latest"), observations=("assets",)))
     for_csv(frame).to_csv("assets.csv", index=False)       # formula cells neutralised (OWASP)
     for_terminal(frame).to_string(index=False)             # control and bidi characters made visible
 

@@ -5,8 +5,8 @@
 
 What it adds to the run's ``results.json`` (the rest of the schema is unchanged):
 
-- ``history.*`` WARN findings in the hosts' findings (see ``healthcheck.run.regression``), also
-  appended to ``findings.jsonl``;
+- ``history.*`` WARN findings in the hosts' findings (see ``healthcheck.run.regression``), in
+  results.json and the findings table;
 - ``"changes"``: what changed since the previous recorded run::
 
       {"previous_run": "20261121T031500Z" | null,
@@ -37,7 +37,6 @@ Re-annotating a run replaces its earlier ``history.*`` and ``offender.*`` findin
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -61,7 +60,6 @@ from healthcheck.run.regression import (
     regression_findings,
 )
 from healthcheck.store.results import RunResults, load_results, write_results
-from healthcheck.store.rundir import encode_findings
 
 TREND_RUNS = 14
 ANNOTATIONS = ("history.", "offender.")   # findings this module adds (replaced when a run is re-annotated)
@@ -84,7 +82,7 @@ def _asset_changes(previous_dir: str | None, results: RunResults) -> list[AssetC
     """Hardware changes since the previous recorded run (empty when its directory is gone)."""
     if previous_dir is None or not (Path(previous_dir) / "results.json").is_file():
         return []
-    return [c for c in diff_assets(load_results(Path(previous_dir)), results)
+    return [c for c in diff_assets(load_results(Path(previous_dir), observations=("assets",)), results)
             if c.kind not in ("host.added", "host.missing")]
 
 
@@ -176,23 +174,5 @@ def annotate_and_record(run_dir: Path, history_dir: Path, *,
                              runs_root=Path(history_dir) / RUNS_DIR)
     results.extra.update({"changes": changes, "trends": trends, "offenders": [o.to_json() for o in offenders]})
     write_results(run_dir, results)
-    _append_findings(run_dir, added)
     return SweepRecord(run_id=run_id, seq=seq, changes=changes, trends=trends, findings=added, pruned=pruned)
 
-
-def _append_findings(run_dir: Path, findings: list[Finding]) -> None:
-    path = run_dir / "findings.jsonl"
-    kept = []
-    if path.is_file():  # drop history findings of an earlier annotation of this run
-        kept = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
-                if line.strip() and not _is_history(line)]
-    tmp = path.with_suffix(".jsonl.tmp")
-    tmp.write_bytes("".join(line + "\n" for line in kept).encode("utf-8") + encode_findings(findings))
-    tmp.replace(path)
-
-
-def _is_history(line: str) -> bool:
-    try:
-        return str(json.loads(line).get("check", "")).startswith(ANNOTATIONS)
-    except (ValueError, AttributeError):
-        return False

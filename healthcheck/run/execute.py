@@ -5,7 +5,8 @@
     outcome.run_dir, outcome.results.verdict
 
 Live runs and replays share everything after collection, so ``--replay`` of a run gives the same
-verdicts. Raw outputs and findings are on disk as each host completes.
+verdicts. A live run's raw outputs and findings are on disk as each host completes (``findings.jsonl``,
+its crash journal until results.json is written).
 """
 
 from __future__ import annotations
@@ -55,9 +56,10 @@ def execute_run(opts: RunOptions) -> RunOutcome:
     check_reach(opts, plan.hosts)
     run_dir = new_run_dir(opts.outputs.out, opts.outputs.run_dir)
     transport = open_sweep_transport(opts, plan.hosts, run_dir, plan.commands_for)
+    journal = plan.mode != "replay"  # a replay keeps no crash journal: its bundle is its input, replayed again
     write_or_stop(run_dir, "manifest.json", lambda: write_json(run_dir / "manifest.json",
-                                                              manifest(opts, plan, started)))
-    log = FindingsLog(run_dir)
+                                                              manifest(opts, plan, started)), journal)
+    log = FindingsLog(run_dir, enabled=journal)
     evidence: list[dict[str, Any]] = []
     stories: list[dict[str, Any]] = []  # the isolations' (results.json "isolation")
     previous = previous_observations(opts.selection.previous)

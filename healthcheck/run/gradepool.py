@@ -41,7 +41,6 @@ from healthcheck.run.stages import grade_host
 from healthcheck.store.bundle import read_bundle_host
 from healthcheck.store.jsoncodec import plain
 from healthcheck.store.observation_store import encode_observations, key_observations
-from healthcheck.store.rundir import encode_findings
 
 CHUNK = 8  # hosts per task sent to a worker: fewer round trips, still an even spread
 
@@ -70,12 +69,11 @@ class Graded:
     findings: list[Finding]
     key: dict[str, Any]
     member: bytes  # the full observations, one gzip member of observations.jsonl.gz
-    lines: bytes   # the findings as findings.jsonl lines
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Sent from a worker as columns of plain values; rebuilt with shared strings (``_received``)."""
         columns = list(zip(*map(_FINDING_ROW, self.findings), strict=True))
-        return _received, (self.host, columns, self.key, self.member, self.lines)
+        return _received, (self.host, columns, self.key, self.member)
 
 
 _FINDING_ROW = attrgetter(*Finding.__dataclass_fields__)  # every field, in order: Finding(*row) rebuilds them
@@ -86,7 +84,7 @@ _MAX_STRINGS = 200_000
 _TEXT_TYPES = {str, type(None)}
 
 
-def _received(host: str, columns: list[tuple[Any, ...]], key: dict[str, Any], member: bytes, lines: bytes) -> Graded:
+def _received(host: str, columns: list[tuple[Any, ...]], key: dict[str, Any], member: bytes) -> Graded:
     """A worker's result in the run's process, which keeps every host's findings and key observations
     until the reports are written: check names, remedies, messages and observation keys repeated on
     thousands of hosts become one shared string each instead of a copy per host.
@@ -94,7 +92,7 @@ def _received(host: str, columns: list[tuple[Any, ...]], key: dict[str, Any], me
     if len(_STRINGS) > _MAX_STRINGS:
         _STRINGS.clear()
     columns = [_shared_column(column, index in _TEXT_FIELDS) for index, column in enumerate(columns)]
-    return Graded(_STRINGS.setdefault(host, host), _rebuilt(columns), _shared(key), member, lines)
+    return Graded(_STRINGS.setdefault(host, host), _rebuilt(columns), _shared(key), member)
 
 
 def _rebuilt(columns: list[Sequence[Any]]) -> list[Finding]:
@@ -134,7 +132,7 @@ def _crashed(host: Host, what: str) -> Graded:
     finding = Finding(host=host.name, check="host.grade", status=Status.ERROR, expected="graded",
                       message=f"grading crashed: {what}",
                       remedy="A healthcheck bug: attach the run directory's raw outputs")
-    return Graded(host.name, [finding], {}, encode_observations(host.name, {}), encode_findings([finding]))
+    return Graded(host.name, [finding], {}, encode_observations(host.name, {}))
 
 
 def grade_collection(job: GradeJob, host: Host, collection: HostCollection, transport: str,
@@ -158,7 +156,7 @@ def grade_one(job: GradeJob, host: Host) -> Graded:
                                         transport_error=f"host {host.name} is not in bundle {job.raw.parent}")
         findings, observations = grade_collection(job, host, collection, "replay")
         return Graded(host.name, findings, plain(key_observations(observations)),
-                      encode_observations(host.name, observations), encode_findings(findings))
+                      encode_observations(host.name, observations))
     except Exception as exc:
         return _crashed(host, f"{type(exc).__name__}: {exc}")
 

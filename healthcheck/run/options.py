@@ -81,8 +81,14 @@ class OutputOptions:
     run_dir: Path | None = None           # exactly this folder instead
     render: bool = True                   # False: the caller renders the reports (``healthcheck sweep``)
     metrics_detail: bool = False          # metrics.prom: every check and the per-GPU/link/port series
+    junit_full: bool = False              # junit.xml: a testcase per finding, PASS included (else counted)
     progress: bool = False                # live progress on a TTY
     copy_raw: bool = False                # replay: copy the bundle's raw/ instead of referencing it
+
+    @property
+    def report_options(self) -> dict[str, bool]:
+        """The reports' options (``reports.write_all``)."""
+        return {"metrics_detail": self.metrics_detail, "junit_full": self.junit_full}
 
 
 @dataclass(frozen=True)

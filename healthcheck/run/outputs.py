@@ -11,25 +11,29 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from healthcheck import reports
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.run.forked import Forked
 from healthcheck.run.options import RunOptions
-from healthcheck.store.results import RunResults, store_observations, write_results
+from healthcheck.store.results import RunResults, retire_journal, store_observations, write_results
 from healthcheck.store.rundir import RunDirError, update_latest
 
 
-def write_or_stop(run_dir: Path, what: str, write: Callable[[], object]) -> None:
-    """A write into the run directory itself; failing, it is a clean stop (``RunDirError``, exit 2)."""
+def write_or_stop(run_dir: Path, what: str, write: Callable[[], object], journal: bool = True) -> None:
+    """A write into the run directory itself; failing, it is a clean stop (``RunDirError``, exit 2).
+    ``journal``: the run keeps a crash journal (a live run); a replay has none, its bundle is its input."""
     try:
         write()
     except OSError as exc:
-        raise RunDirError(f"cannot write {what} in {run_dir}: {exc.strerror or exc}; what is already on disk "
-                          f"(raw/, findings.jsonl) is kept: free space and run `healthcheck results {run_dir}`"
-                          ) from exc
+        why = f"cannot write {what} in {run_dir}: {exc.strerror or exc}"
+        if not journal:
+            raise RunDirError(f"{why}: free space and replay the bundle again") from exc
+        raise RunDirError(f"{why}; what is already on disk (raw/, findings.jsonl) is kept: free space and run "
+                          f"`healthcheck results {run_dir}`") from exc
 
 
 def write_outputs(opts: RunOptions, run_dir: Path, results: RunResults) -> str | None:
@@ -43,16 +47,16 @@ def write_outputs(opts: RunOptions, run_dir: Path, results: RunResults) -> str |
         _write_results(opts, run_dir, results)
         return None
     # hosts missing from the observation store go in first, so the child sees their offsets
-    write_or_stop(run_dir, "results.json", lambda: store_observations(run_dir, results))
-    metrics_detail = opts.outputs.metrics_detail
+    write_or_stop(run_dir, "results.json", lambda: store_observations(run_dir, results), _journal(opts))
+    options = opts.outputs.report_options
     try:
         names = [spec.name for spec in reports.all_reporters()]  # every format imported before the fork
     except Exception:  # a format that cannot be imported: written one by one, it is the reports' error
         names = None
-    child = None if names is None else Forked.start(lambda: render_reports(run_dir, results, metrics_detail))
+    child = None if names is None else Forked.start(lambda: render_reports(run_dir, results, options))
     if child is None:
         _write_results(opts, run_dir, results)
-        return render_or_error(run_dir, results, metrics_detail)
+        return render_or_error(run_dir, results, options)
     try:
         _write_results(opts, run_dir, results)
     except BaseException:  # no results.json: no report either, as when written one by one
@@ -67,9 +71,17 @@ def write_outputs(opts: RunOptions, run_dir: Path, results: RunResults) -> str |
 
 
 def _write_results(opts: RunOptions, run_dir: Path, results: RunResults) -> None:
-    write_or_stop(run_dir, "results.json", lambda: write_results(run_dir, results))
+    """results.json and the findings table, then the crash journal (findings.jsonl) is no longer needed."""
+    write_or_stop(run_dir, "results.json", lambda: write_results(run_dir, results), _journal(opts))
+    with contextlib.suppress(OSError):  # not flushed or not removed: the journal stays (a copy, never a loss)
+        retire_journal(run_dir)
     if opts.outputs.run_dir is None:
         update_latest(run_dir)
+
+
+def _journal(opts: RunOptions) -> bool:
+    """Whether the run keeps a crash journal (``findings.jsonl``): a live run does, a replay does not."""
+    return opts.target.replay is None
 
 
 def _discard(run_dir: Path, name: str) -> None:
@@ -84,10 +96,11 @@ def _say_not_rendered(error: str) -> None:
     print(f"healthcheck: reports not rendered ({error}); results.json is complete", file=sys.stderr)
 
 
-def render_or_error(run_dir: Path, results: RunResults | None = None, metrics_detail: bool = False) -> str | None:
+def render_or_error(run_dir: Path, results: RunResults | None = None,
+                    options: Mapping[str, Any] | None = None) -> str | None:
     """Render the reports; a failure is reported, not raised (``healthcheck report`` can retry)."""
     try:
-        render_reports(run_dir, results, metrics_detail)
+        render_reports(run_dir, results, options)
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
         _say_not_rendered(error)
@@ -95,9 +108,11 @@ def render_or_error(run_dir: Path, results: RunResults | None = None, metrics_de
     return None
 
 
-def render_reports(run_dir: Path, results: RunResults | None = None, metrics_detail: bool = False) -> list[Path]:
+def render_reports(run_dir: Path, results: RunResults | None = None,
+                   options: Mapping[str, Any] | None = None) -> list[Path]:
     """Write report.html, junit.xml, metrics.prom, summary.md (the reports package); from ``results``
-    when the caller has them in memory, else from the run directory."""
-    if results is None and not metrics_detail:
+    when the caller has them in memory, else from the run directory. ``options``: the reports' options
+    (``metrics_detail``, ``junit_full``; ``OutputOptions.report_options``)."""
+    if results is None and not any((options or {}).values()):
         return reports.write_all(run_dir)
-    return reports.write_all(run_dir, results=results, options={"metrics_detail": metrics_detail})
+    return reports.write_all(run_dir, results=results, options=options)

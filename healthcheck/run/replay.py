@@ -4,6 +4,7 @@
     keep_bundle_outputs(opts, run_dir, results, log)     # the run directory becomes a bundle too
 
 Grading is the live sweep's (``gradepool.grade_collection``); only results come back to this process.
+A replay keeps no crash journal (``findings.jsonl``): its input is the bundle, replayed again if killed.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def replay_selection(opts: RunOptions) -> RunOptions:
 
 
 class _Stopped(Exception):
-    """The replay cannot go on (``findings.jsonl`` unwritable); the message says why."""
+    """The replay cannot go on (its observation store unwritable); the message says why."""
 
 
 def replay_sweep(opts: RunOptions, plan: RunPlan, run_dir: Path, log: FindingsLog, guard: InterruptGuard,
@@ -54,15 +55,18 @@ def replay_sweep(opts: RunOptions, plan: RunPlan, run_dir: Path, log: FindingsLo
 
     def done(graded: Graded) -> None:
         host = by_name[graded.host]
+        at, stop = None, None
+        try:
+            at = store.append(graded.member)
+        except OSError as exc:  # the run directory is unwritable: stop handing out hosts (this one is kept)
+            stop = _Stopped(f"{store.path} cannot be written: {exc.strerror or exc}")
         results[host.name] = HostResult(name=host.name, findings=graded.findings, observations=graded.key,
-                                        observations_at=store.append(graded.member), profile=host.profile,
-                                        group=host.group, address=host.address)
+                                        observations_at=at, profile=host.profile, group=host.group,
+                                        address=host.address)
         progress.on_host_start(host)
         progress.on_host_done(host, results[host.name])
-        try:
-            log.append_lines(graded.lines)
-        except OSError as exc:  # the run directory is unwritable: stop handing out hosts (this one is kept)
-            raise _Stopped(f"{log.path} cannot be written: {exc.strerror or exc}") from exc
+        if stop is not None:
+            raise stop
 
     with ProgressDisplay(total=len(plan.hosts), enabled=opts.outputs.progress) as progress:
         try:

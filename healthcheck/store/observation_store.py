@@ -11,9 +11,11 @@ its ``[offset, length]`` (kept in results.json), and a run killed mid-write lose
 written. ``encode_observations`` is pure, so worker processes compress in parallel.
 
 results.json keeps only ``key_observations``: what fleet checks, the fleet view and the benchmark
-views, the asset inventory and its diff read for every host (versions, system, benchmark job
-summaries, assets, and each probe's top-level scalars such as the GPU count and driver version), and on
-the trays of a multi-node NVLink domain their fabric and IMEX observations (the NVLink domain check).
+views read for every host (versions, system, benchmark job summaries, and each probe's top-level scalars
+such as the GPU count and driver version), and on the trays of a multi-node NVLink domain their fabric
+and IMEX observations (the NVLink domain check). The asset inventory (serials, part numbers: the largest
+observation a healthy host keeps) is read from here by the commands that need it (``healthcheck assets``,
+``diff``, the history's swap check: ``load_results(run_dir, observations=("assets",))``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import Any
 from healthcheck.store.jsoncodec import dumps
 
 STORE = "observations.jsonl.gz"
-KEY_PROBES = ("system", "versions", "benchmarks", "assets")  # kept whole in results.json (read for every host)
+KEY_PROBES = ("system", "versions", "benchmarks")  # kept whole in results.json (read for every host)
 # kept whole only on hosts whose GPUs joined a multi-node NVLink domain (a cluster UUID other than all zeros):
 # the NVLink domain fleet check groups those trays by them; elsewhere (HGX, PCIe) their scalars, as any probe's
 DOMAIN_PROBES = ("fabric", "imex")
@@ -113,7 +115,9 @@ class ObservationStore:
         with self._lock:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             try:
-                os.write(fd, member)
+                view = memoryview(member)
+                while view:  # a full disk gives a short write, then ENOSPC: never a silent partial member
+                    view = view[os.write(fd, view):]
             finally:
                 os.close(fd)
             offset, self._size = self._size, self._size + len(member)

@@ -4,9 +4,9 @@
     results.hosts["gpu001"].verdict        # Status.FAIL
     results.summary()["by_verdict"]        # {"PASS": 3, "FAIL": 1, ...}
 
-Schema ``healthcheck.results/2`` (docs/results-schema.md, JSON Schema ``schemas/results.schema.json``)::
+Schema ``healthcheck.results/3`` (docs/results-schema.md, JSON Schema ``schemas/results.schema.json``)::
 
-    {"schema": "healthcheck.results/2",
+    {"schema": "healthcheck.results/3",
      "run": {"id", "started", "finished", "duration_s", "mode", "probes", "inventory", "version", ...},
      "summary": {"verdict", "hosts", "by_verdict": {status: n}, "findings_by_status": {status: n}},
      "files": {"findings": "findings.table.json.gz", "observations": "observations.jsonl.gz"},
@@ -16,14 +16,16 @@ Schema ``healthcheck.results/2`` (docs/results-schema.md, JSON Schema ``schemas/
 
 Every finding, PASS included, is in the findings table (``healthcheck.store.findings_table``); every
 observation in the observation store (``healthcheck.store.observation_store``). ``load_results`` reads
-version 1 documents (every finding and observation inline) as well.
+version 1 documents (every finding and observation inline) and version 2 (the assets observation among
+the key observations) as well.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from itertools import chain
@@ -42,10 +44,12 @@ from healthcheck.store.observation_store import (
     iter_observations,
     key_observations,
 )
+from healthcheck.store.rundir import FindingsLog
 
-SCHEMA = "healthcheck.results/2"
+SCHEMA = "healthcheck.results/3"
 STATUS_VALUES = tuple(s.value for s in Status)  # iterating the Enum per host is slow at 10,000 hosts
-SCHEMAS = ("healthcheck.results/1", SCHEMA)  # readable; version 1 held every finding and observation inline
+# readable: version 1 held every finding and observation inline, version 2 the assets among the key observations
+SCHEMAS = ("healthcheck.results/1", "healthcheck.results/2", SCHEMA)
 FILES = {"findings": "findings.table.json.gz", "observations": STORE}
 _STATUS = attrgetter("status")
 _PASS = Status.PASS  # every other status is kept inline in results.json (an identity test per finding)
@@ -174,10 +178,11 @@ def results_schema() -> dict[str, Any]:
     return json.loads(resources.files("healthcheck.store").joinpath("results.schema.json").read_text(encoding="utf-8"))
 
 
-def load_results(run_dir: Path, observations: bool = False) -> RunResults:
-    """The run as written. A version-2 run gets every finding back from its findings table (when the
+def load_results(run_dir: Path, observations: bool | Collection[str] = False) -> RunResults:
+    """The run as written. A version-2 or 3 run gets every finding back from its findings table (when the
     table is missing or damaged, the non-PASS findings and the stated verdicts and counts stand);
-    ``observations=True`` also reads every host's full observations from the observation store."""
+    ``observations=True`` also reads every host's full observations from the observation store, a
+    collection of probe names (``("assets",)``) only those probes' observations."""
     run_dir = Path(run_dir)
     with gc_paused():
         results = RunResults.from_json(json.loads((run_dir / "results.json").read_text(encoding="utf-8")))
@@ -185,8 +190,9 @@ def load_results(run_dir: Path, observations: bool = False) -> RunResults:
     return results
 
 
-def complete_results(run_dir: Path, results: RunResults, observations: bool = False) -> None:
-    """Fill version-2 hosts' findings from the findings table (and observations from the store)."""
+def complete_results(run_dir: Path, results: RunResults, observations: bool | Collection[str] = False) -> None:
+    """Fill version-2/3 hosts' findings from the findings table (and observations from the store: every
+    probe's with ``True``, the named probes' with a collection of names)."""
     partial = {name: h for name, h in results.hosts.items() if h.stored is not None}
     if partial:
         try:
@@ -197,10 +203,12 @@ def complete_results(run_dir: Path, results: RunResults, observations: bool = Fa
             for name, host in partial.items():
                 host.findings, host.stored = table.get(name, []), None
     if observations and any(h.observations_at is not None for h in results.hosts.values()):
+        probes = None if observations is True else frozenset(observations)
         for name, obs in iter_observations(run_dir):
             if name in results.hosts:  # the store has everything the probes saw; results.json adds benchmarks
                 host = results.hosts[name]
-                host.observations = {**host.observations, **obs}
+                kept = obs if probes is None else {p: v for p, v in obs.items() if p in probes}
+                host.observations = {**host.observations, **kept}
 
 
 def expanded_document(run_dir: Path) -> dict[str, Any]:
@@ -238,3 +246,17 @@ def write_results(run_dir: Path, results: RunResults) -> Path:
         tmp.unlink(missing_ok=True)  # disk full: no half-written file left behind
         raise
     return path
+
+
+def retire_journal(run_dir: Path) -> None:
+    """A finished run's ``findings.jsonl`` (its crash journal) removed: results.json and the findings table
+    hold every finding, so they are flushed to disk first and a crash after this still finds them whole.
+    Only the run that wrote the journal calls this; a rebuilt run keeps its journal."""
+    run_dir = Path(run_dir)
+    for name in ("results.json", FILES["findings"]):
+        fd = os.open(run_dir / name, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    FindingsLog(run_dir).retire()

@@ -4,7 +4,9 @@
     <run>/raw/<host>/<command_id>.out|.err|.rc   exactly what the host returned (.rc: exit code)
     <run>/raw/<host>/_host.json              transport error, timings, per-command flags
     <run>/raw/_source.json                   a replay: {"raw": "<bundle>/raw"}, the outputs it re-graded
-    <run>/findings.jsonl                     one finding per line, appended as each host completes
+    <run>/findings.jsonl                     a live run's crash journal: one finding per line, appended as each
+                                             host completes, removed once results.json and the findings table
+                                             are written (store/results.py ``retire_journal``)
     <run>/results.json                       see healthcheck/store/results.py
 
 A hand-made bundle needs only ``raw/<host>/<command_id>.out``; a missing ``.rc`` reads as 0.
@@ -28,6 +30,7 @@ from healthcheck.store.jsoncodec import json_lines
 from healthcheck.store.safeio import BundleFileError, read_regular
 
 HOST_META = "_host.json"
+JOURNAL = "findings.jsonl"     # a live run's crash journal, until results.json is written
 RAW_SOURCE = "_source.json"   # a replay references the bundle's raw outputs instead of copying them
 _MAX_REFERENCE_BYTES = 64 * 1024
 _MAX_PROBED_FOLDERS = 256     # host folders looked into for outputs before a referenced folder is refused
@@ -242,17 +245,24 @@ def encode_findings(findings: Iterable[Finding]) -> bytes:
 
 
 class FindingsLog:
-    """``findings.jsonl``: appended (and flushed to the kernel) as each host completes."""
+    """``findings.jsonl``, the crash journal of a live run: appended (and flushed to the kernel) as each host
+    completes, so a run killed before results.json can be rebuilt from it (``store.recover``); ``retire``
+    removes it once results.json and the findings table hold every finding. ``enabled=False`` (a replay,
+    whose bundle is its journal: replay it again) appends nothing."""
 
-    def __init__(self, run_dir: Path) -> None:
-        self.path = Path(run_dir) / "findings.jsonl"
+    def __init__(self, run_dir: Path, enabled: bool = True) -> None:
+        self.path = Path(run_dir) / JOURNAL
+        self.enabled = enabled
         self._lock = threading.Lock()
 
     def append(self, findings: Iterable[Finding]) -> None:
-        self.append_lines(encode_findings(findings))
+        if self.enabled:
+            self.append_lines(encode_findings(findings))
 
     def append_lines(self, data: bytes) -> None:
-        """Append lines already encoded by ``encode_findings`` (a grading worker process encodes them)."""
+        """Append lines already encoded by ``encode_findings``."""
+        if not self.enabled:
+            return
         with self._lock:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             try:
@@ -261,6 +271,11 @@ class FindingsLog:
                     view = view[os.write(fd, view):]
             finally:
                 os.close(fd)
+
+    def retire(self) -> None:
+        """Remove the journal (the run's own file): its findings are in the findings table now."""
+        with self._lock:
+            self.path.unlink(missing_ok=True)
 
     def read(self) -> list[Finding]:
         if not self.path.is_file():

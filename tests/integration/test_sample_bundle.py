@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from healthcheck.store.findings_table import read_table
+
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "inventories" / "samples" / "h100-4node-acceptance"  # what `healthcheck run --sample` replays
 PROBES_ONLY = ROOT / "inventories" / "samples" / "h100-4node"
@@ -34,8 +36,9 @@ def test_readme_first_command_replays_the_sample(tmp_path):
     assert kernel["status"] == "WARN" and "5.15.0-1053-nvidia" in kernel["message"]
     assert_benchmark_story(run_dir)
     assert_reports_carry_the_benchmarks(run_dir)
-    for name in ("report.html", "junit.xml", "metrics.prom", "summary.md", "findings.jsonl", "manifest.json"):
+    for name in ("report.html", "junit.xml", "metrics.prom", "summary.md", "findings.table.json.gz", "manifest.json"):
         assert (run_dir / name).is_file(), name
+    assert not (run_dir / "findings.jsonl").exists()  # a replay keeps no journal: one findings store
 
 
 def test_sample_is_in_sync_with_its_fixtures(tmp_path):
@@ -55,7 +58,7 @@ def test_sample_is_in_sync_with_its_fixtures(tmp_path):
 
 
 def _findings(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "findings.jsonl").read_text().splitlines() if line.strip()]
+    return [f.to_json() for host in read_table(run_dir).values() for f in host]
 
 
 def assert_benchmark_story(run_dir: Path) -> None:

@@ -10,7 +10,6 @@ own ``srun: error: node02: task 3: ...`` line reaches the grader.
 
 from __future__ import annotations
 
-import json
 import shlex
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import yaml
 from healthcheck.core.model import Host
 from healthcheck.core.profiles import load_profile
 from healthcheck.run.benchmarks import load_outcomes, replay_benchmarks
+from healthcheck.store.findings_table import read_table
 from tests.conftest import fixture_text
 from tests.slurmd import SlurmdCluster, missing_tools
 
@@ -87,7 +87,7 @@ def test_bench_with_srun_on_real_slurmd_nodes(slurm: SlurmdCluster, tmp_path: Pa
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]  # node02's job ERROR
 
-    findings = [json.loads(line) for line in (run_dir / "findings.jsonl").read_text().splitlines()]
+    findings = [f.to_json() for host in read_table(run_dir).values() for f in host]
     nccl = {(f["host"], f["check"], f["component"]): f for f in findings if f["check"].startswith("nccl.")}
     # every job's stdout came back through the real srun, parsed and graded per host
     for h in ("node01", "node02"):

@@ -3,6 +3,7 @@ pieces are ERRORs naming the file, a folder that is not a bundle is a usage erro
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -50,8 +51,9 @@ def test_symlinked_output_is_refused_and_never_read(bundle, tmp_path):
     [collect] = _checks(outcome.results, "h100-node01")["system.collect"]
     assert collect.status.value == "ERROR"
     assert "refused raw/h100-node01/hostname.out: is a symbolic link" in collect.message
-    for name in ("results.json", "report.html", "junit.xml", "findings.jsonl"):
+    for name in ("results.json", "report.html", "junit.xml"):
         assert SECRET not in (outcome.run_dir / name).read_text(), name
+    assert SECRET not in gzip.decompress((outcome.run_dir / "findings.table.json.gz").read_bytes()).decode()
     assert not (outcome.run_dir / "raw" / "h100-node01" / "hostname.out").exists()
 
 

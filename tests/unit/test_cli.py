@@ -184,8 +184,8 @@ def test_results_of_a_directory_without_results_json_is_a_usage_error(cli, tmp_p
     (tmp_path / "raw").mkdir()
     result = cli.invoke(main, ["results", str(tmp_path)])
     assert result.exit_code == 2
-    assert result.output.strip() == (f"healthcheck: {tmp_path} has neither a readable results.json nor "
-                                     "findings.jsonl: not a run directory")
+    assert result.output.strip() == (f"healthcheck: {tmp_path} has neither a readable results.json, "
+                                     "findings.jsonl nor findings.table.json.gz: not a run directory")
     (tmp_path / "results.json").write_text("{not json")
     broken = cli.invoke(main, ["results", str(tmp_path)])
     assert broken.exit_code == 2 and "results.json" in broken.output and "Traceback" not in broken.output

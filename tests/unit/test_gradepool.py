@@ -24,14 +24,14 @@ def _graded(host: str, value: object = 7) -> Graded:
                 Finding(host=host, check="gpu.ecc", status=Status.FAIL, message="gpu0", component=Part.GPU0,
                         value=value, expected=float("nan"), remedy=None, observe=True)]
     return Graded(host, findings, {"versions": {"driver": "550.54", "libs": ["nccl 2.21"]}, "gpu": {"count": 8}},
-                  b"member", b"lines\n")
+                  b"member")
 
 
 def test_a_graded_host_comes_back_equal() -> None:
     for value in (7, 7.5, True, None, "text", [1, "two"]):
         graded = _graded("gpu001", value)
         back = pickle.loads(pickle.dumps(graded))
-        assert back.host == "gpu001" and back.member == b"member" and back.lines == b"lines\n"
+        assert back.host == "gpu001" and back.member == b"member"
         assert [f.to_json() for f in back.findings] == [f.to_json() for f in graded.findings]
         assert back.key == graded.key
         assert back.findings[1].status is Status.FAIL and back.findings[1].observe is True
@@ -49,14 +49,14 @@ def test_hosts_received_share_their_repeated_strings() -> None:
 
 
 def test_a_host_without_findings_crosses_too() -> None:
-    back = pickle.loads(pickle.dumps(Graded("gpu001", [], {}, b"", b"")))
-    assert back == Graded("gpu001", [], {}, b"", b"")
+    back = pickle.loads(pickle.dumps(Graded("gpu001", [], {}, b"")))
+    assert back == Graded("gpu001", [], {}, b"")
 
 
 def test_workers_collect_garbage_while_the_run_pauses_its_collector(monkeypatch) -> None:
     def probe_gc(job: object, host: Host) -> Graded:  # inherited by the forked workers
         return Graded(host.name, [], {"gc": gc.isenabled(), "pid": os.getpid(), "frozen": gc.get_freeze_count()},
-                      b"", b"")
+                      b"")
 
     monkeypatch.setattr(gradepool, "grade_one", probe_gc)
     job = gradepool.GradeJob(raw=Path("."), names=frozenset(), probes=(), profiles={}, options={}, previous={})

@@ -47,11 +47,23 @@ def gitlab_statuses(document: bytes) -> dict[str, str]:
 
 
 def test_sample_run_junit_validates_and_gitlab_reads_every_status(schema, tmp_path):
+    """Both forms: the default (passing checks counted per host) and ``--junit-full`` (every finding)."""
     run_dir = execute_run(RunOptions(target=TargetOptions(replay=SAMPLE),
                                      outputs=OutputOptions(run_dir=tmp_path / "run"))).run_dir
-    document = (run_dir / "junit.xml").read_bytes()
+    bounded = (run_dir / "junit.xml").read_bytes()
+    schema.validate(bounded.decode())
+    counted = gitlab_statuses(bounded)
+    assert counted["h100-node03.gpu/gpu.pcie.width [gpu5]"] == "failed"
+    assert counted["h100-node01.summary/checks passed"] == "success"
+    assert "h100-node01.gpu/gpu.count [node]" not in counted
+    assert "skipped" in set(counted.values())
+    full = execute_run(RunOptions(target=TargetOptions(replay=SAMPLE),
+                                  outputs=OutputOptions(run_dir=tmp_path / "full", junit_full=True))).run_dir
+    document = (full / "junit.xml").read_bytes()
     schema.validate(document.decode())
     statuses = gitlab_statuses(document)
+    assert {k: v for k, v in statuses.items() if v != "success"} == \
+        {k: v for k, v in counted.items() if v != "success"}  # the same failures, errors and skips
     assert statuses["h100-node03.gpu/gpu.pcie.width [gpu5]"] == "failed"
     assert statuses["h100-node01.gpu/gpu.count [node]"] == "success"
     assert statuses["h100-node01.host/host.reachable [node]"] == "success"

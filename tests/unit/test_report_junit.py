@@ -1,4 +1,5 @@
-"""junit.xml: one testsuite per host, one testcase per check and component, parsed back."""
+"""junit.xml: one testsuite per host; by default a testcase per check that did not pass and the passing
+ones counted (hosts + non-PASS findings testcases), with ``junit_full`` one per finding; parsed back."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from healthcheck.store.results import HostResult, RunResults
 from tests.unit.test_report_digest import REMAP_REMEDY, make_run
 
 
-def parse(tmp_path: Path) -> ET.Element:
-    return ET.fromstring(render_junit(load_digest(make_run(tmp_path))))
+def parse(tmp_path: Path, full: bool = True) -> ET.Element:
+    digest = load_digest(make_run(tmp_path))
+    digest.options = {"junit_full": full}
+    return ET.fromstring(render_junit(digest))
 
 
 def test_totals_and_one_suite_per_host(tmp_path: Path) -> None:
@@ -67,7 +70,9 @@ def test_shared_passing_testcases_name_their_own_host_and_hostile_names_are_esca
 
     names = ["gpu001", "gpu002", "gpu003", 'odd&"name']
     run = RunResults(run={"id": "r", "started": "2026-11-24T00:00:00+00:00"}, hosts={n: host(n) for n in names})
-    root = ET.fromstring(render_junit(digest_of(tmp_path, run)))
+    digest = digest_of(tmp_path, run)
+    digest.options = {"junit_full": True}
+    root = ET.fromstring(render_junit(digest))
     for suite in root.findall("testsuite"):
         name = suite.get("name")
         cases = suite.findall("testcase")
@@ -81,3 +86,39 @@ def test_shared_passing_testcases_name_their_own_host_and_hostile_names_are_esca
             (str(len(categories)), "1", "0", "1")
     assert [s.get("name") for s in root.findall("testsuite")] == names
     assert (root.get("tests"), root.get("failures")) == ("17", "4")
+
+
+def test_bounded_form_lists_what_did_not_pass_and_counts_the_rest(tmp_path: Path) -> None:
+    """Testcases = hosts with a passing check + findings that are not PASS; each host's counts as properties."""
+    digest = load_digest(make_run(tmp_path))
+    root = ET.fromstring(render_junit(digest))
+    hosts = digest.results.hosts
+    not_passed = sum(f.status is not Status.PASS for h in hosts.values() for f in h.findings)
+    with_pass = sum(any(f.status is Status.PASS for f in h.findings) for h in hosts.values())
+    assert int(root.get("tests")) == len(root.findall(".//testcase")) == with_pass + not_passed
+    assert root.get("failures") == "6" and root.get("errors") == "1"  # the same as the full form
+    gpu001 = root.find("testsuite[@name='gpu001']")
+    assert gpu001 is not None
+    props = {p.get("name"): int(p.get("value") or -1) for p in gpu001.iter("property")}
+    passed = sum(f.status is Status.PASS for f in hosts["gpu001"].findings)
+    assert props == {"checks": len(hosts["gpu001"].findings), "passed": passed} and passed > 0
+    [summary] = gpu001.findall("testcase[@classname='gpu001.summary']")
+    assert summary.get("name") == "checks passed" and summary.find("failure") is None
+    assert summary.findtext("system-out", "").startswith(f"{passed} of {props['checks']} checks passed")
+    assert gpu001.find("testcase[@name='gpu.row_remap.pending [gpu3]']/failure") is not None
+    node_a = root.find("testsuite[@name='node-a']")  # nothing passed: no summary testcase
+    assert node_a is not None and node_a.find("testcase[@classname='node-a.summary']") is None
+
+
+def test_a_healthy_hosts_suite_does_not_grow_with_its_checks(tmp_path: Path) -> None:
+    """Bounded by construction: 5 or 500 passing checks, the same testcases and a few bytes more."""
+    def suite_bytes(checks: int) -> tuple[int, int]:
+        findings = [Finding(host="gpu001", check=f"gpu.check{i}", status=Status.PASS, message="ok",
+                            component=f"gpu{i % 8}") for i in range(checks)]
+        run = RunResults(run={"id": "r"}, hosts={"gpu001": HostResult("gpu001", findings)})
+        document = render_junit(digest_of(tmp_path, run))
+        return len(document), len(ET.fromstring(document).findall(".//testcase"))
+
+    (small, small_cases), (large, large_cases) = suite_bytes(5), suite_bytes(500)
+    assert small_cases == large_cases == 1
+    assert large - small == 8 and large < 700  # two more digits in each of the four counts

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -101,3 +102,18 @@ def test_machine_readable_reports_agree(run_dir: Path) -> None:
     assert metrics[("healthcheck_nccl_busbw_bytes_per_second", "node02")] < 300e9
     summary = (run_dir / "summary.md").read_text()
     assert summary.startswith(f"## healthcheck {results.verdict.value}:")
+
+
+def test_report_junit_full_lists_every_finding(run_dir: Path, tmp_path: Path) -> None:
+    """``report --junit-full``: a testcase per finding, PASS included; the default counts the passing ones."""
+    results = load_results(run_dir)
+    bounded = ET.parse(run_dir / "junit.xml").getroot()
+    not_passed = sum(f.status.value != "PASS" for f in results.findings())
+    assert int(bounded.get("tests")) == len(bounded.findall(".//testcase")) == len(HOSTS) + not_passed
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    result = CliRunner().invoke(main, ["report", "--junit-full", str(copy)])
+    assert result.exit_code == 0, result.output
+    full = ET.parse(copy / "junit.xml").getroot()
+    assert int(full.get("tests")) == len(full.findall(".//testcase")) == len(list(results.findings()))
+    assert (full.get("failures"), full.get("errors")) == (bounded.get("failures"), bounded.get("errors"))

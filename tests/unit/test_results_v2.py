@@ -57,7 +57,7 @@ def graded(f: Finding) -> tuple:
 
 def test_document_is_small_and_validates_against_the_shipped_schema(fresh: Path) -> None:
     doc = json.loads((fresh / "results.json").read_text())
-    assert doc["schema"] == "healthcheck.results/2"
+    assert doc["schema"] == "healthcheck.results/3"
     assert doc["files"] == {"findings": TABLE, "observations": STORE}
     Draft202012Validator.check_schema(results_schema())
     assert list(Draft202012Validator(results_schema()).iter_errors(doc)) == []
@@ -126,7 +126,7 @@ def test_report_command_reads_the_run_once_and_writes_what_a_fresh_load_writes(f
     from healthcheck import reports
     from healthcheck.store import findings_table
 
-    assert "results schema healthcheck.results/2 ·" in (fresh / "report.html").read_text()  # the run's own page
+    assert "results schema healthcheck.results/3 ·" in (fresh / "report.html").read_text()  # the run's own page
     reference, again = tmp_path / "reference", tmp_path / "again"
     shutil.copytree(fresh, reference)
     shutil.copytree(fresh, again)

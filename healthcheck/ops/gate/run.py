@@ -42,7 +42,7 @@ from healthcheck.run.options import OutputOptions, RunOptions, SelectionOptions,
 from healthcheck.run.plan import plan_run
 from healthcheck.run.selection import SelectionError
 from healthcheck.store.results import RunResults, write_results
-from healthcheck.store.rundir import FindingsLog, RunDirError, _safe_component
+from healthcheck.store.rundir import RunDirError, _safe_component
 
 ON_ERROR = ("open", "closed")
 DEFAULT_GPUS = 8   # for estimates only, when neither the node nor the profile says
@@ -293,9 +293,8 @@ def _save_cache(path: Path, key: str, tests: Mapping[str, CachedTest], minutes: 
 
 def _write(staging: Path, results: RunResults, host: str, active: list[Finding], records: list[ActiveRecord],
            opts: GateOptions, left_out: Mapping[str, str]) -> None:
-    """Active findings into results.json (and findings.jsonl), the plan and timings into gate.json."""
+    """Active findings into results.json (and the findings table), the plan and timings into gate.json."""
     results.hosts[host].findings.extend(active)
-    FindingsLog(staging).append(active)
     write_results(staging, results)
     doc = {"schema": "healthcheck.gate/1", "host": host, "budget_s": opts.budget_s,
            "passive_budget_s": opts.passive_budget_s, "reserve_s": opts.reserve_s, "on_error": opts.on_error,

@@ -1,0 +1,95 @@
+"""results.json version 3: the asset inventory only in the observation store (read by the commands that
+need it), a healthy host's entry bounded, and runs written in version 2 (tests/fixtures/rundir-v2)
+still reported, summarised and listed."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from healthcheck.cli.main import main
+from healthcheck.run.execute import execute_run
+from healthcheck.run.options import OutputOptions, RunOptions, SelectionOptions, TargetOptions
+from healthcheck.store.observation_store import read_observations
+from healthcheck.store.results import load_results
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "inventories" / "samples" / "h100-4node"
+V2 = ROOT / "tests" / "fixtures" / "rundir-v2"
+PROBES = ["gpu", "system", "xid", "fabric", "assets"]  # what the v2 fixture ran
+HEALTHY_HOST_BYTES = 5000  # a PASS host's entry: verdict, counts, its SKIPs, versions, system, scalars
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("v3") / "run"
+    execute_run(RunOptions(target=TargetOptions(replay=SAMPLE), outputs=OutputOptions(run_dir=run_dir)))
+    return run_dir
+
+
+@pytest.fixture
+def old(tmp_path: Path) -> Path:
+    """A version-2 run directory: the sample's raw/ and manifest.json with the v2 files."""
+    run_dir = tmp_path / "old"
+    shutil.copytree(SAMPLE, run_dir)
+    for name in ("results.json", "findings.table.json.gz", "observations.jsonl.gz"):
+        shutil.copy(V2 / name, run_dir / name)
+    return run_dir
+
+
+def _graded(run_dir: Path) -> set[tuple[str, str, str, str]]:
+    return {(f.host, f.check, f.component, f.status.value) for f in load_results(run_dir).findings()}
+
+
+def _serials(output: str) -> set[tuple[str, str]]:
+    return {(row["host"], row["serial"]) for row in csv.DictReader(io.StringIO(output)) if row["kind"] == "gpu"}
+
+
+def test_assets_are_in_the_store_once_and_read_on_request(fresh: Path) -> None:
+    doc = json.loads((fresh / "results.json").read_text())
+    assert doc["schema"] == "healthcheck.results/3"
+    node01 = doc["hosts"]["h100-node01"]
+    assert "gpus" not in node01["observations"]["assets"]  # its scalars only, as any other probe's
+    stored = read_observations(fresh, node01["observations_at"])
+    assert stored is not None and len(stored["assets"]["gpus"]) == 8
+    assert "gpus" not in load_results(fresh).hosts["h100-node01"].observations["assets"]
+    asked = load_results(fresh, observations=("assets",)).hosts["h100-node01"].observations
+    assert asked["assets"] == stored["assets"] and "gpus" not in asked["gpu"]  # only the probe asked for
+    listed = CliRunner().invoke(main, ["assets", str(fresh), "--csv"])
+    assert listed.exit_code == 0, listed.output
+    assert len(_serials(listed.output)) == 32  # 8 GPUs on each of the 4 hosts
+
+
+def test_a_healthy_hosts_entry_is_bounded(fresh: Path) -> None:
+    """No record list (GPUs, links, ports, parts) in results.json: a PASS host's entry stays small."""
+    doc = json.loads((fresh / "results.json").read_text())
+    healthy = [h for h in doc["hosts"].values() if h["verdict"] == "PASS"]
+    assert len(healthy) == 2
+    for host in healthy:
+        assert len(json.dumps(host, separators=(",", ":"), ensure_ascii=False).encode()) < HEALTHY_HOST_BYTES
+        assert {s for s, n in host["counts"].items() if n} <= {"PASS", "SKIP"}
+        assert all(f["status"] == "SKIP" for f in host["findings"])
+
+
+def test_version_2_run_directory_reports_summarises_and_lists_its_assets(old: Path, tmp_path: Path) -> None:
+    cli = CliRunner()
+    shown = cli.invoke(main, ["results", str(old)])
+    assert shown.exit_code == 1 and shown.output.startswith("verdict FAIL: 4 hosts"), shown.output
+    rendered = cli.invoke(main, ["report", str(old)])
+    assert rendered.exit_code == 0, rendered.output
+    assert "results schema healthcheck.results/2 ·" in (old / "report.html").read_text()
+    assert 'healthcheck_host_verdict{host="h100-node03",verdict="FAIL"} 1.0' in (old / "metrics.prom").read_text()
+    fresh = execute_run(RunOptions(target=TargetOptions(replay=SAMPLE), outputs=OutputOptions(run_dir=tmp_path / "v3"),
+                                   selection=SelectionOptions(probes=PROBES))).run_dir
+    assert _graded(old) == _graded(fresh)
+    listed = [cli.invoke(main, ["assets", str(run), "--csv"]) for run in (old, fresh)]
+    assert [r.exit_code for r in listed] == [0, 0]
+    assert _serials(listed[0].output) == _serials(listed[1].output) and len(_serials(listed[0].output)) == 32
+    diff = cli.invoke(main, ["diff", str(old), str(fresh)])
+    assert diff.exit_code == 0, diff.output
