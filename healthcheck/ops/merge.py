@@ -9,17 +9,20 @@ A source is a bundle (a folder with ``raw/<host>/``: a run directory, a capture 
 bundles (a spool directory, ``<spool>/<host>/``). Per host the newest collection wins (``_host.json``
 ``collected_at``; ``prefer="newest-reachable"`` passes over collections that failed to reach the node,
 ``prefer="last"`` lets later sources win whatever their age). Hosts the inventory expects but no source
-holds get ``host.reachable`` ERROR "no result from node". The chosen outputs are copied into a staging
-bundle which ``healthcheck run --replay`` machinery grades: same parsers, fleet checks and reports as any
-run, and the result replays again.
+holds get ``host.reachable`` ERROR "no result from node". Nothing is copied: an index bundle references
+each chosen host in its bundle (``ops.mergestage``, ``store.hostrefs``) and the ``healthcheck run --replay``
+machinery grades it there: same parsers, fleet checks and reports as any run. The merged run references
+the same bundles (``raw/_source.json``) and keeps what its report shows of failing hosts, so it re-renders
+without them and replays while they are there.
 
 Inputs are untrusted (``healthcheck.ops.bundletrust``, docs/security.md): a spool's ``<spool>/<X>/``
 supplies host X only (anything else in it is refused), a node's clock cannot make its collection win,
-its manifest gives no drain target. Symlinks, hard links and special files are never followed or copied
-(``O_NOFOLLOW``, ``lstat``), host and file names must be plain (``raw/<host>/<command_id>.out|.err|.rc``,
-``_host.json``), each file is read at most ``max_file_bytes``. A malformed or vanishing bundle is skipped
-and named, the others merged. Everything refused or skipped is listed in ``merge.json`` beside the
-results; what concerns a graded host is also a ``merge.*`` WARN finding in its report.
+its manifest gives no drain target. Symlinks, hard links and special files are never followed or read
+(``O_NOFOLLOW``, ``openat``), host and file names must be plain (``raw/<host>/<command_id>.out|.err|.rc``,
+``_host.json``), each file is read at most 64 MiB (``store.bundle.NODE_RULES``): a refused file is an error
+of its host's command, naming it. A malformed bundle is skipped and named, a host folder that vanishes is
+that host's "no result from node", the others merged. Everything refused or skipped is listed in
+``merge.json`` beside the results; what concerns a graded host is also a ``merge.*`` WARN finding in its report.
 """
 
 from __future__ import annotations
@@ -47,13 +50,14 @@ from healthcheck.ops.bundletrust import (
     manifest_entries,
     read_json,
 )
-from healthcheck.ops.mergestage import MAX_FILE_BYTES, Candidate, adopt_raw, stage_bundle
+from healthcheck.ops.mergestage import Candidate, keep_excerpts, stage_index
 from healthcheck.run.execute import execute_run
 from healthcheck.run.options import OutputOptions, RunOptions, SelectionOptions, TargetOptions
 from healthcheck.run.outcome import RunOutcome
 from healthcheck.run.outputs import render_or_error
+from healthcheck.store.hostrefs import host_folder
 from healthcheck.store.results import write_results
-from healthcheck.store.rundir import HOST_META, RAW_SOURCE, FindingsLog, write_json
+from healthcheck.store.rundir import HOST_META, RAW_SOURCE, FindingsLog, referenced_hosts, write_json
 
 PREFER = ("newest", "newest-reachable", "last")
 HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")
@@ -96,8 +100,8 @@ def find_bundles(sources: Sequence[Path], skipped: list[str]) -> list[Source]:
     """Each source that is a bundle (it may supply any host), and each bundle one level down in a source
     that is a spool (it may supply only the host its folder names)."""
     found = []
-    for order, source in enumerate(sources):
-        source = Path(source)
+    for order, given in enumerate(sources):
+        source = Path(os.path.realpath(given))  # referenced from the run: no link left above a bundle
         if not _is_dir(source):
             skipped.append(f"{source}: not a directory (symlinks are not followed)")
         elif _is_dir(source / "raw"):
@@ -132,8 +136,8 @@ def candidates(source: Source, found: _Found, now: datetime, known_probes: Colle
         found.skipped.append(f"{bundle / 'results.json'}: probe(s) {', '.join(unknown[:5])} unknown to this "
                              "healthcheck: not graded")
     if os.path.lexists(bundle / "raw" / RAW_SOURCE):  # its host outputs live elsewhere: never followed here
-        found.skipped.append(f"{bundle / 'raw' / RAW_SOURCE}: a replayed run refers to another bundle's outputs; "
-                             "merge does not follow it: give that bundle as a source")
+        found.skipped.append(f"{bundle / 'raw' / RAW_SOURCE}: a replayed or merged run refers to other bundles' "
+                             "outputs; merge does not follow it: give those bundles as sources")
     try:
         folders = sorted((bundle / "raw").iterdir())
     except OSError as exc:  # removed or replaced while the merge runs
@@ -155,7 +159,8 @@ def candidates(source: Source, found: _Found, now: datetime, known_probes: Colle
         if problem is not None:
             found.flags.append(Flag(name, "merge.collected_at", f"{folder}: {problem}"))
         found.candidates.append(Candidate(
-            host=name, folder=folder, bundle=bundle, order=source.order, when=when, probes=probes,
+            host=name, folder=host_folder(bundle, name), bundle=bundle, order=source.order,
+            spool=source.speaks_for is not None, when=when, probes=probes,
             collected_at=str(meta.get("collected_at") or ""), reachable=not meta.get("transport_error"),
             entry=entries.get(name)))
 
@@ -182,8 +187,7 @@ def _rank(cand: Candidate, prefer: str) -> tuple[Any, ...]:
 
 def merge_bundles(sources: Sequence[Path], run_dir: Path, *, inventory: Path | None = None,
                   profile: str | None = None, prefer: str = "newest", probes: Sequence[str] | None = None,
-                  render: bool = True, max_file_bytes: int = MAX_FILE_BYTES,
-                  now: datetime | None = None) -> MergeOutcome:
+                  render: bool = True, now: datetime | None = None) -> MergeOutcome:
     """Merge ``sources`` into ``run_dir`` (absent or empty) and grade the merged fleet. ``now`` is the
     merge's clock, against which node times are bounded (default: this machine's)."""
     found = _Found()
@@ -196,18 +200,19 @@ def merge_bundles(sources: Sequence[Path], run_dir: Path, *, inventory: Path | N
         search = [Path(inventory).resolve().parent / "profiles"]
         expected = load_inventory(inventory, known_profiles=available_profiles(search)).hosts
     run_dir = Path(run_dir)
-    staging = run_dir.parent / f".{run_dir.name}.merge-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
+    index = run_dir.parent / f".{run_dir.name}.merge-{os.getpid()}"
+    shutil.rmtree(index, ignore_errors=True)
     flags = found.flags
     try:
-        hosts = stage_bundle(staging, chosen, expected, sources, found.skipped, max_file_bytes)
+        hosts = stage_index(index, chosen, expected, sources, found.skipped)
         graded = sorted({p for c in chosen.values() for p in c.probes}) or None
-        outcome = execute_run(RunOptions(target=TargetOptions(replay=staging, inventory=inventory, profile=profile),
+        outcome = execute_run(RunOptions(target=TargetOptions(replay=index, inventory=inventory, profile=profile),
                                          outputs=OutputOptions(run_dir=run_dir, render=render and not flags),
                                          selection=SelectionOptions(probes=list(probes) if probes else graded)))
-        adopt_raw(staging, run_dir)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(index, ignore_errors=True)
+    refs = referenced_hosts(run_dir / "raw")
+    kept = keep_excerpts(run_dir, outcome.results, refs)  # the report read them in place; kept for re-renders
     if flags:
         outcome.report_error = report_flags(outcome, flags, render)
     provenance = {name: {"source": str(c.folder), "collected_at": c.collected_at, "reachable": c.reachable}
@@ -217,14 +222,17 @@ def merge_bundles(sources: Sequence[Path], run_dir: Path, *, inventory: Path | N
     merged = MergeOutcome(run=outcome, provenance=provenance, skipped=found.skipped,
                           refused=found.lines("merge.identity"), clock=found.lines("merge.collected_at"))
     write_json(run_dir / MERGE_RECORD, {"sources": [str(s) for s in sources], "prefer": prefer,
-                                        "candidates": len(found.candidates), "hosts": provenance,
+                                        "candidates": len(found.candidates),
+                                        "outputs": {"referenced": len(refs), "kept_excerpts": kept,
+                                                    "in_run": len(hosts) - len(refs)},
+                                        "hosts": provenance,
                                         "refused": merged.refused, "clock": merged.clock, "skipped": merged.skipped})
     return merged
 
 
 def report_flags(outcome: RunOutcome, flags: Sequence[Flag], render: bool) -> str | None:
     """Each flag about a graded host becomes a ``merge.*`` WARN finding of that host (never drained:
-    ``merge.*`` is advisory); results.json is rewritten and, with ``render``, the reports written.
+    ``merge.*`` is advisory); results.json is rewritten and, with ``render``, the reports written
     Returns the reports' error, if any."""
     results = outcome.results
     added = []

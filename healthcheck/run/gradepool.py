@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import repeat
 from operator import attrgetter
 from pathlib import Path
@@ -38,7 +38,8 @@ from healthcheck.core.profiles import EMPTY_PROFILE, Profile
 from healthcheck.core.spec import Probe
 from healthcheck.run.baselines import current_assets, reset_swapped
 from healthcheck.run.stages import grade_host
-from healthcheck.store.bundle import read_bundle_host
+from healthcheck.store.bundle import read_bundle_host, read_referenced_host
+from healthcheck.store.hostrefs import HostRef
 from healthcheck.store.jsoncodec import plain
 from healthcheck.store.observation_store import encode_observations, key_observations
 from healthcheck.store.rundir import encode_findings
@@ -57,6 +58,7 @@ class GradeJob:
     options: Mapping[str, Any]
     previous: Mapping[str, Mapping[str, Any]]
     expect_meta: bool = False  # the bundle is a run directory we wrote: a host without _host.json is incomplete
+    refs: Mapping[str, HostRef] = field(default_factory=dict)  # a merged run's hosts, read in their bundles
 
     @property
     def expect_outputs(self) -> bool:
@@ -151,7 +153,9 @@ def grade_collection(job: GradeJob, host: Host, collection: HostCollection, tran
 def grade_one(job: GradeJob, host: Host) -> Graded:
     """Read and grade one host of the bundle; never raises."""
     try:
-        if host.name in job.names:
+        if host.name in job.refs:
+            collection = read_referenced_host(job.refs[host.name], host.name, job.expect_meta, job.expect_outputs)
+        elif host.name in job.names:
             collection = read_bundle_host(job.raw, host.name, job.expect_meta, job.expect_outputs)
         else:
             collection = HostCollection(host=host.name, results={},

@@ -265,8 +265,8 @@ def test_forged_source_reference_is_refused_naming_the_file(bundle, tmp_path, ca
     assert report.exit_code == 0, report.output
     assert SECRET not in (run / "report.html").read_text()
     merged = merge_bundles([run, bundle], tmp_path / "merged", render=False)
-    assert f"{ref}: a replayed run refers to another bundle's outputs; merge does not follow it: " \
-           "give that bundle as a source" in merged.skipped
+    assert f"{ref}: a replayed or merged run refers to other bundles' outputs; merge does not follow it: " \
+           "give those bundles as sources" in merged.skipped
     assert {p["source"] for p in merged.provenance.values()} == {str(bundle / "raw" / h) for h in HOSTS}
 
 
