@@ -31,7 +31,7 @@ import os
 import re
 import shutil
 import stat
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -70,6 +70,12 @@ class MergeOutcome:
     skipped: list[str] = field(default_factory=list)   # what was not merged, and why
     refused: list[str] = field(default_factory=list)   # host folders a bundle may not supply
     clock: list[str] = field(default_factory=list)     # collection times not believed
+
+    def graded_by(self) -> dict[str, int]:
+        """Hosts whose node's grading was taken, and hosts the merge graded from their outputs."""
+        grading = [h.grading for h in self.run.results.hosts.values()]
+        taken = sum(1 for g in grading if g is not None and g.get("taken"))
+        return {"node": taken, "merge": len(grading) - taken}
 
 
 @dataclass
@@ -187,9 +193,10 @@ def _rank(cand: Candidate, prefer: str) -> tuple[Any, ...]:
 
 def merge_bundles(sources: Sequence[Path], run_dir: Path, *, inventory: Path | None = None,
                   profile: str | None = None, prefer: str = "newest", probes: Sequence[str] | None = None,
-                  render: bool = True, now: datetime | None = None) -> MergeOutcome:
-    """Merge ``sources`` into ``run_dir`` (absent or empty) and grade the merged fleet. ``now`` is the
-    merge's clock, against which node times are bounded (default: this machine's)."""
+                  render: bool = True, regrade: bool = False, now: datetime | None = None) -> MergeOutcome:
+    """Merge ``sources`` into ``run_dir`` (absent or empty) and grade the merged fleet: a node's own grading
+    is taken when it was graded as this merge grades (``run.nodegrading``), unless ``regrade``. ``now`` is
+    the merge's clock, against which node times are bounded (default: this machine's)."""
     found = _Found()
     known = {p.name for p in probe_registry.all_probes()}
     for source in find_bundles(sources, found.skipped):
@@ -206,28 +213,54 @@ def merge_bundles(sources: Sequence[Path], run_dir: Path, *, inventory: Path | N
     try:
         hosts = stage_index(index, chosen, expected, sources, found.skipped)
         graded = sorted({p for c in chosen.values() for p in c.probes}) or None
-        outcome = execute_run(RunOptions(target=TargetOptions(replay=index, inventory=inventory, profile=profile),
-                                         outputs=OutputOptions(run_dir=run_dir, render=render and not flags),
-                                         selection=SelectionOptions(probes=list(probes) if probes else graded)))
+        outcome = execute_run(RunOptions(
+            target=TargetOptions(replay=index, inventory=inventory, profile=profile),
+            outputs=OutputOptions(run_dir=run_dir, render=render and not flags),
+            selection=SelectionOptions(probes=list(probes) if probes else graded,
+                                       node_grading="regrade" if regrade else "take")))
     finally:
         shutil.rmtree(index, ignore_errors=True)
     refs = referenced_hosts(run_dir / "raw")
     kept = keep_excerpts(run_dir, outcome.results, refs)  # the report read them in place; kept for re-renders
+    flags = [*flags, *grading_refusals(outcome, chosen)]
     if flags:
         outcome.report_error = report_flags(outcome, flags, render)
     provenance = {name: {"source": str(c.folder), "collected_at": c.collected_at, "reachable": c.reachable}
                   for name, c in sorted(chosen.items())}
     for name in hosts:
         provenance.setdefault(name, {"source": None, "collected_at": None, "reachable": False})
+        result = outcome.results.hosts.get(name)
+        if result is not None and result.grading is not None:
+            provenance[name]["grading"] = dict(result.grading)
     merged = MergeOutcome(run=outcome, provenance=provenance, skipped=found.skipped,
-                          refused=found.lines("merge.identity"), clock=found.lines("merge.collected_at"))
-    write_json(run_dir / MERGE_RECORD, {"sources": [str(s) for s in sources], "prefer": prefer,
-                                        "candidates": len(found.candidates),
-                                        "outputs": {"referenced": len(refs), "kept_excerpts": kept,
-                                                    "in_run": len(hosts) - len(refs)},
-                                        "hosts": provenance,
+                          refused=[f.text for f in flags if f.check == "merge.identity"],
+                          clock=found.lines("merge.collected_at"))
+    outputs = {"referenced": len(refs), "kept_excerpts": kept, "in_run": len(hosts) - len(refs)}
+    write_json(run_dir / MERGE_RECORD, {"sources": [str(s) for s in sources], "prefer": prefer, "regrade": regrade,
+                                        "candidates": len(found.candidates), "outputs": outputs,
+                                        "graded_by": merged.graded_by(), "hosts": provenance,
                                         "refused": merged.refused, "clock": merged.clock, "skipped": merged.skipped})
+    note_in_manifest(run_dir, outputs, merged.graded_by())
     return merged
+
+
+def grading_refusals(outcome: RunOutcome, chosen: Mapping[str, Candidate]) -> list[Flag]:
+    """A node whose own grading spoke for another host (``run.nodegrading``): refused as its bundle's other
+    host folders are, a ``merge.identity`` flag of that node (it was graded from its own outputs instead)."""
+    return [Flag(name, "merge.identity", f"{name}'s bundle carried a grading for another host: refused "
+                                         f"({chosen[name].bundle}): {result.grading.get('why')}")
+            for name, result in outcome.results.hosts.items()
+            if result.grading is not None and result.grading.get("refused") and name in chosen]
+
+
+def note_in_manifest(run_dir: Path, outputs: Mapping[str, int], graded_by: Mapping[str, int]) -> None:
+    """``manifest.json`` says what the run is: a merge whose host outputs stay in the node bundles."""
+    path = run_dir / "manifest.json"
+    manifest = read_json(path)
+    if isinstance(manifest, dict):
+        manifest["merge"] = {"record": MERGE_RECORD, "graded_by": dict(graded_by), "outputs": {
+            **outputs, "where": f"raw/{RAW_SOURCE} names each host's bundle; raw/_kept/ holds report excerpts"}}
+        write_json(path, manifest)
 
 
 def report_flags(outcome: RunOutcome, flags: Sequence[Flag], render: bool) -> str | None:

@@ -37,6 +37,7 @@ from healthcheck.core.model import Finding, Host, HostCollection, Status
 from healthcheck.core.profiles import EMPTY_PROFILE, Profile
 from healthcheck.core.spec import Probe
 from healthcheck.run.baselines import current_assets, reset_swapped
+from healthcheck.run.nodegrading import host_digest, take_node_grading
 from healthcheck.run.stages import grade_host
 from healthcheck.store.bundle import read_bundle_host, read_referenced_host
 from healthcheck.store.hostrefs import HostRef
@@ -45,6 +46,7 @@ from healthcheck.store.observation_store import encode_observations, key_observa
 from healthcheck.store.rundir import encode_findings
 
 CHUNK = 8  # hosts per task sent to a worker: fewer round trips, still an even spread
+REGRADE = {"taken": False, "why": "merge --regrade: graded from its outputs"}
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ class GradeJob:
     previous: Mapping[str, Mapping[str, Any]]
     expect_meta: bool = False  # the bundle is a run directory we wrote: a host without _host.json is incomplete
     refs: Mapping[str, HostRef] = field(default_factory=dict)  # a merged run's hosts, read in their bundles
+    node_grading: str = ""  # a merge: "take" a node's own grading when graded as here (run.nodegrading), "regrade"
 
     @property
     def expect_outputs(self) -> bool:
@@ -73,11 +76,12 @@ class Graded:
     key: dict[str, Any]
     member: bytes  # the full observations, one gzip member of observations.jsonl.gz
     lines: bytes   # the findings as findings.jsonl lines
+    grading: Mapping[str, Any] | None = None   # a merge's: node grading taken or not, and why
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Sent from a worker as columns of plain values; rebuilt with shared strings (``_received``)."""
         columns = list(zip(*map(_FINDING_ROW, self.findings), strict=True))
-        return _received, (self.host, columns, self.key, self.member, self.lines)
+        return _received, (self.host, columns, self.key, self.member, self.lines, self.grading)
 
 
 _FINDING_ROW = attrgetter(*Finding.__dataclass_fields__)  # every field, in order: Finding(*row) rebuilds them
@@ -88,7 +92,8 @@ _MAX_STRINGS = 200_000
 _TEXT_TYPES = {str, type(None)}
 
 
-def _received(host: str, columns: list[tuple[Any, ...]], key: dict[str, Any], member: bytes, lines: bytes) -> Graded:
+def _received(host: str, columns: list[tuple[Any, ...]], key: dict[str, Any], member: bytes, lines: bytes,
+              grading: Mapping[str, Any] | None = None) -> Graded:
     """A worker's result in the run's process, which keeps every host's findings and key observations
     until the reports are written: check names, remedies, messages and observation keys repeated on
     thousands of hosts become one shared string each instead of a copy per host.
@@ -96,7 +101,7 @@ def _received(host: str, columns: list[tuple[Any, ...]], key: dict[str, Any], me
     if len(_STRINGS) > _MAX_STRINGS:
         _STRINGS.clear()
     columns = [_shared_column(column, index in _TEXT_FIELDS) for index, column in enumerate(columns)]
-    return Graded(_STRINGS.setdefault(host, host), _rebuilt(columns), _shared(key), member, lines)
+    return Graded(_STRINGS.setdefault(host, host), _rebuilt(columns), _shared(key), member, lines, grading)
 
 
 def _rebuilt(columns: list[Sequence[Any]]) -> list[Finding]:
@@ -151,8 +156,16 @@ def grade_collection(job: GradeJob, host: Host, collection: HostCollection, tran
 
 
 def grade_one(job: GradeJob, host: Host) -> Graded:
-    """Read and grade one host of the bundle; never raises."""
+    """Read and grade one host of the bundle (or take its node's grading, ``job.node_grading``); never raises."""
     try:
+        grading = REGRADE if job.node_grading == "regrade" and host.name in job.refs else None
+        if job.node_grading == "take" and host.name in job.refs:
+            names = [p.name for p in job.probes]
+            taken, grading = take_node_grading(job.refs[host.name], host.name, names, host_digest(host, job.profiles))
+            if taken is not None:
+                findings, observations = taken
+                return Graded(host.name, findings, plain(key_observations(observations)),
+                              encode_observations(host.name, observations), encode_findings(findings), grading)
         if host.name in job.refs:
             collection = read_referenced_host(job.refs[host.name], host.name, job.expect_meta, job.expect_outputs)
         elif host.name in job.names:
@@ -162,7 +175,7 @@ def grade_one(job: GradeJob, host: Host) -> Graded:
                                         transport_error=f"host {host.name} is not in bundle {job.raw.parent}")
         findings, observations = grade_collection(job, host, collection, "replay")
         return Graded(host.name, findings, plain(key_observations(observations)),
-                      encode_observations(host.name, observations), encode_findings(findings))
+                      encode_observations(host.name, observations), encode_findings(findings), grading)
     except Exception as exc:
         return _crashed(host, f"{type(exc).__name__}: {exc}")
 

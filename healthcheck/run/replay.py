@@ -49,7 +49,7 @@ def replay_sweep(opts: RunOptions, plan: RunPlan, run_dir: Path, log: FindingsLo
     raw = raw_dir(bundle)
     job = GradeJob(raw, frozenset(host_names(bundle)), plan.probes, plan.profiles, plan.options, previous,
                    expect_meta=written_by_a_run(raw.parent if raw.name == "raw" else raw),
-                   refs=referenced_hosts(raw))
+                   refs=referenced_hosts(raw), node_grading=opts.selection.node_grading)
     store = ObservationStore(run_dir)
     by_name = {h.name: h for h in plan.hosts}
     results: dict[str, HostResult] = {}
@@ -58,7 +58,7 @@ def replay_sweep(opts: RunOptions, plan: RunPlan, run_dir: Path, log: FindingsLo
         host = by_name[graded.host]
         results[host.name] = HostResult(name=host.name, findings=graded.findings, observations=graded.key,
                                         observations_at=store.append(graded.member), profile=host.profile,
-                                        group=host.group, address=host.address)
+                                        group=host.group, address=host.address, grading=graded.grading)
         progress.on_host_start(host)
         progress.on_host_done(host, results[host.name])
         try:

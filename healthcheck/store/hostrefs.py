@@ -108,12 +108,17 @@ def _resolves_to_itself(folder: str) -> bool:
         return False
 
 
+def open_bundle(bundle: Path) -> int:
+    """An open descriptor of the bundle folder, not through a link (nor one above it). ``OSError`` else."""
+    if not _resolves_to_itself(str(Path(bundle).parent)):
+        raise OSError(errno.ELOOP, "the folder above the bundle passes through a symbolic link or is gone")
+    return os.open(bundle, _OPEN_DIR)
+
+
 def open_host_folder(bundle: Path, host: str) -> int:
     """An open descriptor of ``<bundle>/raw/<host>``: the bundle, raw/ and the host folder each opened
     without following a link. ``OSError`` (``ELOOP`` for a link, ``ENOENT`` for a removed bundle) else."""
-    if not _resolves_to_itself(str(Path(bundle).parent)):
-        raise OSError(errno.ELOOP, "the folder above the bundle passes through a symbolic link or is gone")
-    fd = os.open(bundle, _OPEN_DIR)
+    fd = open_bundle(bundle)
     try:
         for name in ("raw", host):
             inner = os.open(name, _OPEN_DIR, dir_fd=fd)

@@ -55,7 +55,10 @@ def test_newest_collection_wins_and_provenance_is_recorded(tmp_path: Path) -> No
     merge = json.loads((tmp_path / "run" / "merge.json").read_text())
     assert merge["candidates"] == 6
     assert merge["hosts"]["h100-node03"] == {"source": str(spool / "h100-node03" / "raw" / "h100-node03"),
-                                             "collected_at": "2026-11-22T04:00:00+00:00", "reachable": True}
+                                             "collected_at": "2026-11-22T04:00:00+00:00", "reachable": True,
+                                             "grading": {"taken": False, "why": "its bundle holds no results.json"}}
+    assert merge["hosts"]["h100-node02"]["grading"] == {  # the sample, named on the command line
+        "taken": False, "why": "a bundle named on the command line is graded by the merge"}
     assert merge["hosts"]["h100-node02"]["source"] == str(SAMPLE / "raw" / "h100-node02")
     assert out.skipped == []
     assert (tmp_path / "run" / "report.html").is_file()

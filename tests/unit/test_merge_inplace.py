@@ -72,9 +72,10 @@ def test_no_host_output_is_copied_whatever_the_fleet_size(tmp_path: Path) -> Non
 
 
 def test_a_removed_bundle_after_the_merge_is_named_on_rerender_and_replay(tmp_path: Path) -> None:
-    spool, names = spool_of(tmp_path, 4)
+    spool, _ = spool_of(tmp_path, 4)
     inv = tmp_path / "inv.yaml"
-    inv.write_text(yaml.safe_dump({"defaults": {"profile": "h100-sxm5-8x"}, "groups": {"all": {"hosts": "gpu[001-005]"}}}))
+    inv.write_text(yaml.safe_dump({"defaults": {"profile": "h100-sxm5-8x"},
+                                   "groups": {"all": {"hosts": "gpu[001-005]"}}}))
     run = tmp_path / "run"
     merged = subprocess.run([sys.executable, "-m", "healthcheck", "merge", str(spool), "--run-dir", str(run),
                              "-i", str(inv)], capture_output=True, text=True, timeout=300, env=ENV)
