@@ -220,11 +220,11 @@ def merge_bundles(sources: Sequence[Path], run_dir: Path, *, inventory: Path | N
                                        node_grading="regrade" if regrade else "take")))
     finally:
         shutil.rmtree(index, ignore_errors=True)
-    refs = referenced_hosts(run_dir / "raw")
-    kept = keep_excerpts(run_dir, outcome.results, refs)  # the report read them in place; kept for re-renders
     flags = [*flags, *grading_refusals(outcome, chosen)]
     if flags:
         outcome.report_error = report_flags(outcome, flags, render)
+    refs = referenced_hosts(run_dir / "raw")
+    kept = keep_excerpts(run_dir, outcome.results, refs)  # the report read them in place; kept for re-renders
     provenance = {name: {"source": str(c.folder), "collected_at": c.collected_at, "reachable": c.reachable}
                   for name, c in sorted(chosen.items())}
     for name in hosts:

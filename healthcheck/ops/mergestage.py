@@ -9,9 +9,9 @@ the hosts, ``raw/_source.json`` naming each chosen host's bundle and whether a n
 holds: a few files in all, whatever the fleet's size. The replay grades it reading every host's outputs
 where they are, as untrusted input (plain names, no link followed; in a node's spool folder
 ``store.bundle.NODE_RULES``: one hard link per file, bounded size); the run directory references the same
-bundles. What the HTML report shows of a failing host (the first ``KEPT_BYTES`` of each output its
-WARN/FAIL/ERROR findings name) is copied into ``raw/_kept/<host>/``, so the run re-renders after the node
-bundles are replaced or removed.
+bundles. What the HTML report shows of the node bundles (the first ``KEPT_BYTES`` of each output its
+detailed hosts' WARN/FAIL/ERROR findings name: a few hundred hosts at most) is copied into
+``raw/_kept/<host>/``, so the run re-renders after the node bundles are replaced or removed.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from healthcheck.core.model import Status
 from healthcheck.core.profiles import available_profiles
 from healthcheck.ops.bundletrust import OLDEST, trusted_entry
+from healthcheck.reports.html import excerpted_outputs
 from healthcheck.store.bundle import NO_RESULT, PLAIN_FILE
 from healthcheck.store.hostrefs import KEPT, HostRef, open_host_folder, write_host_refs
 from healthcheck.store.results import RunResults
@@ -33,7 +33,6 @@ from healthcheck.store.rundir import HOST_META, write_json
 from healthcheck.store.safeio import BundleFileError, read_regular
 
 KEPT_BYTES = 16 << 10     # the report shows 4 KiB of an output; a little more tells it was cut
-_SHOWN = (Status.WARN, Status.FAIL, Status.ERROR)   # what the report details (reports.findings_index.BAD)
 
 
 @dataclass(frozen=True)
@@ -81,12 +80,12 @@ def _no_result(folder: Path, why: str) -> None:
 
 
 def keep_excerpts(run_dir: Path, results: RunResults, refs: Mapping[str, HostRef]) -> int:
-    """Copy the first ``KEPT_BYTES`` of each referenced output a shown finding names (``source``) into
-    ``raw/_kept/<host>/``, read as the grading read it (no link, one hard link). Returns the files kept."""
+    """Copy the first ``KEPT_BYTES`` of each referenced output whose excerpt the HTML report shows
+    (``reports.html.excerpted_outputs``: at most a few hundred hosts) into ``raw/_kept/<host>/``, read as
+    the grading read it (no link; one hard link in a spool). Returns the files kept."""
     kept = 0
-    for name, host in results.hosts.items():
-        wanted = sorted({f"{f.source}.out" for f in host.findings
-                         if f.status in _SHOWN and f.source and PLAIN_FILE.match(f"{f.source}.out")})
+    for name, sources in excerpted_outputs(results).items():
+        wanted = [f"{cid}.out" for cid in sources if PLAIN_FILE.match(f"{cid}.out")]
         if name not in refs or not wanted:
             continue
         try:
