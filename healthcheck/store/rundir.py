@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from healthcheck.core.model import Finding, HostCollection
-from healthcheck.store.hostrefs import REFS_FILE, HostRef, host_refs, in_system_tree, missing_hosts
+from healthcheck.store.hostrefs import MAX_REFS_BYTES, REFS_FILE, HostRef, host_refs, in_system_tree, missing_hosts
 from healthcheck.store.jsoncodec import json_lines
 from healthcheck.store.safeio import BundleFileError, read_regular
 
 HOST_META = "_host.json"
 RAW_SOURCE = REFS_FILE   # a replay (or a merge) references the bundle's raw outputs instead of copying them
-_MAX_REFERENCE_BYTES = 64 * 1024
+_MAX_REFERENCE_BYTES = MAX_REFS_BYTES   # a merge's per-host references: ~70 bytes a host
 _MAX_PROBED_FOLDERS = 256     # host folders looked into for outputs before a referenced folder is refused
 
 

@@ -17,7 +17,8 @@ from pathlib import Path
 import yaml
 
 from healthcheck.ops.merge import merge_bundles
-from healthcheck.store.hostrefs import host_refs
+from healthcheck.store.hostrefs import HostRef, host_refs, write_host_refs
+from healthcheck.store.rundir import host_names, raw_dir
 from tests.conftest import ROOT
 
 SAMPLE = ROOT / "inventories" / "samples" / "h100-4node"
@@ -118,3 +119,14 @@ def test_a_bundle_replaced_by_a_link_after_the_merge_is_never_followed(tmp_path:
     assert out.returncode == 1 and reach == [
         f"gpu002: no result from node: {spool.resolve()}/gpu002/raw/gpu002 could not be read (a symbolic link or "
         "not a folder (links are never followed))"]
+
+
+def test_the_references_of_a_large_fleet_are_read(tmp_path: Path) -> None:
+    raw = tmp_path / "run" / "raw"
+    raw.mkdir(parents=True)
+    refs = {f"gpu{i:05d}": HostRef(tmp_path / "spool" / f"gpu{i:05d}", spool=i % 2 == 0) for i in range(10_000)}
+    write_host_refs(raw, refs)
+    assert (raw / "_source.json").stat().st_size > 64 << 10
+    assert raw_dir(tmp_path / "run") == raw
+    assert host_refs(raw) == refs
+    assert host_names(tmp_path / "run") == sorted(refs)
