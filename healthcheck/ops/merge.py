@@ -133,10 +133,12 @@ def _spool_entries(spool: Path, skipped: list[str]) -> list[Path]:
     return [p for p in inner if p not in merged]
 
 
-def candidates(source: Source, found: _Found, now: datetime, known_probes: Collection[str]) -> None:
-    """Every host collection ``source`` may supply, with its time and manifest entry, into ``found``."""
+def candidates(source: Source, found: _Found, now: datetime, known_probes: Collection[str],
+               entries_needed: bool = True) -> None:
+    """Every host collection ``source`` may supply, with its time and (when ``entries_needed``: no
+    inventory gives the hosts) manifest entry, into ``found``."""
     bundle = source.bundle
-    entries = manifest_entries(read_json(bundle / "manifest.json"))
+    entries = manifest_entries(read_json(bundle / "manifest.json")) if entries_needed else {}
     probes, unknown = bundle_probes(read_json(bundle / "results.json"), known_probes)
     if unknown:
         found.skipped.append(f"{bundle / 'results.json'}: probe(s) {', '.join(unknown[:5])} unknown to this "
@@ -200,7 +202,7 @@ def merge_bundles(sources: Sequence[Path], run_dir: Path, *, inventory: Path | N
     found = _Found()
     known = {p.name for p in probe_registry.all_probes()}
     for source in find_bundles(sources, found.skipped):
-        candidates(source, found, now or datetime.now(timezone.utc), known)
+        candidates(source, found, now or datetime.now(timezone.utc), known, entries_needed=inventory is None)
     chosen = choose(found.candidates, prefer)
     expected = None
     if inventory is not None:

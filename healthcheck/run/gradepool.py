@@ -163,9 +163,9 @@ def grade_one(job: GradeJob, host: Host) -> Graded:
             names = [p.name for p in job.probes]
             taken, grading = take_node_grading(job.refs[host.name], host.name, names, host_digest(host, job.profiles))
             if taken is not None:
-                findings, observations = taken
-                return Graded(host.name, findings, plain(key_observations(observations)),
-                              encode_observations(host.name, observations), encode_findings(findings), grading)
+                findings, observations, member = taken
+                return Graded(host.name, findings, plain(key_observations(observations)), member,
+                              encode_findings(findings), grading)
         if host.name in job.refs:
             collection = read_referenced_host(job.refs[host.name], host.name, job.expect_meta, job.expect_outputs)
         elif host.name in job.names:

@@ -13,7 +13,8 @@ taken as they are (the fleet checks and the verdict rules still run over the who
 The bundle is untrusted input, read as its outputs are (no link followed, one hard link per file, bounded
 sizes, gzip bounded when inflated) and checked: ``results.json`` of schema ``healthcheck.results/2``
 naming the spool folder's host only, every finding of the table of that host and of the results schema's
-types, the observations one JSON object for that host. Anything else is a reason to grade the outputs
+types, the observations one JSON object for that host (its gzip member is appended to the merged store as it
+is only when it holds exactly that one line, else encoded again). Anything else is a reason to grade the outputs
 instead, given in ``grading["why"]``; findings or results for another host are an identity refusal
 (``grading["refused"]``: a ``merge.identity`` WARN of the node, docs/security.md). Findings the merged run
 adds itself are not taken (fleet checks, the "nothing checked" rule, a stage's crash).
@@ -21,12 +22,15 @@ adds itself are not taken (fleet checks, the "nothing checked" rule, a stage's c
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import chain
+from operator import attrgetter
 from typing import Any
+
+import orjson
 
 import healthcheck
 from healthcheck.core.hostvars import host_profile, plan_key
@@ -36,14 +40,13 @@ from healthcheck.core.verdicts import CHECK as NOTHING_CHECKED
 from healthcheck.store.bundle import MAX_FILE_BYTES
 from healthcheck.store.findings_table import TABLE, TableError, table_from_json
 from healthcheck.store.hostrefs import HostRef, open_bundle
-from healthcheck.store.observation_store import STORE
+from healthcheck.store.observation_store import STORE, encode_observations
 from healthcheck.store.results import SCHEMA
 from healthcheck.store.safeio import BundleFileError, read_regular
 
 MAX_INFLATED = 4 * MAX_FILE_BYTES       # a findings table or a host's observations, once inflated
 CHECK_NAME = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")   # the results schema's pattern
-_SCALAR = (str, int, float, bool, type(None))
-_TEXT_OR_NONE = (str, type(None))
+_SCALAR_TYPES = {str, int, float, bool, type(None)}
 _MERGED_RUN_ADDS = ("fleet",)           # categories of findings the merged run computes itself
 
 
@@ -56,9 +59,10 @@ class NotTaken(Exception):
 
 
 def take_node_grading(ref: HostRef, host: str, probes: Sequence[str], digest: str
-                      ) -> tuple[tuple[list[Finding], dict[str, Any]] | None, dict[str, Any]]:
-    """The node's findings and observations (JSON form) when its grading can be taken, and the grading
-    record either way (``{"taken", "why"}``, plus ``"refused": True`` for an identity refusal)."""
+                      ) -> tuple[tuple[list[Finding], dict[str, Any], bytes] | None, dict[str, Any]]:
+    """The node's findings, observations (JSON form) and observation store member when its grading can be
+    taken, and the grading record either way (``{"taken", "why"}``, plus ``"refused": True`` for an
+    identity refusal)."""
     if not ref.spool:
         return None, {"taken": False, "why": "a bundle named on the command line is graded by the merge"}
     try:
@@ -70,6 +74,8 @@ def take_node_grading(ref: HostRef, host: str, probes: Sequence[str], digest: st
     except NotTaken as exc:
         record: dict[str, Any] = {"taken": False, "why": str(exc)}
         return None, ({**record, "refused": True} if exc.identity else record)
+    except Exception as exc:  # untrusted input of a shape no check above foresaw: its outputs are graded
+        return None, {"taken": False, "why": f"its grading could not be read: {type(exc).__name__}: {exc}"[:300]}
     finally:
         os.close(fd)
     return taken, {"taken": True, "why": f"graded by the node: healthcheck {healthcheck.__version__}, "
@@ -77,10 +83,10 @@ def take_node_grading(ref: HostRef, host: str, probes: Sequence[str], digest: st
 
 
 def _read_grading(fd: int, ref: HostRef, host: str, probes: Sequence[str], digest: str
-                  ) -> tuple[list[Finding], dict[str, Any]]:
+                  ) -> tuple[list[Finding], dict[str, Any], bytes]:
     results = _json(_read(fd, "results.json", MAX_FILE_BYTES, ref), "results.json")
     at = _host_entry(results, host, probes, digest)
-    table = _inflate(_read(fd, TABLE, MAX_FILE_BYTES, ref), TABLE)
+    table, _ = _inflate(_read(fd, TABLE, MAX_FILE_BYTES, ref), TABLE)
     try:
         by_host = table_from_json(table, TABLE)
     except TableError as exc:
@@ -88,12 +94,13 @@ def _read_grading(fd: int, ref: HostRef, host: str, probes: Sequence[str], diges
     others = sorted(set(by_host) - {host}, key=str)
     if others:
         raise NotTaken(f"its findings table held findings for {str(others[0])[:60]}: refused", identity=True)
-    findings = [f for f in by_host.get(host, []) if _graded_by_the_node(f)]
-    for finding in findings:
-        _check_finding(finding)
+    findings = by_host.get(host, [])
+    _check_findings(findings)
+    added = {c for c in set(map(_CHECK, findings)) if not _graded_by_the_node(c)}
+    findings = [f for f in findings if f.check not in added] if added else findings
     if not findings:
         raise NotTaken("its findings table has no finding for it")
-    return findings, _observations(fd, ref, host, at)
+    return (findings, *_observations(fd, ref, host, at))
 
 
 def _host_entry(results: Any, host: str, probes: Sequence[str], digest: str) -> list[int]:
@@ -128,41 +135,55 @@ def _host_entry(results: Any, host: str, probes: Sequence[str], digest: str) -> 
     return at
 
 
-def _graded_by_the_node(f: Finding) -> bool:
-    """A finding of the node's own grading, not one the merged run adds (fleet checks, verdict rules)."""
-    return isinstance(f.check, str) and f.check != NOTHING_CHECKED and not f.check.endswith(".stage") \
-        and f.check.split(".", 1)[0] not in _MERGED_RUN_ADDS
+def _graded_by_the_node(check: str) -> bool:
+    """A check of the node's own grading, not one the merged run adds (fleet checks, verdict rules)."""
+    return check != NOTHING_CHECKED and not check.endswith(".stage") and check.split(".", 1)[0] not in _MERGED_RUN_ADDS
 
 
-def _check_finding(f: Finding) -> None:
-    """The results schema's types (``$defs/finding``); anything else is a reason to grade the outputs."""
+_CHECK, _STATUS, _TEXTS = attrgetter("check"), attrgetter("status"), attrgetter("message", "component")
+_SCALARS, _NOTES, _OBSERVE = attrgetter("value", "expected"), attrgetter("unit", "remedy", "source"), \
+    attrgetter("observe")
+
+
+def _check_findings(findings: Sequence[Finding]) -> None:
+    """The results schema's types (``$defs/finding``), tested per column over the distinct types and
+    check names (a host has ~100 findings, ~60 checks); anything else is a reason to grade the outputs."""
     problem = None
-    if not CHECK_NAME.match(f.check):
+    if not set(map(type, map(_CHECK, findings))) <= {str} \
+            or not all(map(CHECK_NAME.match, set(map(_CHECK, findings)))):
         problem = "a check name that is not a dotted id"
-    elif not isinstance(f.status, Status):
+    elif not set(map(type, map(_STATUS, findings))) <= {Status}:
         problem = "a status that is none of PASS, WARN, FAIL, SKIP, ERROR"
-    elif not isinstance(f.message, str) or not isinstance(f.component, str):
+    elif not _types(map(_TEXTS, findings)) <= {str}:
         problem = "a message or component that is not text"
-    elif not all(isinstance(v, _SCALAR) for v in (f.value, f.expected)):
+    elif not _types(map(_SCALARS, findings)) <= _SCALAR_TYPES:
         problem = "a value or expectation that is not a JSON scalar"
-    elif not all(isinstance(v, _TEXT_OR_NONE) for v in (f.unit, f.remedy, f.source)):
+    elif not _types(map(_NOTES, findings)) <= {str, type(None)}:
         problem = "a unit, remedy or source that is not text"
-    elif not isinstance(f.observe, bool):
+    elif not set(map(type, map(_OBSERVE, findings))) <= {bool}:
         problem = "an observe mark that is not true or false"
     if problem is not None:
-        raise NotTaken(f"its findings table has {problem} ({str(f.check)[:60]})")
+        raise NotTaken(f"its findings table has {problem}")
 
 
-def _observations(fd: int, ref: HostRef, host: str, at: list[int]) -> dict[str, Any]:
-    """The host's observations from its gzip member in the bundle's observation store (inflated
-    bounded); the member is encoded again by the caller, never appended as the node wrote it."""
+def _types(rows: Iterable[tuple[Any, ...]]) -> set[type]:
+    return set(map(type, chain.from_iterable(rows)))
+
+
+def _observations(fd: int, ref: HostRef, host: str, at: list[int]) -> tuple[dict[str, Any], bytes]:
+    """The host's observations from its gzip member in the bundle's observation store (inflated bounded),
+    and the member to append to the merged store: the node's bytes when they are exactly one gzip member
+    holding one line ``{"host": host, "observations": {...}}`` (what a run writes), else encoded again."""
     data = _read(fd, STORE, at[0] + at[1], ref)
-    record = _json(_inflate(data[at[0]:at[0] + at[1]], STORE), STORE)
+    member = data[at[0]:at[0] + at[1]]
+    text, whole = _inflate(member, STORE)
+    record = _json(text, STORE)
     observations = record.get("observations") if isinstance(record, dict) else None
     if not isinstance(record, dict) or record.get("host") != host or not isinstance(observations, dict):
         raise NotTaken(f"its {STORE} member is not {host}'s observations", identity=isinstance(record, dict)
                        and isinstance(record.get("host"), str) and record.get("host") != host)
-    return observations
+    one_line = whole and text.endswith(b"\n") and text.count(b"\n") == 1 and len(record) == 2
+    return observations, member if one_line else encode_observations(host, observations)
 
 
 _DIGESTS: dict[tuple[str, int], tuple[Profile, str]] = {}   # per worker: one digest per command plan key
@@ -198,8 +219,9 @@ def _absent(fd: int, name: str) -> bool:
     return False
 
 
-def _inflate(data: bytes, name: str) -> bytes:
-    """A gzip stream inflated to at most ``MAX_INFLATED`` bytes (a small file cannot become gigabytes)."""
+def _inflate(data: bytes, name: str) -> tuple[bytes, bool]:
+    """The first gzip member of ``data`` inflated to at most ``MAX_INFLATED`` bytes (a small file cannot
+    become gigabytes), and whether it was all of ``data`` (one complete member, nothing after it)."""
     inflater = zlib.decompressobj(wbits=31)
     try:
         out = inflater.decompress(data, MAX_INFLATED)
@@ -207,12 +229,12 @@ def _inflate(data: bytes, name: str) -> bytes:
         raise NotTaken(f"its {name} is not gzip: {exc}") from None
     if inflater.unconsumed_tail:
         raise NotTaken(f"its {name} inflates past {MAX_INFLATED} bytes")
-    return out
+    return out, inflater.eof and not inflater.unused_data
 
 
 def _json(data: bytes, name: str) -> Any:
     try:
-        return json.loads(data)
+        return orjson.loads(data)
     except (ValueError, RecursionError) as exc:
         raise NotTaken(f"its {name} is not JSON: {exc}") from None
 

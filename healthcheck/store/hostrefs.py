@@ -50,8 +50,14 @@ class HostRef:
     spool: bool = False
 
 
+_SYSTEM_PREFIXES = tuple(f"{t}/" for t in SYSTEM_TREES)
+
+
 def in_system_tree(path: Path) -> bool:
-    return str(path) == "/" or any(path == Path(t) or Path(t) in path.parents for t in SYSTEM_TREES)
+    """Whether the absolute, normalised ``path`` is ``/`` or in one of the system trees (compared as text:
+    asked once per referenced host)."""
+    text = str(path)
+    return text == "/" or text in SYSTEM_TREES or text.startswith(_SYSTEM_PREFIXES)
 
 
 def write_host_refs(raw: Path, refs: Mapping[str, HostRef]) -> None:
@@ -64,12 +70,28 @@ def write_host_refs(raw: Path, refs: Mapping[str, HostRef]) -> None:
     tmp.replace(path)
 
 
+_READ: dict[tuple[str, int, int, int, int], dict[str, HostRef]] = {}   # by the file's identity: read once
+_READ_MAX = 8
+
+
 def host_refs(raw: Path) -> dict[str, HostRef]:
     """The host references of ``raw/_source.json`` (empty when there is none, or when it is a replay's
-    single ``{"raw": ...}`` reference); ``HostRefError`` naming the file and the entry when one is refused."""
+    single ``{"raw": ...}`` reference); ``HostRefError`` naming the file and the entry when one is refused.
+    Checked once per file (its path, device, inode, size and change time: a rewrite is a new file)."""
     ref = Path(raw) / REFS_FILE
-    if not os.path.lexists(ref):
+    try:
+        st = os.lstat(ref)
+    except OSError:
         return {}
+    key = (str(ref), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _READ:
+        if len(_READ) >= _READ_MAX:
+            _READ.clear()
+        _READ[key] = _read_refs(ref)
+    return dict(_READ[key])
+
+
+def _read_refs(ref: Path) -> dict[str, HostRef]:
     try:
         data, cut = read_regular(ref, MAX_REFS_BYTES)
         doc = None if cut else json.loads(data.decode("utf-8"))
