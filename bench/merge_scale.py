@@ -1,6 +1,7 @@
 """``healthcheck merge`` of N graded node bundles vs ``healthcheck run --replay`` of the same hosts, in pairs.
 
     nice -n 10 python bench/merge_scale.py --hosts 1000 10000 --rounds 2 [--regrade] [--keep /tmp/hc-merge]
+    nice -n 10 python bench/merge_scale.py --base /tmp/hc-merge/hc-merge10000-xxxx --rounds 2   # kept, timed again
 
 Builds a spool as ``healthcheck node --budget 10`` leaves it on a shared directory: ``<spool>/<host>/`` with
 ``manifest.json``, ``results.json`` (version, probes run, the host's profile digest), the findings table,
@@ -143,12 +144,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="Interleaved merge/replay pairs per size.")
     parser.add_argument("--regrade", action="store_true", help="Also time 'merge --regrade' in each round.")
     parser.add_argument("--keep", type=Path, help="Keep spools and runs under this folder.")
+    parser.add_argument("--base", type=Path, help="Time the runs on this folder built (and kept) by an earlier "
+                        "run of this script for one --hosts size, instead of building it again.")
     args = parser.parse_args()
     for count in args.hosts:
-        base = Path(tempfile.mkdtemp(prefix=f"hc-merge{count}-", dir=args.keep))
-        started = time.monotonic()
-        spool, fleet, inv = build(base, count)
-        print(json.dumps({"hosts": count, "build_s": round(time.monotonic() - started, 1)}), flush=True)
+        if args.base is not None:
+            base = args.base
+            spool, fleet, inv = base / "spool", base / "fleet", base / "inv.yaml"
+            count = sum(1 for _ in spool.iterdir())
+        else:
+            base = Path(tempfile.mkdtemp(prefix=f"hc-merge{count}-", dir=args.keep))
+            started = time.monotonic()
+            spool, fleet, inv = build(base, count)
+            print(json.dumps({"hosts": count, "build_s": round(time.monotonic() - started, 1)}), flush=True)
         kinds = {"merge": ["merge", str(spool), "-i", str(inv)],
                  "replay": ["run", "--replay", str(fleet), "-i", str(inv)]}
         if args.regrade:
@@ -160,7 +168,7 @@ def main() -> None:
                 argv = [sys.executable, "-m", "healthcheck", *kinds[kind], "--run-dir", str(run)]
                 print(json.dumps({"hosts": count, "round": round_no, "kind": kind, **timed(argv, run)}), flush=True)
                 shutil.rmtree(run, ignore_errors=True)
-        if args.keep is None:
+        if args.keep is None and args.base is None:
             shutil.rmtree(base, ignore_errors=True)
 
 

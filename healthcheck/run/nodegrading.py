@@ -130,7 +130,7 @@ def _host_entry(results: Any, host: str, probes: Sequence[str], digest: str) -> 
                        f"grades {', '.join(sorted(probes)) or '(none)'}")
     at = entry.get("observations_at")
     if not (isinstance(at, list) and len(at) == 2 and all(type(x) is int and x >= 0 for x in at)
-            and 0 < at[1] <= MAX_FILE_BYTES):
+            and at[1] > 0 and at[0] + at[1] <= MAX_FILE_BYTES):
         raise NotTaken("its results.json does not locate its observations")
     return at
 
@@ -176,6 +176,8 @@ def _observations(fd: int, ref: HostRef, host: str, at: list[int]) -> tuple[dict
     holding one line ``{"host": host, "observations": {...}}`` (what a run writes), else encoded again."""
     data = _read(fd, STORE, at[0] + at[1], ref)
     member = data[at[0]:at[0] + at[1]]
+    if len(member) != at[1]:
+        raise NotTaken(f"its {STORE} ends before the host's member ({at[0]} + {at[1]} bytes)")
     text, whole = _inflate(member, STORE)
     record = _json(text, STORE)
     observations = record.get("observations") if isinstance(record, dict) else None
@@ -229,7 +231,9 @@ def _inflate(data: bytes, name: str) -> tuple[bytes, bool]:
         raise NotTaken(f"its {name} is not gzip: {exc}") from None
     if inflater.unconsumed_tail:
         raise NotTaken(f"its {name} inflates past {MAX_INFLATED} bytes")
-    return out, inflater.eof and not inflater.unused_data
+    if not inflater.eof:
+        raise NotTaken(f"its {name} is not a complete gzip member")
+    return out, not inflater.unused_data
 
 
 def _json(data: bytes, name: str) -> Any:

@@ -9,6 +9,7 @@ leaves them), holding its findings table, observations, version and profile dige
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shlex
@@ -150,6 +151,45 @@ def test_a_nodes_own_grading_for_another_host_is_refused(tmp_path: Path, forge) 
         ("merge.identity", Status.WARN)]
     assert not any(f.message == "forged by gpu001" for f in results.findings())
     assert {n: h.verdict.value for n, h in results.hosts.items()} == {"gpu001": "WARN", "gpu002": "PASS"}
+
+
+def table_with_a_list_as_check(bundle: Path) -> None:
+    raw = json.loads(gzip.decompress((bundle / "findings.table.json.gz").read_bytes()))
+    raw["columns"]["check"]["values"][0] = ["not", "a", "name"]
+    (bundle / "findings.table.json.gz").write_bytes(gzip.compress(json.dumps(raw).encode()))
+
+
+def observations_bomb(bundle: Path) -> None:
+    member = gzip.compress(b" " * (300 << 20))   # 300 MiB of blanks in a 300 KiB member
+    (bundle / "observations.jsonl.gz").write_bytes(member)
+    edit_results(bundle, lambda d: d["hosts"]["gpu001"].update(observations_at=[0, len(member)]))
+
+
+MALFORMED = {
+    "a list as a check name": (table_with_a_list_as_check, "its findings table has a check name that is not a "
+                                                           "dotted id"),
+    "an inflating member": (observations_bomb, "its observations.jsonl.gz inflates past 268435456 bytes"),
+    "another results schema": (lambda b: edit_results(b, lambda d: d.update(schema="healthcheck.results/9")),
+                                   "its results.json is not of schema healthcheck.results/2"),
+    "observations elsewhere": (lambda b: edit_results(b, lambda d: d["hosts"]["gpu001"].update(
+        observations_at=[100_000, 5])), "its observations.jsonl.gz ends before the host's member "
+                                        "(100000 + 5 bytes)"),
+    "observations far away": (lambda b: edit_results(b, lambda d: d["hosts"]["gpu001"].update(
+        observations_at=[10 ** 12, 5])), "its results.json does not locate its observations"),
+    "no table": (lambda b: (b / "findings.table.json.gz").unlink(), "its bundle holds no findings.table.json.gz"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_a_malformed_node_grading_is_regraded_from_the_outputs(tmp_path: Path, case: str) -> None:
+    spool, _, _ = graded_spool(tmp_path, 2)
+    lie_about_itself(spool, "gpu001", "h100-node03")   # its outputs are faulty: a re-grade FAILs it
+    spoil, why = MALFORMED[case]
+    spoil(spool / "gpu001")
+    out = merge_bundles([spool], tmp_path / "run", profile=PROFILE)
+    assert grading(tmp_path / "run")["gpu001"] == {"taken": False, "why": why}
+    assert {n: h.verdict.value for n, h in out.run.results.hosts.items()} == {"gpu001": "FAIL", "gpu002": "PASS"}
+    assert grading(tmp_path / "run")["gpu002"]["taken"] is True
 
 
 @pytest.fixture
