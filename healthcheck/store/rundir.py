@@ -252,11 +252,12 @@ def referenced_hosts(raw: Path) -> dict[str, HostRef]:
 
 def missing_outputs(path: Path) -> list[str]:
     """``"<host>: <folder> could not be read (...)"`` for each host a merged run references in a bundle
-    that is gone (removed, replaced by a link) since the merge; empty for any other run."""
+    that is gone (removed, replaced by a link) since the merge; empty for any other run, and for a run
+    whose references are refused (reading it says so: ``raw_dir``, ``referenced_hosts``)."""
     try:
         return missing_hosts(referenced_hosts(raw_dir(path)))
-    except (RunDirError, OSError) as exc:
-        return [str(exc)]
+    except (RunDirError, OSError):
+        return []
 
 
 def encode_findings(findings: Iterable[Finding]) -> bytes:
