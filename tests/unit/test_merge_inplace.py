@@ -130,3 +130,15 @@ def test_the_references_of_a_large_fleet_are_read(tmp_path: Path) -> None:
     assert raw_dir(tmp_path / "run") == raw
     assert host_refs(raw) == refs
     assert host_names(tmp_path / "run") == sorted(refs)
+
+
+def test_a_replay_of_a_merged_run_grades_its_hosts_as_the_merge_did(tmp_path: Path) -> None:
+    spool, _ = spool_of(tmp_path, 4)
+    (spool / "gpu002" / "raw" / "gpu002" / "_host.json").unlink()   # a hand-made bundle: outputs only
+    run = tmp_path / "run"
+    merge_bundles([spool], run)
+    again = subprocess.run([sys.executable, "-m", "healthcheck", "run", "--replay", str(run), "--run-dir",
+                            str(tmp_path / "again")], capture_output=True, text=True, timeout=300, env=ENV)
+    assert again.returncode == 1, again.stderr
+    assert verdicts(tmp_path / "again") == verdicts(run) == {"gpu001": "PASS", "gpu002": "PASS", "gpu003": "FAIL",
+                                                            "gpu004": "WARN"}
