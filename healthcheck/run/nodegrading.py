@@ -2,7 +2,7 @@
 
     taken, grading = take_node_grading(ref, "gpu001", probe_names, host_digest(host, profiles))
     grading   # {"taken": True, "why": "graded by the node: healthcheck 0.1.0, profile sha256:5e1c0a9b2f11"}
-    grading   # {"taken": False, "why": "graded against profile sha256:..., this merge's is sha256:..."}
+    grading   # {"taken": False, "why": "graded against sha256:0123456789ab, this merge grades against sha256:..."}
 
 A node's bundle in a spool (``healthcheck node``) holds its findings (``findings.table.json.gz``), its
 observations (``observations.jsonl.gz``) and in ``results.json`` the healthcheck version and the digest of
@@ -13,9 +13,9 @@ taken as they are (the fleet checks and the verdict rules still run over the who
 The bundle is untrusted input, read as its outputs are (no link followed, one hard link per file, bounded
 sizes, gzip bounded when inflated) and checked: ``results.json`` of schema ``healthcheck.results/2``
 naming the spool folder's host only, every finding of the table of that host and of the results schema's
-types, the observations one JSON object for that host (its gzip member is appended to the merged store as it
-is only when it holds exactly that one line, else encoded again). Anything else is a reason to grade the outputs
-instead, given in ``grading["why"]``; findings or results for another host are an identity refusal
+types, the observations one JSON object for that host (its gzip member is appended to the merged store
+as it is only when it holds exactly that one line, else encoded again). Anything else is a reason to
+grade the outputs instead, given in ``grading["why"]``; findings or results for another host are an identity refusal
 (``grading["refused"]``: a ``merge.identity`` WARN of the node, docs/security.md). Findings the merged run
 adds itself are not taken (fleet checks, the "nothing checked" rule, a stage's crash).
 """
