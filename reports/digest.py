@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
@@ -25,9 +26,10 @@ from ClusterShell.RangeSet import RangeSet
 
 from healthcheck.core.model import Finding, Status
 from healthcheck.reports.findings_index import BAD, FindingIndex, HostTally, index_findings
+from healthcheck.store.hostrefs import KEPT, HostRef, open_host_folder
 from healthcheck.store.observation_store import read_observations
 from healthcheck.store.results import HostResult, RunResults, load_results, run_verdict
-from healthcheck.store.rundir import RunDirError, raw_dir
+from healthcheck.store.rundir import RunDirError, raw_dir, referenced_hosts
 
 EXCERPT_BYTES = 4096
 
@@ -208,16 +210,51 @@ class RunDigest:
             return None
         from healthcheck.store.safeio import BundleFileError, read_regular  # a referenced bundle is untrusted input
 
-        for path in (raw / host / f"{command_id}.out", raw / "_jobs" / f"{command_id}.out"):
-            if host.startswith(".") or "/" in host or path.parent.is_symlink():
+        refs = self.memo("host_refs", lambda: _host_refs(raw))
+        if host.startswith(".") or "/" in host:
+            return None
+        name = f"{command_id}.out"
+        for path in (raw / host / name, raw / KEPT / host / name, raw / "_jobs" / name):
+            if path.parent.is_symlink() or (path.parent.parent.name == KEPT and path.parent.parent.is_symlink()):
                 continue
             try:
                 chunk, cut = read_regular(path, limit + 1)  # links are never followed
             except BundleFileError:
                 continue
-            text = chunk[:limit].decode("utf-8", errors="replace")
-            return text + ("\n[... truncated]" if cut or len(chunk) > limit else "")
+            return _excerpt(chunk, cut, limit)
+        if host in refs:  # a merged run's host, read in its node bundle while it is there
+            return _referenced_excerpt(refs[host], host, name, limit)
         return None
+
+
+def _excerpt(chunk: bytes, cut: bool, limit: int) -> str:
+    text = chunk[:limit].decode("utf-8", errors="replace")
+    return text + ("\n[... truncated]" if cut or len(chunk) > limit else "")
+
+
+def _host_refs(raw: Path) -> dict[str, HostRef]:
+    try:
+        return referenced_hosts(raw)
+    except RunDirError:
+        return {}
+
+
+def _referenced_excerpt(ref: HostRef, host: str, name: str, limit: int) -> str | None:
+    """The excerpt of ``name`` in a referenced host folder (no link followed; one hard link only in a
+    node's spool folder)."""
+    from healthcheck.store.safeio import BundleFileError, read_regular
+
+    try:
+        folder = open_host_folder(ref.bundle, host)
+    except OSError:
+        return None
+    try:
+        chunk, cut = read_regular(name, limit + 1, folder, single_link=ref.spool)
+    except BundleFileError:
+        return None
+    finally:
+        os.close(folder)
+    return _excerpt(chunk, cut, limit)
 
 
 def _read_json(path: Path) -> dict[str, Any]:

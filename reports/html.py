@@ -20,7 +20,7 @@ import hashlib
 import json
 import re
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
@@ -41,7 +41,7 @@ from healthcheck.reports.fleet import version_rows
 from healthcheck.reports.host_panels import host_panels
 from healthcheck.reports.isolation_views import isolation_views
 from healthcheck.store.jsoncodec import dumps
-from healthcheck.store.results import HostResult
+from healthcheck.store.results import HostResult, RunResults
 
 DETAIL_ALL_UP_TO = 64      # runs this small get a detail section for every host
 DETAIL_MAX = 300           # at most this many hosts get a detail section (worst first)
@@ -238,11 +238,31 @@ def host_detail(digest: RunDigest, host: HostResult, passing_rows: bool = True) 
             "trends": trend_views((digest.document.get("trends") or {}).get(host.name))}
 
 
+def detailed(hosts: Sequence[HostResult], verdicts: Mapping[str, Status]) -> list[HostResult]:
+    """The hosts given a detail section: every host of a run of at most ``DETAIL_ALL_UP_TO``, else the
+    not-passing ones; in ``hosts``' order (worst first), at most ``DETAIL_MAX``."""
+    small = len(hosts) <= DETAIL_ALL_UP_TO
+    return [h for h in hosts if small or verdicts[h.name] in BAD][:DETAIL_MAX]
+
+
+def excerpted_outputs(results: RunResults) -> dict[str, list[str]]:
+    """Host -> the command ids whose raw excerpt the page shows (the sources of its detailed hosts'
+    not-passing findings): what a merged run keeps of the node bundles to re-render without them."""
+    verdicts = {name: host.verdict for name, host in results.hosts.items()}
+    hosts = sorted(results.hosts.values(), key=lambda h: (-verdicts[h.name].rank, h.name))
+    out = {}
+    for host in detailed(hosts, verdicts):
+        sources = sorted({f.source for f in host.findings if f.source and f.status in BAD})
+        if sources:
+            out[host.name] = sources
+    return out
+
+
 def render_context(digest: RunDigest) -> dict[str, Any]:
     hosts = digest.hosts
     small = len(hosts) <= DETAIL_ALL_UP_TO
     verdicts = digest.verdicts
-    chosen = [h for h in hosts if small or verdicts[h.name] in BAD][:DETAIL_MAX]
+    chosen = detailed(hosts, verdicts)
     script, script_hash = inline_script()
     details = [host_detail(digest, h, passing_rows=small) for h in chosen]
     live = len(chosen) if small else DETAIL_LIVE

@@ -35,6 +35,7 @@ from healthcheck.cli.options import (
 )
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.profiles import ProfileError
+from healthcheck.core.textsafe import printable
 from healthcheck.inventory.hosts import InventoryError
 from healthcheck.inventory.load import load_inventory
 from healthcheck.run.execute import NothingToRerunError, execute_run
@@ -42,7 +43,7 @@ from healthcheck.run.interrupt import exit_status
 from healthcheck.run.outputs import render_reports
 from healthcheck.store.recover import load_or_rebuild
 from healthcheck.store.results import write_results
-from healthcheck.store.rundir import RunDirError
+from healthcheck.store.rundir import RunDirError, missing_outputs
 
 # The other commands, each in its own module, imported when that command is the one called (or listed by
 # --help): a run or a replay does not load drain, sweep, merge, node or gate and what they import.
@@ -176,6 +177,18 @@ def report(run_dir: Path, metrics_detail: bool, junit_full: bool) -> None:
         sys.exit(ExitCode.USAGE)
     for path in written:
         click.echo(str(path))
+    say_missing_outputs(run_dir)
+
+
+def say_missing_outputs(run_dir: Path) -> None:
+    """Name each host whose outputs a merged run references in a bundle that is gone: the reports came
+    from the run's own files, but a replay of the run cannot grade that host again."""
+    gone = missing_outputs(run_dir)
+    for line in gone[:20]:
+        click.echo(f"healthcheck: {printable(line)}: its node bundle is gone; the reports use the run's results "
+                   "and kept excerpts; a replay of this run gives this host 'no result from node'", err=True)
+    if len(gone) > 20:
+        click.echo(f"healthcheck: ... and {len(gone) - 20} more host(s) whose node bundle is gone", err=True)
 
 
 @main.group()

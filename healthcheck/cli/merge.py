@@ -30,16 +30,18 @@ from healthcheck.ops.merge import PREFER
               help="Which collection wins per host: the newest, the newest that reached the node, or the "
               "one from the last source given.")
 @click.option("--probes", "probe_names", help="Probes to grade [default: those the sources ran].")
+@click.option("--regrade", is_flag=True, help="Grade every host from its outputs, also those whose node graded "
+              "them with this healthcheck version and profile [default: such a node's grading is taken].")
 @click.option("--strict", is_flag=True, help="WARN counts as failure for the exit code.")
 def merge(sources: tuple[Path, ...], run_dir: Path, inventory: Path | None, profile: str | None, prefer: str,
-          probe_names: str | None, strict: bool) -> None:
+          probe_names: str | None, regrade: bool, strict: bool) -> None:
     """Merge node bundles into one run directory, grade the fleet and write the reports."""
     from healthcheck.ops.merge import merge_bundles
     from healthcheck.probes import RegistryError
 
     try:
         outcome = merge_bundles(list(sources), run_dir, inventory=inventory, profile=profile, prefer=prefer,
-                                probes=csv_list(probe_names))
+                                probes=csv_list(probe_names), regrade=regrade)
     except (*SETUP_ERRORS, RegistryError) as exc:
         click.echo(f"healthcheck: {exc}", err=True)
         sys.exit(ExitCode.USAGE)
@@ -51,6 +53,9 @@ def merge(sources: tuple[Path, ...], run_dir: Path, inventory: Path | None, prof
     merged = sum(1 for p in outcome.provenance.values() if p["source"])
     click.echo(f"merged {merged} hosts from {len(sources)} source(s); "
                f"{len(outcome.provenance) - merged} expected host(s) without a result")
+    graded_by = outcome.graded_by()
+    click.echo(f"grading: {graded_by['node']} host(s) as their node graded them, {graded_by['merge']} graded here "
+               "(merge.json says why)")
     print_summary(outcome.run.results, outcome.run.run_dir)
     sys.exit(exit_code(outcome.run.results, strict))
 

@@ -33,7 +33,6 @@ class Defaults:
     inventory_max_values: int = 1_000_000  # YAML values with aliases (*ref) expanded: bounds alias bombs
     inventory_max_depth: int = 64        # YAML nesting depth
     interrupt_grace_s: float = 10.0      # Ctrl-C/SIGTERM: hosts in flight get this long to finish
-    merge_copy_threads: int = 8          # merge: host folders copied into the staging bundle at once (I/O waits)
     merge_clock_skew_s: float = 300.0    # merge: a node's collected_at further in the future than this is not believed
     merge_max_age_days: float = 3650.0   # merge: ... nor one older than this (a node clock reset to 1970)
     drain_max_fraction: float = 0.10     # circuit breaker: most of the fleet drained at once

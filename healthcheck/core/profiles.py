@@ -21,9 +21,11 @@ Every expectation must name its ``source``; a profile without one is rejected at
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import date
 from importlib.resources import files
 from pathlib import Path
@@ -112,6 +114,15 @@ class Profile:
 
 
 EMPTY_PROFILE = Profile(name="(none)", description="host has no profile")
+
+
+def profile_digest(profile: Profile) -> str:
+    """``sha256:<hex>`` of the profile as graded (canonical JSON: sorted keys, no spaces; its file
+    ``path`` left out, which differs between a node and the merging host): two machines with the same
+    resolved profile, host vars included (``core.hostvars.host_profile``), get the same digest."""
+    doc = {k: v for k, v in asdict(profile).items() if k != "path"}
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 _EXPECTATION_KEYS = {"op", "value", "unit", "warn", "bands", "severity", "required", "note", "source", "observe"}
 _PROFILE_KEYS = {"name", "description", "inherits", "expect", "settings", "known_issues", "observe"}
 _INVENTORY_KEYS = {"defaults", "groups", "hosts", "controller"}  # an inventory's top level (inventory/hosts.py)

@@ -1,36 +1,38 @@
-"""The staging bundle of a merge: the chosen host folders copied, checked file by file, then adopted by the run.
+"""The index a merge grades: each chosen host referenced in its node bundle, nothing copied.
 
-    names = stage_bundle(staging, chosen, expected_hosts, sources, skipped, max_file_bytes)
-    adopt_raw(staging, run_dir)      # the checked copies move into the merged run
+    names = stage_index(index, chosen, expected_hosts, sources, skipped)   # manifest + raw/_source.json
+    kept = keep_excerpts(run_dir, results, refs)    # what the report shows of failing hosts, kept in the run
 
-Only plain names are copied (``<command_id>.out|.err|.rc``, ``_host.json``), each a regular file with one
-hard link, read without following links and at most ``max_file_bytes``; anything else is skipped with a
-reason. A host folder that vanishes or cannot be read while it is copied is that host's "no result from
-node", never the end of the merge. Hosts the inventory expects but no source holds get a "no result"
-collection naming the sources.
+The index (a hidden folder beside the run directory, removed after grading) holds a manifest listing
+the hosts, ``raw/_source.json`` naming each chosen host's bundle and whether a node wrote it
+(``store.hostrefs``), and a small "no result from node" folder for each expected host that no source
+holds: a few files in all, whatever the fleet's size. The replay grades it reading every host's outputs
+where they are, as untrusted input (plain names, no link followed; in a node's spool folder
+``store.bundle.NODE_RULES``: one hard link per file, bounded size); the run directory references the same
+bundles. What the HTML report shows of the node bundles (the first ``KEPT_BYTES`` of each output its
+detailed hosts' WARN/FAIL/ERROR findings name: a few hundred hosts at most) is copied into
+``raw/_kept/<host>/``, so the run re-renders after the node bundles are replaced or removed.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import shutil
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.profiles import available_profiles
 from healthcheck.ops.bundletrust import OLDEST, trusted_entry
-from healthcheck.store.rundir import HOST_META, RAW_SOURCE, write_json
-from healthcheck.store.safeio import BundleFileError, HardLinkError, read_regular
+from healthcheck.reports.html import excerpted_outputs
+from healthcheck.store.bundle import NO_RESULT, PLAIN_FILE
+from healthcheck.store.hostrefs import KEPT, HostRef, open_host_folder, write_host_refs
+from healthcheck.store.results import RunResults
+from healthcheck.store.rundir import HOST_META, write_json
+from healthcheck.store.safeio import BundleFileError, read_regular
 
-FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,200}\.(out|err|rc)$")
-MAX_FILE_BYTES = 64 << 20   # 16x the default per-stream output cap
-NO_RESULT = "no result from node"
+KEPT_BYTES = 16 << 10     # the report shows 4 KiB of an output; a little more tells it was cut
 
 
 @dataclass(frozen=True)
@@ -39,8 +41,9 @@ class Candidate:
 
     host: str
     folder: Path                      # <bundle>/raw/<host>
-    bundle: Path
+    bundle: Path                      # absolute, its parent resolved (hostrefs)
     order: int                        # position of its source on the command line
+    spool: bool = False               # found in a spool folder: written by the node (hostrefs.HostRef)
     collected_at: str = ""
     reachable: bool = True
     entry: dict[str, Any] | None = None   # the host's entry in that bundle's manifest (profile)
@@ -48,80 +51,16 @@ class Candidate:
     when: datetime = OLDEST                # collected_at as ranked (bundletrust.collection_time)
 
 
-def _read_file(path: Path, limit: int) -> tuple[bytes | None, str]:
-    """A bundle file's bytes to copy (regular, one hard link, not through a symlink, at most ``limit``
-    bytes), or None and why it is refused."""
-    try:
-        data, cut = read_regular(path, limit, single_link=True)
-    except HardLinkError as exc:
-        return None, str(exc)
-    except BundleFileError:
-        cut = True
-    if cut:
-        return None, f"not a regular file, a symlink, unreadable or over {limit} bytes"
-    return data, ""
-
-
-def copy_host(cand: Candidate, target: Path, skipped: list[str], max_file_bytes: int = MAX_FILE_BYTES) -> None:
-    """Copy one host's plain files into ``target``; anything else is skipped with a reason. Files are
-    written relative to the open target folder, unbuffered (25,000 of them for 1,000 hosts). Raises
-    ``OSError`` when the host folder itself cannot be read (it vanished)."""
-    target.mkdir(parents=True)
-    with os.scandir(cand.folder) as it:
-        names = sorted(e.name for e in it)
-    into = os.open(target, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for name in names:
-            if name != HOST_META and not FILE_NAME.match(name):
-                skipped.append(f"{cand.folder / name}: not a bundle file name")
-                continue
-            data, why = _read_file(cand.folder / name, max_file_bytes)
-            if data is None:
-                skipped.append(f"{cand.folder / name}: {why}")
-                continue
-            _write_new(name, data, into)
-    finally:
-        os.close(into)
-
-
-def _write_new(name: str, data: bytes, folder: int) -> None:
-    """A new file ``name`` in the open ``folder`` (never an existing file, never through a link)."""
-    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=folder)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
-        os.close(fd)
-
-
-def stage_bundle(staging: Path, chosen: dict[str, Candidate], expected: Sequence[Any] | None,
-           sources: Sequence[Path], skipped: list[str], max_file_bytes: int) -> list[str]:
-    """Write the staging bundle: chosen hosts' files, a manifest listing the hosts, and a
-    ``no result from node`` collection for each expected host that no source holds."""
-    raw = staging / "raw"
+def stage_index(index: Path, chosen: Mapping[str, Candidate], expected: Sequence[Any] | None,
+                sources: Sequence[Path], skipped: list[str]) -> list[str]:
+    """Write the index bundle: a manifest listing the hosts, the chosen hosts' references, and a
+    ``no result from node`` collection for each expected host that no source holds. Returns the names."""
+    raw = index / "raw"
     raw.mkdir(parents=True)
-
-    def copy(item: tuple[str, Candidate]) -> list[str]:
-        problems: list[str] = []
-        name, cand = item
-        try:
-            copy_host(cand, raw / name, problems, max_file_bytes)
-        except OSError as exc:  # the folder vanished or became unreadable while the merge ran
-            why = f"{cand.folder} could not be read during the merge ({exc.strerror or exc})"
-            problems.append(f"{why}: host {name} has no result")
-            shutil.rmtree(raw / name, ignore_errors=True)
-            _no_result(raw / name, f"{NO_RESULT}: {why}")
-        return problems
-
-    # creating files waits on the filesystem far more than on the CPU (25,000 files per 1,000 hosts):
-    # a few threads overlap those waits; what each host skipped is kept in host order
-    with ThreadPoolExecutor(DEFAULTS.merge_copy_threads) as pool:
-        for problems in pool.map(copy, sorted(chosen.items())):
-            skipped.extend(problems)
     names = [h.name for h in expected] if expected is not None else sorted(chosen)
     for extra in sorted(set(chosen) - set(names)):
         skipped.append(f"{chosen[extra].folder}: host {extra} is not in the inventory: not graded")
+    write_host_refs(raw, {name: HostRef(chosen[name].bundle, chosen[name].spool) for name in names if name in chosen})
     where = ", ".join(str(s) for s in sources)
     for name in names:
         if name not in chosen:
@@ -131,7 +70,7 @@ def stage_bundle(staging: Path, chosen: dict[str, Candidate], expected: Sequence
     else:
         known = set(available_profiles())
         entries = [trusted_entry(n, chosen[n].entry, known, skipped) for n in names]
-    write_json(staging / "manifest.json", {"mode": "merge", "hosts": entries})
+    write_json(index / "manifest.json", {"mode": "merge", "hosts": entries})
     return names
 
 
@@ -140,12 +79,34 @@ def _no_result(folder: Path, why: str) -> None:
     write_json(folder / HOST_META, {"transport_error": why, "collected_at": "", "commands": {}})
 
 
-def adopt_raw(staging: Path, run_dir: Path) -> None:
-    """The replay referenced the staging bundle's raw/ (``rundir.reference_raw``); move those checked
-    copies into the run itself, so the merged run is a self-contained bundle once staging is gone."""
-    raw = run_dir / "raw"
-    raw.mkdir(exist_ok=True)
-    for entry in sorted((staging / "raw").iterdir()):
-        if not (raw / entry.name).exists():
-            entry.rename(raw / entry.name)
-    (raw / RAW_SOURCE).unlink(missing_ok=True)
+def keep_excerpts(run_dir: Path, results: RunResults, refs: Mapping[str, HostRef]) -> int:
+    """Copy the first ``KEPT_BYTES`` of each referenced output whose excerpt the HTML report shows
+    (``reports.html.excerpted_outputs``: at most a few hundred hosts) into ``raw/_kept/<host>/``, read as
+    the grading read it (no link; one hard link in a spool). Returns the files kept."""
+    kept = 0
+    for name, sources in excerpted_outputs(results).items():
+        wanted = [f"{cid}.out" for cid in sources if PLAIN_FILE.match(f"{cid}.out")]
+        if name not in refs or not wanted:
+            continue
+        try:
+            folder = open_host_folder(refs[name].bundle, name)
+        except OSError:
+            continue  # gone since it was graded: its findings say what there was
+        try:
+            kept += _keep(folder, wanted, Path(run_dir) / "raw" / KEPT / name, refs[name].spool)
+        finally:
+            os.close(folder)
+    return kept
+
+
+def _keep(folder: int, names: Sequence[str], target: Path, spool: bool) -> int:
+    count = 0
+    for file_name in names:
+        try:
+            data, _ = read_regular(file_name, KEPT_BYTES, folder, single_link=spool)
+        except BundleFileError:
+            continue
+        target.mkdir(parents=True, exist_ok=True)
+        (target / file_name).write_bytes(data)
+        count += 1
+    return count

@@ -20,6 +20,8 @@ from typing import Any
 
 import healthcheck
 from healthcheck import probes as probe_registry
+from healthcheck.core.hostvars import plan_key
+from healthcheck.core.profiles import profile_digest
 from healthcheck.core.spec import PREVIOUS_AT
 from healthcheck.core.verdicts import nothing_checked
 from healthcheck.run.interrupt import InterruptGuard
@@ -114,6 +116,7 @@ def _results(opts: RunOptions, plan: RunPlan, run_dir: Path, host_results: dict[
                 "profiles": sorted(plan.profiles), "interrupted": interrupted,
                 **({"signal": signal} if signal else {}),
                 **({"stopped": sweep_end.fatal} if sweep_end.fatal else {})}
+    _record_profile_digests(plan, host_results)
     ordered = {h.name: host_results[h.name] for h in plan.hosts if h.name in host_results}
     ordered.update({n: r for n, r in host_results.items() if n not in ordered})
     results = RunResults(run=run_info, hosts=ordered,
@@ -124,6 +127,19 @@ def _results(opts: RunOptions, plan: RunPlan, run_dir: Path, host_results: dict[
         run_info["rerun_of"] = rerun.of_id
         results.extra.update(rerun=rerun_record(rerun, results), changes=rerun_changes(rerun, results))
     return results
+
+
+def _record_profile_digests(plan: RunPlan, host_results: Mapping[str, HostResult]) -> None:
+    """Each host's ``profile_digest``: what it was graded against (a merge takes a node's grading only
+    when its digest is the merge's own, ``run.nodegrading``). Computed once per command plan key."""
+    digests: dict[str, str] = {}
+    for host in plan.hosts:
+        result = host_results.get(host.name)
+        if result is not None and host.name in plan.profile_of:
+            key = plan_key(host)
+            if key not in digests:
+                digests[key] = profile_digest(plan.profile_of[host.name])
+            result.profile_digest = digests[key]
 
 
 def previous_observations(previous: Path | None) -> dict[str, Mapping[str, Any]]:

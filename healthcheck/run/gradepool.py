@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import repeat
 from operator import attrgetter
 from pathlib import Path
@@ -37,12 +37,15 @@ from healthcheck.core.model import Finding, Host, HostCollection, Status
 from healthcheck.core.profiles import EMPTY_PROFILE, Profile
 from healthcheck.core.spec import Probe
 from healthcheck.run.baselines import current_assets, reset_swapped
+from healthcheck.run.nodegrading import host_digest, take_node_grading
 from healthcheck.run.stages import grade_host
-from healthcheck.store.bundle import read_bundle_host
+from healthcheck.store.bundle import read_bundle_host, read_referenced_host
+from healthcheck.store.hostrefs import HostRef
 from healthcheck.store.jsoncodec import plain
 from healthcheck.store.observation_store import encode_observations, key_observations
 
 CHUNK = 8  # hosts per task sent to a worker: fewer round trips, still an even spread
+REGRADE = {"taken": False, "why": "merge --regrade: graded from its outputs"}
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,8 @@ class GradeJob:
     options: Mapping[str, Any]
     previous: Mapping[str, Mapping[str, Any]]
     expect_meta: bool = False  # the bundle is a run directory we wrote: a host without _host.json is incomplete
+    refs: Mapping[str, HostRef] = field(default_factory=dict)  # a merged run's hosts, read in their bundles
+    node_grading: str = ""  # a merge: "take" a node's own grading when graded as here (run.nodegrading), "regrade"
 
     @property
     def expect_outputs(self) -> bool:
@@ -69,11 +74,12 @@ class Graded:
     findings: list[Finding]
     key: dict[str, Any]
     member: bytes  # the full observations, one gzip member of observations.jsonl.gz
+    grading: Mapping[str, Any] | None = None   # a merge's: node grading taken or not, and why
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Sent from a worker as columns of plain values; rebuilt with shared strings (``_received``)."""
         columns = list(zip(*map(_FINDING_ROW, self.findings), strict=True))
-        return _received, (self.host, columns, self.key, self.member)
+        return _received, (self.host, columns, self.key, self.member, self.grading)
 
 
 _FINDING_ROW = attrgetter(*Finding.__dataclass_fields__)  # every field, in order: Finding(*row) rebuilds them
@@ -84,7 +90,8 @@ _MAX_STRINGS = 200_000
 _TEXT_TYPES = {str, type(None)}
 
 
-def _received(host: str, columns: list[tuple[Any, ...]], key: dict[str, Any], member: bytes) -> Graded:
+def _received(host: str, columns: list[tuple[Any, ...]], key: dict[str, Any], member: bytes,
+              grading: Mapping[str, Any] | None = None) -> Graded:
     """A worker's result in the run's process, which keeps every host's findings and key observations
     until the reports are written: check names, remedies, messages and observation keys repeated on
     thousands of hosts become one shared string each instead of a copy per host.
@@ -92,7 +99,7 @@ def _received(host: str, columns: list[tuple[Any, ...]], key: dict[str, Any], me
     if len(_STRINGS) > _MAX_STRINGS:
         _STRINGS.clear()
     columns = [_shared_column(column, index in _TEXT_FIELDS) for index, column in enumerate(columns)]
-    return Graded(_STRINGS.setdefault(host, host), _rebuilt(columns), _shared(key), member)
+    return Graded(_STRINGS.setdefault(host, host), _rebuilt(columns), _shared(key), member, grading)
 
 
 def _rebuilt(columns: list[Sequence[Any]]) -> list[Finding]:
@@ -147,16 +154,25 @@ def grade_collection(job: GradeJob, host: Host, collection: HostCollection, tran
 
 
 def grade_one(job: GradeJob, host: Host) -> Graded:
-    """Read and grade one host of the bundle; never raises."""
+    """Read and grade one host of the bundle (or take its node's grading, ``job.node_grading``); never raises."""
     try:
-        if host.name in job.names:
+        grading = REGRADE if job.node_grading == "regrade" and host.name in job.refs else None
+        if job.node_grading == "take" and host.name in job.refs:
+            names = [p.name for p in job.probes]
+            taken, grading = take_node_grading(job.refs[host.name], host.name, names, host_digest(host, job.profiles))
+            if taken is not None:
+                findings, observations, member = taken
+                return Graded(host.name, findings, plain(key_observations(observations)), member, grading)
+        if host.name in job.refs:  # another bundle's folder: whether it lacks a _host.json is not ours to judge
+            collection = read_referenced_host(job.refs[host.name], host.name, False, job.expect_outputs)
+        elif host.name in job.names:
             collection = read_bundle_host(job.raw, host.name, job.expect_meta, job.expect_outputs)
         else:
             collection = HostCollection(host=host.name, results={},
                                         transport_error=f"host {host.name} is not in bundle {job.raw.parent}")
         findings, observations = grade_collection(job, host, collection, "replay")
         return Graded(host.name, findings, plain(key_observations(observations)),
-                      encode_observations(host.name, observations))
+                      encode_observations(host.name, observations), grading)
     except Exception as exc:
         return _crashed(host, f"{type(exc).__name__}: {exc}")
 

@@ -68,6 +68,7 @@ class SelectionOptions:
     probe_options: Mapping[str, Any] = field(default_factory=dict)
     previous: Path | None = None          # earlier run dir: counters' growth is measured against it
     grade_workers: int | None = None      # replay grading processes (None: DEFAULTS, one per core)
+    node_grading: str = ""                # merge: "take" a node's own grading when graded as here, or "regrade"
     collect_evidence: bool = False        # nvidia-bug-report.sh on hosts failing gpu/nvlink/xid (run.evidence)
     evidence_timeout_s: float = DEFAULTS.evidence_timeout_s
     evidence_max_bytes: int = DEFAULTS.evidence_max_bytes

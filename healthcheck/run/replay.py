@@ -23,9 +23,10 @@ from healthcheck.run.plan import RunPlan
 from healthcheck.run.progress import ProgressDisplay
 from healthcheck.store.bundle import copy_bundle_rest, copy_raw_folder, ran_no_probes, written_by_a_run
 from healthcheck.store.gcpause import gc_paused
+from healthcheck.store.hostrefs import write_host_refs
 from healthcheck.store.observation_store import ObservationStore
 from healthcheck.store.results import HostResult
-from healthcheck.store.rundir import FindingsLog, host_names, raw_dir, reference_raw
+from healthcheck.store.rundir import FindingsLog, host_names, raw_dir, reference_raw, referenced_hosts
 
 
 def replay_selection(opts: RunOptions) -> RunOptions:
@@ -48,7 +49,8 @@ def replay_sweep(opts: RunOptions, plan: RunPlan, run_dir: Path, log: FindingsLo
     bundle = Path(opts.target.replay or "")
     raw = raw_dir(bundle)
     job = GradeJob(raw, frozenset(host_names(bundle)), plan.probes, plan.profiles, plan.options, previous,
-                   expect_meta=written_by_a_run(raw.parent if raw.name == "raw" else raw))
+                   expect_meta=written_by_a_run(raw.parent if raw.name == "raw" else raw),
+                   refs=referenced_hosts(raw), node_grading=opts.selection.node_grading)
     store = ObservationStore(run_dir)
     by_name = {h.name: h for h in plan.hosts}
     results: dict[str, HostResult] = {}
@@ -62,7 +64,7 @@ def replay_sweep(opts: RunOptions, plan: RunPlan, run_dir: Path, log: FindingsLo
             stop = _Stopped(f"{store.path} cannot be written: {exc.strerror or exc}")
         results[host.name] = HostResult(name=host.name, findings=graded.findings, observations=graded.key,
                                         observations_at=at, profile=host.profile, group=host.group,
-                                        address=host.address)
+                                        address=host.address, grading=graded.grading)
         progress.on_host_start(host)
         progress.on_host_done(host, results[host.name])
         if stop is not None:
@@ -87,9 +89,14 @@ def keep_bundle_outputs(opts: RunOptions, run_dir: Path, host_results: dict[str,
                         log: FindingsLog) -> None:
     """A replay's run directory is a bundle too: host outputs are referenced (``raw/_source.json``), or
     copied when the bundle is about to be deleted (``copy_raw``); benchmark jobs and telemetry
-    (``raw/_*``: few files) are copied. Links and special files are refused, never followed."""
+    (``raw/_*``: few files) are copied. A merged run's host references are referenced again and its own
+    few host folders (hosts without a result) copied. Links and special files are refused, never followed."""
     bundle = Path(opts.target.replay or "")
-    if opts.outputs.copy_raw or not reference_raw(run_dir, bundle):  # not referable (no raw/, under /usr): copied
+    refs = referenced_hosts(raw_dir(bundle))
+    if refs:
+        write_host_refs(run_dir / "raw", refs)
+        refused = [r for r in copy_raw_folder(raw_dir(bundle), run_dir) if r.startswith("raw/_")]
+    elif opts.outputs.copy_raw or not reference_raw(run_dir, bundle):  # not referable (no raw/, under /usr): copied
         refused = [r for r in copy_raw_folder(raw_dir(bundle), run_dir) if r.startswith("raw/_")]
     else:  # a host's refused files are already that host's errors (graded from the same folder)
         refused = copy_bundle_rest(bundle, run_dir, only=lambda name: name.startswith("_"))

@@ -4,6 +4,7 @@
     listed = read_manifest_hosts(Path("runs/20261122T031500Z"))  # the hosts its manifest names, or None
     problems = copy_bundle_rest(bundle, run_dir)             # the rest of raw/ (benchmark jobs), safely
     problems = copy_raw_folder(raw_dir(bundle), run_dir)     # every output (``run --replay --copy-raw``)
+    collection = read_referenced_host(HostRef(Path("/shared/hc/gpu001"), spool=True), "gpu001")  # a merged run's
 
 A bundle may come from anywhere (a ticket, an nvidia-bug-report). So: symbolic links are never
 followed, anything that is not a regular file or a real folder is refused, and every malformed
@@ -11,6 +12,9 @@ piece becomes an error for the host it belongs to, naming the file: a ``*.out`` 
 is a per-command transport error (``<probe>.collect`` ERROR), a malformed ``_host.json`` or a host
 folder without any output is a host transport error (``host.reachable`` ERROR). A directory that is
 not a bundle at all, or a malformed ``manifest.json``, raises ``RunDirError`` (a usage error).
+A host a merged run references in another bundle is read with plain file names only; one in a node's
+spool folder strictly (``NODE_RULES``): a file with another hard link or over the size limit is refused,
+never read.
 """
 
 from __future__ import annotations
@@ -18,17 +22,38 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import stat
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from healthcheck.core.hostnames import host_name_problem
 from healthcheck.core.model import CommandResult, Host, HostCollection
-from healthcheck.store.rundir import HOST_META, RAW_SOURCE, RunDirError, raw_dir
+from healthcheck.store.hostrefs import HostRef, host_folder, open_host_folder, unreachable
+from healthcheck.store.rundir import HOST_META, RAW_SOURCE, RunDirError, raw_dir, referenced_hosts
 from healthcheck.store.safeio import MAX_FILE_BYTES, BundleFileError, read_regular
 
 _HOST_FIELDS = {"name", "address", "user", "port", "profile", "group", "transport", "vars"}
+PLAIN_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,200}\.(out|err|rc)$")
+NO_RESULT = "no result from node"
+
+
+@dataclass(frozen=True)
+class ReadRules:
+    """How strictly a host folder is read: a node's bundle read in place (``NODE_RULES``) takes only plain
+    file names, and refuses a file with other hard links (a node could link any file it can read into
+    its spool) or over ``MAX_FILE_BYTES`` (instead of cutting it)."""
+
+    plain_names: bool = False
+    single_link: bool = False
+    refuse_over_limit: bool = False
+
+
+BUNDLE_RULES = ReadRules()
+REFERENCED_RULES = ReadRules(plain_names=True)   # a bundle named on the merge's command line
+NODE_RULES = ReadRules(plain_names=True, single_link=True, refuse_over_limit=True)
 
 
 def _entries(folder: Path) -> dict[str, os.DirEntry[str]]:
@@ -36,10 +61,10 @@ def _entries(folder: Path) -> dict[str, os.DirEntry[str]]:
         return {e.name: e for e in it}
 
 
-def _host_meta(folder: int, rel: str) -> tuple[dict[str, Any], str | None]:
+def _host_meta(folder: int, rel: str, single_link: bool = False) -> tuple[dict[str, Any], str | None]:
     """``_host.json`` of the open host folder as a checked dict, or ({}, why it is unusable)."""
     try:
-        raw, _ = read_regular(HOST_META, dir_fd=folder)
+        raw, _ = read_regular(HOST_META, dir_fd=folder, single_link=single_link)
         meta = json.loads(raw.decode("utf-8"))
     except (BundleFileError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         return {}, f"malformed {rel}/{HOST_META}: {exc}"
@@ -74,7 +99,8 @@ def _rc(text: str, flags: Mapping[str, Any]) -> tuple[int | None, str | None]:
     return None, f"{text[:40]!r} is not an exit code"
 
 
-def _command(folder: int, rel: str, host: str, cid: str, names: set[str], flags: Mapping[str, Any]) -> CommandResult:
+def _command(folder: int, rel: str, host: str, cid: str, names: set[str], flags: Mapping[str, Any],
+             rules: ReadRules = BUNDLE_RULES) -> CommandResult:
     def refused(name: str, why: str) -> CommandResult:
         return CommandResult(host=host, command_id=cid, transport_error=f"refused {rel}/{name}: {why}")
 
@@ -82,9 +108,12 @@ def _command(folder: int, rel: str, host: str, cid: str, names: set[str], flags:
     for name, default, limit in ((f"{cid}.out", None, MAX_FILE_BYTES), (f"{cid}.err", b"", MAX_FILE_BYTES),
                                  (f"{cid}.rc", b"0", 64)):
         try:
-            files[name] = read_regular(name, limit, folder) if name in names or default is None else (default, False)
+            files[name] = read_regular(name, limit, folder, rules.single_link) if name in names or default is None \
+                else (default, False)
         except BundleFileError as exc:
             return refused(name, str(exc))
+        if rules.refuse_over_limit and files[name][1]:
+            return refused(name, f"over {limit} bytes: not read")
     (stdout, cut), (stderr, cut_err), (rc_bytes, _) = files.values()
     rc, bad_rc = _rc(rc_bytes.decode("utf-8", errors="replace"), flags)
     if bad_rc is not None:
@@ -125,20 +154,24 @@ def read_host(folder: Path, expect_meta: bool = False) -> HostCollection:
         os.close(fd)
 
 
-def _read_host_fd(folder: int, host: str, expect_meta: bool, expect_outputs: bool = True) -> HostCollection:
+def _read_host_fd(folder: int, host: str, expect_meta: bool, expect_outputs: bool = True,
+                  rules: ReadRules = BUNDLE_RULES, where: str | None = None) -> HostCollection:
     """``read_host`` of an open host folder: every file is opened relative to it (``openat``), so the
     folder cannot be swapped for a link while it is read, and no path is walked per file. Without
-    ``expect_outputs`` (a benchmark-only run: no probe ran) a folder without outputs is no error."""
-    rel = f"raw/{host}"
+    ``expect_outputs`` (a benchmark-only run: no probe ran) a folder without outputs is no error.
+    ``where``: the folder as messages name it (default ``raw/<host>``)."""
+    rel = where or f"raw/{host}"
     names = set(os.listdir(folder))
+    if rules.plain_names:
+        names = {n for n in names if n == HOST_META or PLAIN_FILE.match(n)}
     problem = None
     meta: dict[str, Any] = {}
     if HOST_META in names:
-        meta, problem = _host_meta(folder, rel)
+        meta, problem = _host_meta(folder, rel, rules.single_link)
     elif expect_meta:
         problem = f"{rel}/ has no {HOST_META}: the run was killed while writing this host (incomplete)"
     flags = meta.get("commands", {})
-    results = {cid: _command(folder, rel, host, cid, names, flags.get(cid, {}))
+    results = {cid: _command(folder, rel, host, cid, names, flags.get(cid, {}), rules)
                for cid in sorted(n[:-4] for n in names if n.endswith(".out") and len(n) > 4)}
     for cid, f in flags.items():  # commands that never produced output (host unreachable, deadline, not run)
         if cid not in results and isinstance(f, Mapping) and (f.get("transport_error") or f.get("not_run")):
@@ -169,6 +202,23 @@ def read_bundle_host(raw: Path, name: str, expect_meta: bool = False, expect_out
         os.close(fd)
 
 
+def read_referenced_host(ref: HostRef, name: str, expect_meta: bool = False,
+                         expect_outputs: bool = True) -> HostCollection:
+    """A host a merged run references in a bundle (``<bundle>/raw/<name>``, ``store.hostrefs``), read with
+    ``NODE_RULES`` when a node wrote it (a spool folder). A folder that is gone or became a link is that
+    host's "no result from node", naming the folder."""
+    try:
+        fd = open_host_folder(ref.bundle, name)
+    except OSError as exc:
+        return HostCollection(host=name, results={},
+                              transport_error=f"{NO_RESULT}: {unreachable(ref.bundle, name, exc)}")
+    try:
+        return _read_host_fd(fd, name, expect_meta, expect_outputs, NODE_RULES if ref.spool else REFERENCED_RULES,
+                             str(host_folder(ref.bundle, name)))
+    finally:
+        os.close(fd)
+
+
 def ran_no_probes(bundle: Path) -> bool:
     """Whether the bundle is a run directory whose run collected nothing from the hosts
     (``healthcheck bench``: its manifest lists no probe command): its hosts are checked by their jobs."""
@@ -188,6 +238,7 @@ def collection_times(path: Path, hosts: Iterable[str]) -> dict[str, str]:
     a host whose folder or metadata is unusable is left out."""
     try:
         raw = raw_dir(Path(path))
+        refs = referenced_hosts(raw)
     except (RunDirError, OSError):
         return {}
     out = {}
@@ -195,11 +246,12 @@ def collection_times(path: Path, hosts: Iterable[str]) -> dict[str, str]:
         if host_name_problem(host) is not None:
             continue
         try:
-            fd = os.open(raw / host, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            fd = open_host_folder(refs[host].bundle, host) if host in refs \
+                else os.open(raw / host, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         except OSError:
             continue
         try:
-            meta, _ = _host_meta(fd, f"raw/{host}")
+            meta, _ = _host_meta(fd, f"raw/{host}", host in refs and refs[host].spool)
         finally:
             os.close(fd)
         if isinstance(meta.get("collected_at"), str) and meta["collected_at"]:

@@ -91,6 +91,10 @@ def _load(run_dir: Path) -> tuple[int, dict[str, Any]]:
         doc = json.loads(gzip.decompress(path.read_bytes()))
     except (OSError, EOFError, ValueError) as exc:
         raise TableError(f"{path}: {exc}") from exc
+    return _columns(doc, path)
+
+
+def _columns(doc: Any, path: Path | str) -> tuple[int, dict[str, Any]]:
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise TableError(f"{path}: schema {doc.get('schema') if isinstance(doc, dict) else None!r}, "
                          f"expected {SCHEMA!r}")
@@ -103,7 +107,24 @@ def _load(run_dir: Path) -> tuple[int, dict[str, Any]]:
 
 def read_table(run_dir: Path) -> dict[str, list[Finding]]:
     """Every finding by host, in the order written. Raises ``TableError`` on a missing or bad file."""
-    rows, columns = _load(run_dir)
+    return _findings(*_load(run_dir))
+
+
+def table_from_json(text: bytes, where: str) -> dict[str, list[Finding]]:
+    """``read_table`` of a table already read and decompressed (a node bundle's, read as untrusted input
+    by the caller): ``TableError`` naming ``where`` when it is not one. The cells' types are the caller's
+    to check."""
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise TableError(f"{where}: {exc}") from exc
+    try:
+        return _findings(*_columns(doc, where))
+    except (KeyError, TypeError, ValueError, IndexError) as exc:  # a column of the wrong shape
+        raise TableError(f"{where}: malformed column: {exc}") from exc
+
+
+def _findings(rows: int, columns: dict[str, Any]) -> dict[str, list[Finding]]:
     decoded = []
     for name in FINDING_FIELDS:
         values = columns[name]["values"]

@@ -12,7 +12,8 @@ Schema ``healthcheck.results/3`` (docs/results-schema.md, JSON Schema ``schemas/
      "files": {"findings": "findings.table.json.gz", "observations": "observations.jsonl.gz"},
      "hosts": {name: {"verdict", "profile", "group", "address", "counts": {status: n},
                       "findings": [non-PASS Finding...], "observations": {key observations},
-                      "observations_at": [offset, length]}}}
+                      "observations_at": [offset, length], "profile_digest": "sha256:...",
+                      "grading": {"taken", "why"} (merged runs)}}}
 
 Every finding, PASS included, is in the findings table (``healthcheck.store.findings_table``); every
 observation in the observation store (``healthcheck.store.observation_store``). ``load_results`` reads
@@ -71,6 +72,8 @@ class HostResult:
     address: str | None = None
     observations_at: list[int] | None = None
     stored: Mapping[str, Any] | None = None
+    profile_digest: str | None = None        # the effective profile graded against (core.profiles.profile_digest)
+    grading: Mapping[str, Any] | None = None  # a merge's: {"taken": bool, "why": text} (run.nodegrading)
 
     @property
     def verdict(self) -> Status:
@@ -100,6 +103,10 @@ class HostResult:
                "observations": key_observations(self.observations)}  # already JSON form (stages.grade_host)
         if self.observations_at is not None:
             out["observations_at"] = list(self.observations_at)
+        if self.profile_digest is not None:
+            out["profile_digest"] = self.profile_digest
+        if self.grading is not None:
+            out["grading"] = dict(self.grading)
         return out
 
     @classmethod
@@ -111,6 +118,8 @@ class HostResult:
                    observations=dict(obj.get("observations") or {}), profile=obj.get("profile"),
                    group=obj.get("group"), address=obj.get("address"),
                    observations_at=list(at) if isinstance(at, list) else None,
+                   profile_digest=obj.get("profile_digest") if isinstance(obj.get("profile_digest"), str) else None,
+                   grading=obj.get("grading") if isinstance(obj.get("grading"), dict) else None,
                    stored={"verdict": obj.get("verdict"), "counts": obj.get("counts")} if "counts" in obj else None)
 
 

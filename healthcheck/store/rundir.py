@@ -3,7 +3,8 @@
     <run>/manifest.json                      args, hosts, profiles as used, versions
     <run>/raw/<host>/<command_id>.out|.err|.rc   exactly what the host returned (.rc: exit code)
     <run>/raw/<host>/_host.json              transport error, timings, per-command flags
-    <run>/raw/_source.json                   a replay: {"raw": "<bundle>/raw"}, the outputs it re-graded
+    <run>/raw/_source.json                   a replay: {"raw": "<bundle>/raw"}, the outputs it re-graded;
+                                             a merge: {"hosts": {host: "<node bundle>"}} (store/hostrefs.py)
     <run>/findings.jsonl                     a live run's crash journal: one finding per line, appended as each
                                              host completes, removed once results.json and the findings table
                                              are written (store/results.py ``retire_journal``)
@@ -26,16 +27,15 @@ from pathlib import Path
 from typing import Any
 
 from healthcheck.core.model import Finding, HostCollection
+from healthcheck.store.hostrefs import MAX_REFS_BYTES, REFS_FILE, HostRef, host_refs, in_system_tree, missing_hosts
 from healthcheck.store.jsoncodec import json_lines
 from healthcheck.store.safeio import BundleFileError, read_regular
 
 HOST_META = "_host.json"
 JOURNAL = "findings.jsonl"     # a live run's crash journal, until results.json is written
-RAW_SOURCE = "_source.json"   # a replay references the bundle's raw outputs instead of copying them
-_MAX_REFERENCE_BYTES = 64 * 1024
+RAW_SOURCE = REFS_FILE   # a replay (or a merge) references the bundle's raw outputs instead of copying them
+_MAX_REFERENCE_BYTES = MAX_REFS_BYTES   # a merge's per-host references: ~70 bytes a host
 _MAX_PROBED_FOLDERS = 256     # host folders looked into for outputs before a referenced folder is refused
-SYSTEM_TREES = ("/etc", "/proc", "/sys", "/dev", "/boot", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
-                "/libx32", "/run", "/var/run")  # a reference into these is refused whatever it holds
 
 
 class RunDirError(ValueError):
@@ -152,7 +152,8 @@ def raw_dir(path: Path) -> Path:
     """The folder holding the host folders of a run or bundle: ``path/raw`` (or ``path`` itself when it
     has no raw/ folder), following a replay's ``raw/_source.json`` to the bundle it re-graded when
     ``reference_problem`` finds nothing wrong with it; a refused reference raises ``RunDirError``
-    naming the file and why (docs/results-schema.md)."""
+    naming the file and why (docs/results-schema.md). A merged run's per-host references
+    (``store.hostrefs``) are not followed here: its raw/ holds the hosts that have no reference."""
     path = Path(path)
     raw = path / "raw"
     if raw.is_symlink():
@@ -166,7 +167,10 @@ def _follow(ref: Path) -> Path:
     """The folder a ``raw/_source.json`` names, once checked (a run directory may come from anyone)."""
     try:
         text, cut = read_regular(ref, _MAX_REFERENCE_BYTES)
-        target = None if cut else json.loads(text.decode("utf-8"))["raw"]
+        doc = None if cut else json.loads(text.decode("utf-8"))
+        if isinstance(doc, dict) and "hosts" in doc and "raw" not in doc:
+            return ref.parent  # a merge's per-host references (store.hostrefs)
+        target = None if doc is None else doc["raw"]
     except BundleFileError as exc:
         raise RunDirError(f"{ref}: refused: {exc}") from None
     except (UnicodeDecodeError, ValueError, KeyError, TypeError, RecursionError) as exc:
@@ -185,7 +189,7 @@ def reference_problem(target: Path) -> str | None:
     system trees, with no symbolic link on the way, a folder named ``raw`` holding host folders
     (``<host>/*.out`` or ``<host>/_host.json``), and not itself a reference (a replay refers to the
     outputs directly, so one hop is all a run ever writes)."""
-    if str(target) == "/" or any(target == Path(t) or Path(t) in target.parents for t in SYSTEM_TREES):
+    if in_system_tree(target):
         return "is a system directory, never a bundle"
     try:
         real = os.path.realpath(target, strict=True)
@@ -227,16 +231,36 @@ def reference_raw(run_dir: Path, bundle: Path) -> bool:
 
 
 def host_names(path: Path) -> list[str]:
-    """Names of the host folders of a run or bundle, sorted, without reading them."""
+    """Names of the host folders of a run or bundle, sorted, without reading them (a merged run's
+    referenced hosts included)."""
     raw = raw_dir(path)
     if not raw.is_dir():
         raise RunDirError(f"{path} is not a run directory or capture bundle (no raw/ folder)")
     with os.scandir(raw) as entries:
-        names = sorted(e.name for e in entries  # a linked host folder is listed, then refused when read
-                       if (e.is_dir(follow_symlinks=False) or e.is_symlink()) and not e.name.startswith(("_", ".")))
+        local = {e.name for e in entries  # a linked host folder is listed, then refused when read
+                 if (e.is_dir(follow_symlinks=False) or e.is_symlink()) and not e.name.startswith(("_", "."))}
+    names = sorted(local | set(referenced_hosts(raw)))
     if not names:
         raise RunDirError(f"{raw} holds no host folders")
     return names
+
+
+def referenced_hosts(raw: Path) -> dict[str, HostRef]:
+    """A merged run's host references (``store.hostrefs.host_refs``); a refused one is a ``RunDirError``."""
+    try:
+        return host_refs(raw)
+    except ValueError as exc:
+        raise RunDirError(str(exc)) from None
+
+
+def missing_outputs(path: Path) -> list[str]:
+    """``"<host>: <folder> could not be read (...)"`` for each host a merged run references in a bundle
+    that is gone (removed, replaced by a link) since the merge; empty for any other run, and for a run
+    whose references are refused (reading it says so: ``raw_dir``, ``referenced_hosts``)."""
+    try:
+        return missing_hosts(referenced_hosts(raw_dir(path)))
+    except (RunDirError, OSError):
+        return []
 
 
 def encode_findings(findings: Iterable[Finding]) -> bytes:

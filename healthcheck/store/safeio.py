@@ -7,7 +7,7 @@
 Anything else than a regular file, or a file that cannot be read, raises ``BundleFileError`` with
 the reason; callers turn it into a finding for the host the file belongs to. ``single_link`` refuses a
 file with more than one hard link (``HardLinkError``): a node that can write a shared spool could
-otherwise link any file of that filesystem it can read into its bundle, and a merge would copy it.
+otherwise link any file of that filesystem it can read into its bundle, and a merge would read it.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def read_regular(path: Path | str, limit: int = MAX_FILE_BYTES, dir_fd: int | No
         if not stat.S_ISREG(info.st_mode):
             raise BundleFileError("is not a regular file")
         if single_link and info.st_nlink > 1:
-            raise HardLinkError(f"has {info.st_nlink} hard links: a file linked from elsewhere is never copied")
+            raise HardLinkError(f"has {info.st_nlink} hard links: a file linked from elsewhere is never read")
         data = _read_fd(fd, info.st_size, limit + 1)
     except OSError as exc:
         if isinstance(exc, BundleFileError):

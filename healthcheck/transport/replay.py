@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from healthcheck.core.model import CommandResult, Host, HostCollection
-from healthcheck.store.bundle import read_bundle_host
-from healthcheck.store.rundir import host_names, raw_dir
+from healthcheck.store.bundle import read_bundle_host, read_referenced_host
+from healthcheck.store.rundir import host_names, raw_dir, referenced_hosts
 from healthcheck.transport.registry import TransportError, TransportSettings, register
 
 
@@ -24,8 +24,11 @@ class ReplayTransport:
         self.bundle = Path(bundle)
         self.raw = raw_dir(self.bundle)
         self.names = frozenset(host_names(self.bundle))
+        self.refs = referenced_hosts(self.raw)  # a merged run's hosts, read in their node bundles
 
     def _read(self, name: str) -> HostCollection | None:
+        if name in self.refs:
+            return read_referenced_host(self.refs[name], name)
         return read_bundle_host(self.raw, name) if name in self.names else None  # links refused
 
     def collect(self, host: Host, commands: Sequence[object], deadline_s: float) -> HostCollection:

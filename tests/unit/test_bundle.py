@@ -266,9 +266,10 @@ def test_forged_source_reference_is_refused_naming_the_file(bundle, tmp_path, ca
     report = CliRunner().invoke(main, ["report", str(run)])
     assert report.exit_code == 0, report.output
     assert SECRET not in (run / "report.html").read_text()
+    assert "node bundle is gone" not in report.output   # not a merged run: no reference of a host to name
     merged = merge_bundles([run, bundle], tmp_path / "merged", render=False)
-    assert f"{ref}: a replayed run refers to another bundle's outputs; merge does not follow it: " \
-           "give that bundle as a source" in merged.skipped
+    assert f"{ref}: a replayed or merged run refers to other bundles' outputs; merge does not follow it: " \
+           "give those bundles as sources" in merged.skipped
     assert {p["source"] for p in merged.provenance.values()} == {str(bundle / "raw" / h) for h in HOSTS}
 
 

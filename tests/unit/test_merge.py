@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from healthcheck.ops.merge import merge_bundles
+from healthcheck.store import bundle as bundle_module
 from tests.conftest import ROOT
 
 SAMPLE = ROOT / "inventories" / "samples" / "h100-4node"
@@ -54,7 +55,10 @@ def test_newest_collection_wins_and_provenance_is_recorded(tmp_path: Path) -> No
     merge = json.loads((tmp_path / "run" / "merge.json").read_text())
     assert merge["candidates"] == 6
     assert merge["hosts"]["h100-node03"] == {"source": str(spool / "h100-node03" / "raw" / "h100-node03"),
-                                             "collected_at": "2026-11-22T04:00:00+00:00", "reachable": True}
+                                             "collected_at": "2026-11-22T04:00:00+00:00", "reachable": True,
+                                             "grading": {"taken": False, "why": "its bundle holds no results.json"}}
+    assert merge["hosts"]["h100-node02"]["grading"] == {  # the sample, named on the command line
+        "taken": False, "why": "a bundle named on the command line is graded by the merge"}
     assert merge["hosts"]["h100-node02"]["source"] == str(SAMPLE / "raw" / "h100-node02")
     assert out.skipped == []
     assert (tmp_path / "run" / "report.html").is_file()
@@ -90,7 +94,7 @@ def test_hosts_expected_by_the_inventory_but_absent_are_no_result_errors(tmp_pat
     assert reach["message"] == f"h100-node05: no result from node: in none of the merged sources ({spool})"
 
 
-def test_untrusted_inputs_are_skipped_not_followed(tmp_path: Path) -> None:
+def test_untrusted_inputs_are_refused_not_followed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     spool = tmp_path / "spool"
     bundle = later_bundle(spool, "h100-node01", "h100-node01", "2026-11-22T04:00:00+00:00")
     folder = bundle / "raw" / "h100-node01"
@@ -102,23 +106,23 @@ def test_untrusted_inputs_are_skipped_not_followed(tmp_path: Path) -> None:
     (folder / "uptime.out").write_bytes(b"x" * (limit + 1))          # over the per-file limit
     (folder / "meminfo.out").unlink()
     os.mkfifo(folder / "meminfo.out")                                 # a special file (opening it would block)
-    (folder / "..evil.out").write_text("x")                           # not a bundle file name
+    (folder / "..evil.out").write_text("root:x")                      # not a bundle file name: never read
     (bundle / "raw" / "h100-node09").symlink_to(SAMPLE / "raw" / "h100-node03")  # a symlinked host folder
-    out = merge_bundles([spool], tmp_path / "run", max_file_bytes=limit)
-    raw = tmp_path / "run" / "raw" / "h100-node01"
-    assert not (raw / "hostname.out").exists() and not (raw / "uptime.out").exists()
-    assert not (raw / "meminfo.out").exists() and not (raw / "..evil.out").exists()
-    xml = "nvidia-smi-q-x.out"
-    assert (raw / xml).read_bytes() == (SAMPLE / "raw" / "h100-node01" / xml).read_bytes()
-    assert not (tmp_path / "run" / "raw" / "h100-node09").exists()
-    assert sorted(line.split(": ", 1)[1] for line in out.skipped) == sorted([
-        "not a bundle file name",
-        "not a plain host folder (bad name, symlink or file)",
-        f"not a regular file, a symlink, unreadable or over {limit} bytes",
-        f"not a regular file, a symlink, unreadable or over {limit} bytes",
-        f"not a regular file, a symlink, unreadable or over {limit} bytes"])
+    monkeypatch.setattr(bundle_module, "MAX_FILE_BYTES", limit)
+    out = merge_bundles([spool], tmp_path / "run")
+    errors = [(f["check"], f["message"]) for f in json.loads((tmp_path / "run" / "results.json").read_text())
+              ["hosts"]["h100-node01"]["findings"] if f["status"] == "ERROR"]
+    assert errors == [
+        ("system.collect", f"hostname could not run: refused {folder}/hostname.out: is a symbolic link (links in "
+                           "a bundle are never followed)"),
+        ("system.collect", f"uptime could not run: refused {folder}/uptime.out: over {limit} bytes: not read"),
+        ("system.hostname", "the node did not report its hostname"),
+        ("resources.collect", f"meminfo could not run: refused {folder}/meminfo.out: is not a regular file")]
+    assert out.skipped == [f"{bundle / 'raw' / 'h100-node09'}: not a plain host folder (bad name, symlink or file)"]
     assert json.loads((tmp_path / "run" / "merge.json").read_text())["skipped"] == out.skipped
-    assert "root:x" not in (tmp_path / "run" / "results.json").read_text()
+    assert not (tmp_path / "run" / "raw" / "h100-node09").exists()
+    assert not any("root:x" in p.read_text(errors="replace") for p in (tmp_path / "run").rglob("*") if p.is_file()
+                   and p.suffix in (".out", ".json", ".html", ".jsonl", ".md", ".xml"))
 
 
 def test_cli_merge_then_replay_gives_the_same_verdicts(tmp_path: Path) -> None:

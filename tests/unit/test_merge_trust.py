@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from healthcheck.ops import merge as merge_module
 from healthcheck.ops.drain import plan_drain
 from healthcheck.ops.merge import merge_bundles
 from healthcheck.store.results import load_results
@@ -144,30 +145,27 @@ def test_malformed_bundles_are_skipped_and_named_the_rest_merged(tmp_path: Path)
     assert json.loads((run / "results.json").read_text())["run"]["probes"] == ["gpu"]
 
 
-def test_a_host_folder_vanishing_while_copied_is_that_hosts_error_only(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_host_folder_vanishing_before_it_is_graded_is_that_hosts_error_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     spool = tmp_path / "spool"
     for host in ("h100-node01", "h100-node02"):
         node_bundle(spool, host, {host: (host, "2026-11-22T04:00:00+00:00")})
     gone = spool / "h100-node02" / "raw" / "h100-node02"
-    scandir = os.scandir
+    grade = merge_module.execute_run
 
-    def vanishing(path):  # type: ignore[no-untyped-def]
-        if isinstance(path, (str, Path)) and Path(path) == gone:  # the node replaced its bundle just now
-            shutil.rmtree(gone)
-        return scandir(path)
+    def vanishing(opts):  # type: ignore[no-untyped-def]
+        shutil.rmtree(gone)  # the node replaced its bundle after the merge chose it, before it was graded
+        return grade(opts)
 
-    monkeypatch.setattr(os, "scandir", vanishing)
+    monkeypatch.setattr(merge_module, "execute_run", vanishing)
     run = tmp_path / "run"
-    out = merge_bundles([spool], run)
+    merge_bundles([spool], run)
     assert verdicts(run) == {"h100-node01": "PASS", "h100-node02": "ERROR"}
     (reach,) = findings(run, "h100-node02", "host.reachable")
-    assert reach["message"].startswith(f"h100-node02: no result from node: {gone} could not be read during the "
-                                       "merge (No such file or directory)")
-    assert any(line.endswith("host h100-node02 has no result") for line in out.skipped)
+    assert reach["message"] == f"h100-node02: no result from node: {gone} could not be read (No such file or directory)"
 
 
-def test_a_hard_link_to_a_file_outside_the_spool_is_not_copied(tmp_path: Path) -> None:
+def test_a_hard_link_to_a_file_outside_the_spool_is_never_read(tmp_path: Path) -> None:
     secret = tmp_path / "secret"
     secret.write_text("root:$6$secrethash:19000:0:99999:7:::\n")
     spool = tmp_path / "spool"
@@ -176,11 +174,12 @@ def test_a_hard_link_to_a_file_outside_the_spool_is_not_copied(tmp_path: Path) -
     linked.unlink()
     os.link(secret, linked)
     run = tmp_path / "run"
-    out = merge_bundles([spool], run)
-    assert not (run / "raw" / "h100-node01" / "hostname.out").exists()
-    assert f"{linked}: has 2 hard links: a file linked from elsewhere is never copied" in out.skipped
+    merge_bundles([spool], run)
+    (collect,) = findings(run, "h100-node01", "system.collect")
+    assert collect["message"] == (f"hostname could not run: refused {linked}: has 2 hard links: a file linked "
+                                  "from elsewhere is never read")
     assert not any("secrethash" in p.read_text(errors="replace") for p in run.rglob("*") if p.is_file()
-                   and p.suffix in (".out", ".json", ".html", ".jsonl", ".md"))
+                   and p.suffix in (".out", ".json", ".html", ".jsonl", ".md", ".xml"))
 
 
 def test_a_merged_run_written_inside_the_spool_is_not_read_again(tmp_path: Path) -> None:

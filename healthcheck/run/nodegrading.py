@@ -1,0 +1,247 @@
+"""A merge takes a node's own grading when it was graded as the merge would grade it.
+
+    taken, grading = take_node_grading(ref, "gpu001", probe_names, host_digest(host, profiles))
+    grading   # {"taken": True, "why": "graded by the node: healthcheck 0.1.0, profile sha256:5e1c0a9b2f11"}
+    grading   # {"taken": False, "why": "graded against sha256:0123456789ab, this merge grades against sha256:..."}
+
+A node's bundle in a spool (``healthcheck node``) holds its findings (``findings.table.json.gz``), its
+observations (``observations.jsonl.gz``) and in ``results.json`` the healthcheck version and the digest of
+the effective profile it graded against (``core.profiles.profile_digest``). When the version, the digest
+and the probes are the merge's own, grading the outputs again would give the same findings, so they are
+taken as they are (the fleet checks and the verdict rules still run over the whole merged fleet).
+
+The bundle is untrusted input, read as its outputs are (no link followed, one hard link per file, bounded
+sizes, gzip bounded when inflated) and checked: ``results.json`` of schema ``healthcheck.results/2``
+naming the spool folder's host only, every finding of the table of that host and of the results schema's
+types, the observations one JSON object for that host (its gzip member is appended to the merged store
+as it is only when it holds exactly that one line, else encoded again). Anything else is a reason to
+grade the outputs instead, given in ``grading["why"]``; findings or results for another host are an identity refusal
+(``grading["refused"]``: a ``merge.identity`` WARN of the node, docs/security.md). Findings the merged run
+adds itself are not taken (fleet checks, the "nothing checked" rule, a stage's crash).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import chain
+from operator import attrgetter
+from typing import Any
+
+import orjson
+
+import healthcheck
+from healthcheck.core.hostvars import host_profile, plan_key
+from healthcheck.core.model import Finding, Host, Status
+from healthcheck.core.profiles import EMPTY_PROFILE, Profile, profile_digest
+from healthcheck.core.verdicts import CHECK as NOTHING_CHECKED
+from healthcheck.store.bundle import MAX_FILE_BYTES
+from healthcheck.store.findings_table import TABLE, TableError, table_from_json
+from healthcheck.store.hostrefs import HostRef, open_bundle
+from healthcheck.store.observation_store import STORE, encode_observations
+from healthcheck.store.results import SCHEMA
+from healthcheck.store.safeio import BundleFileError, read_regular
+
+MAX_INFLATED = 4 * MAX_FILE_BYTES       # a findings table or a host's observations, once inflated
+CHECK_NAME = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")   # the results schema's pattern
+_SCALAR_TYPES = {str, int, float, bool, type(None)}
+_MERGED_RUN_ADDS = ("fleet",)           # categories of findings the merged run computes itself
+
+
+class NotTaken(Exception):
+    """Why the node's grading is not taken; ``identity``: it spoke for another host (refused)."""
+
+    def __init__(self, why: str, identity: bool = False) -> None:
+        super().__init__(why)
+        self.identity = identity
+
+
+def take_node_grading(ref: HostRef, host: str, probes: Sequence[str], digest: str
+                      ) -> tuple[tuple[list[Finding], dict[str, Any], bytes] | None, dict[str, Any]]:
+    """The node's findings, observations (JSON form) and observation store member when its grading can be
+    taken, and the grading record either way (``{"taken", "why"}``, plus ``"refused": True`` for an
+    identity refusal)."""
+    if not ref.spool:
+        return None, {"taken": False, "why": "a bundle named on the command line is graded by the merge"}
+    try:
+        fd = open_bundle(ref.bundle)
+    except OSError as exc:
+        return None, {"taken": False, "why": f"{ref.bundle} could not be opened ({exc.strerror or exc})"}
+    try:
+        taken = _read_grading(fd, ref, host, probes, digest)
+    except NotTaken as exc:
+        record: dict[str, Any] = {"taken": False, "why": str(exc)}
+        return None, ({**record, "refused": True} if exc.identity else record)
+    except Exception as exc:  # untrusted input of a shape no check above foresaw: its outputs are graded
+        return None, {"taken": False, "why": f"its grading could not be read: {type(exc).__name__}: {exc}"[:300]}
+    finally:
+        os.close(fd)
+    return taken, {"taken": True, "why": f"graded by the node: healthcheck {healthcheck.__version__}, "
+                                         f"profile {_short(digest)}"}
+
+
+def _read_grading(fd: int, ref: HostRef, host: str, probes: Sequence[str], digest: str
+                  ) -> tuple[list[Finding], dict[str, Any], bytes]:
+    results = _json(_read(fd, "results.json", MAX_FILE_BYTES, ref), "results.json")
+    at = _host_entry(results, host, probes, digest)
+    table, _ = _inflate(_read(fd, TABLE, MAX_FILE_BYTES, ref), TABLE)
+    try:
+        by_host = table_from_json(table, TABLE)
+    except TableError as exc:
+        raise NotTaken(f"its {exc}") from None
+    others = sorted(set(by_host) - {host}, key=str)
+    if others:
+        raise NotTaken(f"its findings table held findings for {str(others[0])[:60]}: refused", identity=True)
+    findings = by_host.get(host, [])
+    _check_findings(findings)
+    added = {c for c in set(map(_CHECK, findings)) if not _graded_by_the_node(c)}
+    findings = [f for f in findings if f.check not in added] if added else findings
+    if not findings:
+        raise NotTaken("its findings table has no finding for it")
+    return (findings, *_observations(fd, ref, host, at))
+
+
+def _host_entry(results: Any, host: str, probes: Sequence[str], digest: str) -> list[int]:
+    """Where the host's observations are (its results.json entry's ``observations_at``), once the bundle is
+    known to be graded as this merge grades."""
+    if not isinstance(results, dict) or results.get("schema") != SCHEMA:
+        raise NotTaken(f"its results.json is not of schema {SCHEMA}")
+    hosts, run = results.get("hosts"), results.get("run")
+    if not isinstance(hosts, dict) or not isinstance(run, dict):
+        raise NotTaken("its results.json has no hosts or run object")
+    others = sorted(str(name)[:60] for name in hosts if name != host)
+    if others:
+        raise NotTaken(f"its results.json held results for {others[0]}: refused", identity=True)
+    entry = hosts.get(host)
+    if not isinstance(entry, dict):
+        raise NotTaken("its results.json has no entry for it")
+    version = run.get("version")
+    if version != healthcheck.__version__:
+        raise NotTaken(f"graded by healthcheck {str(version)[:40]}, this merge is {healthcheck.__version__}")
+    theirs = entry.get("profile_digest")
+    if theirs != digest:
+        said = _short(theirs) if isinstance(theirs, str) else "no recorded profile"
+        raise NotTaken(f"graded against {said}, this merge grades against {_short(digest)}")
+    ran = run.get("probes")
+    if not isinstance(ran, list) or sorted(map(str, ran)) != sorted(probes):
+        raise NotTaken(f"graded probes {', '.join(sorted(map(str, ran or [])))[:200] or '(none)'}; this merge "
+                       f"grades {', '.join(sorted(probes)) or '(none)'}")
+    at = entry.get("observations_at")
+    if not (isinstance(at, list) and len(at) == 2 and all(type(x) is int and x >= 0 for x in at)
+            and at[1] > 0 and at[0] + at[1] <= MAX_FILE_BYTES):
+        raise NotTaken("its results.json does not locate its observations")
+    return at
+
+
+def _graded_by_the_node(check: str) -> bool:
+    """A check of the node's own grading, not one the merged run adds (fleet checks, verdict rules)."""
+    return check != NOTHING_CHECKED and not check.endswith(".stage") and check.split(".", 1)[0] not in _MERGED_RUN_ADDS
+
+
+_CHECK, _STATUS, _TEXTS = attrgetter("check"), attrgetter("status"), attrgetter("message", "component")
+_SCALARS, _NOTES, _OBSERVE = attrgetter("value", "expected"), attrgetter("unit", "remedy", "source"), \
+    attrgetter("observe")
+
+
+def _check_findings(findings: Sequence[Finding]) -> None:
+    """The results schema's types (``$defs/finding``), tested per column over the distinct types and
+    check names (a host has ~100 findings, ~60 checks); anything else is a reason to grade the outputs."""
+    problem = None
+    if not set(map(type, map(_CHECK, findings))) <= {str} \
+            or not all(map(CHECK_NAME.match, set(map(_CHECK, findings)))):
+        problem = "a check name that is not a dotted id"
+    elif not set(map(type, map(_STATUS, findings))) <= {Status}:
+        problem = "a status that is none of PASS, WARN, FAIL, SKIP, ERROR"
+    elif not _types(map(_TEXTS, findings)) <= {str}:
+        problem = "a message or component that is not text"
+    elif not _types(map(_SCALARS, findings)) <= _SCALAR_TYPES:
+        problem = "a value or expectation that is not a JSON scalar"
+    elif not _types(map(_NOTES, findings)) <= {str, type(None)}:
+        problem = "a unit, remedy or source that is not text"
+    elif not set(map(type, map(_OBSERVE, findings))) <= {bool}:
+        problem = "an observe mark that is not true or false"
+    if problem is not None:
+        raise NotTaken(f"its findings table has {problem}")
+
+
+def _types(rows: Iterable[tuple[Any, ...]]) -> set[type]:
+    return set(map(type, chain.from_iterable(rows)))
+
+
+def _observations(fd: int, ref: HostRef, host: str, at: list[int]) -> tuple[dict[str, Any], bytes]:
+    """The host's observations from its gzip member in the bundle's observation store (inflated bounded),
+    and the member to append to the merged store: the node's bytes when they are exactly one gzip member
+    holding one line ``{"host": host, "observations": {...}}`` (what a run writes), else encoded again."""
+    data = _read(fd, STORE, at[0] + at[1], ref)
+    member = data[at[0]:at[0] + at[1]]
+    if len(member) != at[1]:
+        raise NotTaken(f"its {STORE} ends before the host's member ({at[0]} + {at[1]} bytes)")
+    text, whole = _inflate(member, STORE)
+    record = _json(text, STORE)
+    observations = record.get("observations") if isinstance(record, dict) else None
+    if not isinstance(record, dict) or record.get("host") != host or not isinstance(observations, dict):
+        raise NotTaken(f"its {STORE} member is not {host}'s observations", identity=isinstance(record, dict)
+                       and isinstance(record.get("host"), str) and record.get("host") != host)
+    one_line = whole and text.endswith(b"\n") and text.count(b"\n") == 1 and len(record) == 2
+    return observations, member if one_line else encode_observations(host, observations)
+
+
+_DIGESTS: dict[tuple[str, int], tuple[Profile, str]] = {}   # per worker: one digest per command plan key
+
+
+def host_digest(host: Host, profiles: Mapping[str, Profile]) -> str:
+    """The digest of the profile ``host`` is graded against here (its host vars included)."""
+    base = profiles.get(host.profile or "", EMPTY_PROFILE)
+    key = (plan_key(host), id(base))
+    known = _DIGESTS.get(key)
+    if known is None or known[0] is not base:
+        known = _DIGESTS[key] = (base, profile_digest(host_profile(host, base)))
+    return known[1]
+
+
+def _read(fd: int, name: str, limit: int, ref: HostRef) -> bytes:
+    try:
+        data, cut = read_regular(name, limit, fd, single_link=ref.spool)
+    except BundleFileError as exc:
+        raise NotTaken(f"its bundle holds no {name}" if _absent(fd, name) else f"its {name} {exc}") from None
+    if cut and name != STORE:
+        raise NotTaken(f"its {name} is over {limit} bytes")
+    return data
+
+
+def _absent(fd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def _inflate(data: bytes, name: str) -> tuple[bytes, bool]:
+    """The first gzip member of ``data`` inflated to at most ``MAX_INFLATED`` bytes (a small file cannot
+    become gigabytes), and whether it was all of ``data`` (one complete member, nothing after it)."""
+    inflater = zlib.decompressobj(wbits=31)
+    try:
+        out = inflater.decompress(data, MAX_INFLATED)
+    except zlib.error as exc:
+        raise NotTaken(f"its {name} is not gzip: {exc}") from None
+    if inflater.unconsumed_tail:
+        raise NotTaken(f"its {name} inflates past {MAX_INFLATED} bytes")
+    if not inflater.eof:
+        raise NotTaken(f"its {name} is not a complete gzip member")
+    return out, not inflater.unused_data
+
+
+def _json(data: bytes, name: str) -> Any:
+    try:
+        return orjson.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise NotTaken(f"its {name} is not JSON: {exc}") from None
+
+
+def _short(digest: str) -> str:
+    return digest[:19]   # "sha256:" and 12 hex digits
