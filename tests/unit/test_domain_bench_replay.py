@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from healthcheck.cli.main import main
+from healthcheck.store.results import load_results
 from tests.conftest import corpus_text, fixture_text
 
 HOSTS = [f"r07t{i:02d}" for i in range(1, 19)]
@@ -42,7 +43,8 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def findings(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "findings.jsonl").read_text().splitlines() if line.strip()]
+    """Every finding of the run (the findings table), as JSON objects."""
+    return [f.to_json() for host in load_results(run_dir).hosts.values() for f in host.findings]
 
 
 def test_failing_trays_are_the_ones_the_benchmarks_name(run_dir: Path) -> None:

@@ -170,7 +170,7 @@ MALFORMED = {
                                                            "dotted id"),
     "an inflating member": (observations_bomb, "its observations.jsonl.gz inflates past 268435456 bytes"),
     "another results schema": (lambda b: edit_results(b, lambda d: d.update(schema="healthcheck.results/9")),
-                                   "its results.json is not of schema healthcheck.results/2"),
+                                   "its results.json is not of schema healthcheck.results/3"),
     "observations elsewhere": (lambda b: edit_results(b, lambda d: d["hosts"]["gpu001"].update(
         observations_at=[100_000, 5])), "its observations.jsonl.gz ends before the host's member "
                                         "(100000 + 5 bytes)"),

@@ -24,7 +24,7 @@ from tests.conftest import ROOT
 SAMPLE = ROOT / "inventories" / "samples" / "h100-4node"
 SOURCES = ("h100-node01", "h100-node02", "h100-node03", "h100-node04")
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
-RUN_FILES = {"findings.jsonl", "findings.table.json.gz", "junit.xml", "manifest.json", "merge.json", "metrics.prom",
+RUN_FILES = {"findings.table.json.gz", "junit.xml", "manifest.json", "merge.json", "metrics.prom",
              "observations.jsonl.gz", "raw/_source.json", "report.html", "results.json", "summary.md"}
 
 
