@@ -17,11 +17,13 @@ import re
 from healthcheck.core.model import Status
 from healthcheck.reports import ReporterSpec, register
 from healthcheck.reports.digest import RunDigest, expected_band, fold, short_cited
+from healthcheck.reports.fabric_views import fabric_context
 from healthcheck.reports.field_views import field_context
 
 MAX_GROUPS = 25
 MAX_TEXT = 300
 MAX_BANDWIDTH_ROWS = 40
+MAX_FABRIC_ROWS = 10
 # the benchmark results graded as a fraction of the profile's expectation (benchmarks/bands.py)
 BANDWIDTH_CHECKS = re.compile(r"^(nccl\.\w+\.(node|pair|rail|cluster)\.busbw|hpl\.node\.gflops"
                               r"|imb\.pingpong\.bandwidth)$")
@@ -61,6 +63,7 @@ def render_markdown(digest: RunDigest) -> bytes:
             lines.append(f"| {status.value} | {len(names)} | {md_code(fold(names), 2000)} |")
     lines += rerun_lines(digest.document.get("rerun"))
     lines += bandwidth_lines(digest)
+    lines += fabric_lines(digest)
     groups = digest.groups
     if groups:
         lines += ["", "### Findings (grouped across hosts)", ""]
@@ -111,6 +114,30 @@ def bandwidth_lines(digest: RunDigest) -> list[str]:
                      f"{md_code(fold(sorted(set(hosts))), 500)} | {measured} | {share} |")
     if len(ordered) > MAX_BANDWIDTH_ROWS:
         lines.append(f"\n… and {len(ordered) - MAX_BANDWIDTH_ROWS} more jobs: see report.html")
+    return lines
+
+
+def fabric_lines(digest: RunDigest) -> list[str]:
+    """"Fabric counters": the worst ports by rate since boot, and per benchmark job its worst moved counter."""
+    fabric = fabric_context(digest)
+    lines = []
+    if fabric["heat"]:
+        lines += ["", "### Fabric counters: worst ports by rate", "",
+                  "| host | port | counter | per hour since boot | × fleet median |", "|---|---|---|---:|---:|"]
+        for r in fabric["heat"][:MAX_FABRIC_ROWS]:
+            times = f"{r['times_median']:,.0f}×" if r["times_median"] is not None else "-"
+            lines.append(f"| {md_code(r['host'])} | {md_text(r['port'])} | {md_code(r['counter'])} | "
+                         f"{r['per_hour']:,.1f} | {times} |")
+    moved = [j for j in fabric["jobs"] if j["rows"]]
+    if moved:
+        lines += ["", "### Fabric counters during the benchmark jobs", ""]
+    for j in moved:
+        r, count = j["rows"][0], len(j["rows"]) + j["unlisted"]
+        per_gb = f", {r['per_gb']:,.2f} per GB moved" if isinstance(r["per_gb"], int | float) else ""
+        status = f" ({r['status']})" if r["status"] else ""
+        lines.append(f"- {md_code(j['job_id'])}: {count} counter{'s' if count != 1 else ''} moved; worst "
+                     f"{md_code(r['host'])} {md_text(r['port'])} {md_code(r['family'] + '.' + r['counter'])}: "
+                     f"{r['during']:,} during the job{per_gb}{status}")
     return lines
 
 

@@ -243,7 +243,7 @@ def execute_benchmarks(run_dir: Path, hosts: Sequence[Host], profiles: Mapping[s
     graded_findings, observations = grade_outcomes(outcomes, hosts, profiles, run_options)
     # telemetry (issue 9): the series sampled during the jobs join the findings and observations
     findings, observations = merge_telemetry(run_dir, hosts, profiles, findings + graded_findings, observations)
-    return merge_fabric(run_dir, hosts, profiles, findings), observations
+    return merge_fabric(run_dir, hosts, profiles, findings, observations)
 
 
 def _not_covered(bench: str, profile: str, options: Mapping[str, Any]) -> str:
@@ -301,7 +301,7 @@ def replay_benchmarks(run_dir: Path, hosts: Sequence[Host], profiles: Mapping[st
     # telemetry (issue 9) and fabric counters (issue 33): replayed too, for the run's and the stored jobs' hosts
     everyone = [*hosts, *(Host(n) for n in extra)]
     findings, observations = merge_telemetry(run_dir, everyone, profiles, findings, observations)
-    return merge_fabric(run_dir, everyone, profiles, findings), observations
+    return merge_fabric(run_dir, everyone, profiles, findings, observations)
 
 
 def _with_ranks(outcome: JobOutcome, hosts: Mapping[str, Host], profiles: Mapping[str, Profile],

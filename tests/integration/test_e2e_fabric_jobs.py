@@ -11,7 +11,9 @@ before and after each launch, must show it: node07's port named with the job and
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -52,6 +54,8 @@ def fake_fabric(host) -> None:
     stats = host.root / "ethtool"
     stats.mkdir()
     for net, body in ethtool_bodies().items():
+        if host.name == "node07" and net == "ens2f0np0":  # a pause storm since boot (as our t1 storm fixture)
+            body = body.replace("     tx_prio3_pause: 1411\n", "     tx_prio3_pause: 41001791\n")
         (stats / net).write_text(body)
     tool = host.bindir / "ethtool"
     tool.write_text(f'#!/bin/sh\n[ "$1" = -S ] && exec cat {shlex.quote(str(stats))}/"$2"\n'
@@ -94,12 +98,13 @@ def test_a_pause_storm_during_the_job_is_named_with_host_port_job_and_per_gb(ssh
     install_mpirun(cluster, lambda group: ({1: NODE_OK, 2: PAIR_OK}.get(len(group), CLUSTER_OK_3), 0, 0),
                    during=DURING.replace("@BASE@", shlex.quote(str(cluster.base / "hosts"))))
     inv = cluster.write_inventory(tmp_path / "inv.yaml", profile="h100-sxm5-8x")
-    run_dir = tmp_path / "bench"
-    proc = healthcheck("bench", "-i", inv, "-F", cluster.ssh_config, "--benchmarks", "nccl", "--plan", "acceptance",
-                       "--pair-rounds", "3", "--run-dir", run_dir, timeout=300)
+    run_dir = tmp_path / "run"
+    proc = healthcheck("run", "-i", inv, "-F", cluster.ssh_config, "--probes", "rates", "--benchmarks", "nccl",
+                       "--plan", "acceptance", "--run-dir", run_dir, timeout=300)
     assert (run_dir / "results.json").is_file(), proc.stdout[-2000:] + proc.stderr[-2000:]
     results = expanded_document(run_dir)
-    fabric = [f for h in results["hosts"].values() for f in h["findings"] if ".fabric" in f["check"]]
+    fabric = [f for h in results["hosts"].values() for f in h["findings"]
+              if f["check"].startswith("nccl.all_reduce.fabric")]
 
     # the snapshots were taken over SSH from each host's tree: every multi-node job has before/after files
     jobs = sorted(p.name for p in (run_dir / "raw" / "_fabric").iterdir())
@@ -134,11 +139,45 @@ def test_a_pause_storm_during_the_job_is_named_with_host_port_job_and_per_gb(ssh
     passes = sorted((f["host"], f["component"]) for f in fabric if f["status"] == "PASS")
     assert passes == sorted((h, job) for job in jobs for h in ("node06", "node08") if h in job or "cluster" in job)
 
+    # report.html: the heat list (the rates probe read the same trees before the jobs) puts node07's port
+    # first, about 29,297x the fleet median of 6 ports (41,001,791 against 1,399.5 since boot), linked to its
+    # section; each job's table lists the counters that moved, node07's worst first
+    page = (run_dir / "report.html").read_text()
+    heat = table_rows(page, "fabric-heat")
+    assert heat[0][:4] == ["node07", "mlx5_1 ens2f0np0", "ethtool", "tx_prio3_pause"] and heat[0][7].endswith("×")
+    assert 29290 < int(heat[0][7][:-1].replace(",", "")) < 29305  # the hosts' uptimes differ by a fraction of a s
+    assert heat[0][5] == "41,001,791" and '<a href="#h-node07">node07</a>' in page
+    job = table_rows(page, "fabric-job", f"Job <code>{pair}</code>")
+    assert job[0] == ["node07", "mlx5_1/1", "ib.port_xmit_wait", job[0][3], job[0][4], "2000500", "20,005.00", "WARN"]
+    assert int(job[0][4]) - int(job[0][3]) == 2000500
+    storm = next(r for r in job if r[:3] == ["node07", "mlx5_1 ens2f0np0", "eth.tx_prio3_pause"])
+    assert storm[5:] == ["41020", "410.20", "WARN"]
+    quiet = sorted((r[1], r[5], r[6]) for r in job if r[0] == "node06" and r[2] == "eth.tx_prio3_pause")
+    assert quiet == [("mlx5_0 ens1f0np0", "20", "0.20"), ("mlx5_1 ens2f0np0", "20", "0.20")]
+    assert {r[0] for r in job} == {"node06", "node07"}
+    assert not [r for r in job if "bytes" in r[2] or "_data" in r[2]]  # traffic volume is not listed
+    summary = (run_dir / "summary.md").read_text()
+    assert "### Fabric counters: worst ports by rate" in summary and len(job) == 8  # 2 counters x 2 ports x 2 hosts
+    assert "| `node07` | mlx5\\_1 ens2f0np0 | `tx_prio3_pause` | " in summary
+    assert (f"- `{pair}`: 8 counters moved; worst `node07` mlx5\\_1/1 `ib.port_xmit_wait`: 2,000,500 during "
+            "the job, 20,005.00 per GB moved (WARN)") in summary
+
     # replay: the same fabric findings from raw/_fabric, with every sshd stopped
     cluster.stop()
     replay = healthcheck("run", "--replay", run_dir, "--run-dir", tmp_path / "replay")
     assert (tmp_path / "replay" / "results.json").is_file(), replay.stderr[-2000:]
     again = expanded_document(tmp_path / "replay")
     key = sorted((f["host"], f["check"], f["component"], f["status"], f["value"]) for f in fabric)
-    assert sorted((f["host"], f["check"], f["component"], f["status"], f["value"])
-                  for h in again["hosts"].values() for f in h["findings"] if ".fabric" in f["check"]) == key
+    assert sorted((f["host"], f["check"], f["component"], f["status"], f["value"]) for h in again["hosts"].values()
+                  for f in h["findings"] if f["check"].startswith("nccl.all_reduce.fabric")) == key
+    replayed = (tmp_path / "replay" / "report.html").read_text()
+    assert table_rows(replayed, "fabric-job", f"Job <code>{pair}</code>") == job
+
+
+def table_rows(page: str, css: str, after: str = "") -> list[list[str]]:
+    """The cells (tags stripped, entities decoded) of each body row of the first ``<table class="grid CSS">``
+    after ``after``."""
+    start = page.index(f'<table class="grid {css}">', page.index(after) if after else 0)
+    body = page[page.index("<tbody>", start):page.index("</tbody>", start)]
+    return [[html.unescape(re.sub(r"<[^>]+>", "", cell)).strip() for cell in re.findall(r"<td[^>]*>(.*?)</td>", row)]
+            for row in body.split("</tr>") if "<td" in row]
