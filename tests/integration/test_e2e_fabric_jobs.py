@@ -139,6 +139,14 @@ def test_a_pause_storm_during_the_job_is_named_with_host_port_job_and_per_gb(ssh
     passes = sorted((f["host"], f["component"]) for f in fabric if f["status"] == "PASS")
     assert passes == sorted((h, job) for job in jobs for h in ("node06", "node08") if h in job or "cluster" in job)
 
+    # the rates probe read the same trees before the jobs: node07's storm since boot is a fleet outlier (the
+    # fleet check reads the rates observations whole, from the observation store)
+    fleet = [f for h in results["hosts"].values() for f in h["findings"] if f["check"].startswith("fleet.fabric")]
+    assert sorted((f["host"], f["check"], f["component"], f["status"]) for f in fleet) == [
+        ("node06", "fleet.fabric_counters", "node", "PASS"),
+        ("node07", "fleet.fabric_counter.eth.tx_prio3_pause", "mlx5_1 ens2f0np0", "WARN"),
+        ("node08", "fleet.fabric_counters", "node", "PASS")]
+
     # report.html: the heat list (the rates probe read the same trees before the jobs) puts node07's port
     # first, about 29,297x the fleet median of 6 ports (41,001,791 against 1,399.5 since boot), linked to its
     # section; each job's table lists the counters that moved, node07's worst first
@@ -170,6 +178,9 @@ def test_a_pause_storm_during_the_job_is_named_with_host_port_job_and_per_gb(ssh
     key = sorted((f["host"], f["check"], f["component"], f["status"], f["value"]) for f in fabric)
     assert sorted((f["host"], f["check"], f["component"], f["status"], f["value"]) for h in again["hosts"].values()
                   for f in h["findings"] if f["check"].startswith("nccl.all_reduce.fabric")) == key
+    refleet = [f for h in again["hosts"].values() for f in h["findings"] if f["check"].startswith("fleet.fabric")]
+    assert sorted((f["host"], f["check"], f["status"]) for f in refleet) == \
+        sorted((f["host"], f["check"], f["status"]) for f in fleet)
     replayed = (tmp_path / "replay" / "report.html").read_text()
     assert table_rows(replayed, "fabric-job", f"Job <code>{pair}</code>") == job
 

@@ -154,3 +154,27 @@ def test_the_node_commands_run_over_a_fake_sysfs_tree(tmp_path):
     unset = {k: v for k, v in env.items() if k != "HEALTHCHECK_SYSFS"}  # unset: the real /sys (no IB here)
     real = subprocess.run(["sh", "-c", RATES["ib-sysfs"]], capture_output=True, text=True, env=unset, timeout=60)
     assert str(root) not in real.stdout and "# ib-sysfs" in real.stdout
+
+
+def test_the_fleet_stage_gives_fleet_roce_the_infiniband_observations_whole(tmp_path):
+    """results.json keeps only top-level scalars; the fleet stage reads the infiniband observations whole
+    from the observation store (``reads``), so the drifted port is named in a run, not only in a direct call."""
+    from healthcheck.run.plan import RunPlan
+    from healthcheck.run.post import fleet_stage
+    from healthcheck.store.observation_store import ObservationStore, encode_observations, key_observations
+    from healthcheck.store.results import HostResult
+
+    observations = host_observations({"gpu001": own(HEALTHY), "gpu002": own(DRIFTED), "gpu003": own(HEALTHY)})
+    store = ObservationStore(tmp_path)
+    results = {name: HostResult(name=name, observations=key_observations(obs), profile="h100-sxm5-8x",
+                                observations_at=store.append(encode_observations(name, obs)))
+               for name, obs in observations.items()}
+    assert "roce" not in results["gpu002"].observations.get("infiniband", {})  # not in results.json
+    plan = RunPlan(mode="replay", hosts=[Host(name=n, profile="h100-sxm5-8x") for n in results],
+                   profiles={"h100-sxm5-8x": H100}, probes=[], options={}, plans={"": []}, profile_of={})
+    found = [(f.host, f.check, f.status) for f in fleet_stage(results, plan, tmp_path)
+             if f.check.startswith("fleet.roce")]
+    assert ("gpu002", "fleet.roce.pfc", Status.WARN) in found
+    assert [f for f in found if f[1] == "fleet.roce"] == [("gpu001", "fleet.roce", Status.PASS),
+                                                          ("gpu003", "fleet.roce", Status.PASS)]
+    assert not [f for f in fleet_stage(results, plan) if f.check.startswith("fleet.roce")]  # no store: no ports
