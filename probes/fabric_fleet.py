@@ -57,6 +57,7 @@ def host_rates(observation: Any) -> dict[Key, dict[str, tuple[float, int]]] | No
 @dataclass(frozen=True)
 class FabricCounterOutliers:
     name: str = "fleet.fabric_counters"
+    reads: tuple[str, ...] = ("rates",)  # whole: results.json keeps only a probe's top-level scalars
 
     def evaluate_fleet(self, observations: Mapping[str, Mapping[str, Any]], hosts: Mapping[str, Host],
                        profiles: Mapping[str, Profile]) -> list[Finding]:

@@ -2,6 +2,7 @@
 
     SNAPSHOT                                # the node command: ib-sysfs dump, then ethtool -S of RoCE netdevs
     deltas = port_deltas(parse_snapshot(before_text), parse_snapshot(after_text))
+    moved_rows(before, after, deltas)       # [[port, family, counter, before, after, grown, per_gb], ...]
     grade_job_deltas("nccl.all_reduce", "job-id", {"node07": deltas, ...}, 95.0, profile)
     # -> Finding(host="node07", check="nccl.all_reduce.fabric.eth.tx_prio3_pause", component="mlx5_1 ens2f0np0",
     #            status=WARN, message="... 41,000,000 pause frames during the job, 9,111 per GB moved, 23x the
@@ -18,8 +19,9 @@ with at least ``fabric_outlier_min_count`` events, is WARN. A counter that went 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.grading import grade_value
@@ -72,6 +74,20 @@ def port_deltas(before: Snapshot, after: Snapshot) -> list[PortDelta]:
             out.append(PortDelta(family, port, grown, None))
     moved = {d.port: _bytes(d) for d in out if d.family in ("ib", "eth")}
     return [PortDelta(d.family, d.port, d.counters, moved.get(d.port)) for d in out]
+
+
+def moved_rows(before: Snapshot, after: Snapshot, deltas: Sequence[PortDelta]) -> list[list[Any]]:
+    """``[port, family, counter, before, after, grown, per_gb]`` of each documented fault or congestion counter
+    (``fabric_counters.CATALOG``) that grew during the job; per_gb is None where the port's bytes are not
+    counted. Traffic volume counters are left out (they move in every job)."""
+    rows: list[list[Any]] = []
+    for d in deltas:
+        for counter, grown in sorted(d.counters.items()):
+            if grown > 0 and info(d.family, counter) is not None:
+                per_gb = round(grown / (d.bytes_moved / 1e9), 3) if d.bytes_moved else None
+                rows.append([d.port, d.family, counter, before[d.family][d.port][counter],
+                             after[d.family][d.port][counter], grown, per_gb])
+    return rows
 
 
 def _bytes(delta: PortDelta) -> int | None:

@@ -41,8 +41,12 @@ from healthcheck.probes.xid import LOG_ID, kernel_log_command
 
 _SYSFS_FILES = ("fw_ver", "hca_type", "board_id", "ports/*/state", "ports/*/phys_state", "ports/*/rate",
                 "ports/*/link_layer", "ports/*/counters/*", "ports/*/hw_counters/*", "device/net/*/dev_port")
-IB_SYSFS = ("if ls -d /sys/class/infiniband/*/ports >/dev/null 2>&1; then grep -H -s . "
-            + " ".join(f"/sys/class/infiniband/*/{f}" for f in _SYSFS_FILES)
+# Where the fabric commands (ib-sysfs, ethtool-stats, the benchmark snapshots) find sysfs: /sys, or the node's
+# own $HEALTHCHECK_SYSFS (a tree laid out like sysfs: the sshd test hosts set one). Set by the node's
+# environment only; the lines then carry that prefix, which parse_ib_sysfs accepts before class/infiniband/.
+SYSFS = "sysfs=${HEALTHCHECK_SYSFS:-/sys}"
+IB_SYSFS = (f'{SYSFS}; if ls -d "$sysfs"/class/infiniband/*/ports >/dev/null 2>&1; then grep -H -s . '
+            + " ".join(f'"$sysfs"/class/infiniband/*/{f}' for f in _SYSFS_FILES)
             + "; echo '# ib-sysfs end'; else echo '# ib-sysfs: no /sys/class/infiniband devices'; fi")
 COMMANDS = {
     "ib-sysfs": IB_SYSFS,

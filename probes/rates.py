@@ -39,6 +39,7 @@ from healthcheck.probes.ethtool_parse import parse_ethtool_stats
 from healthcheck.probes.fabric_counters import info as counter_info
 from healthcheck.probes.ib_parse import COUNTER_BITS, parse_ib_sysfs
 from healthcheck.probes.infiniband import COMMANDS as IB_COMMANDS
+from healthcheck.probes.infiniband import SYSFS
 from healthcheck.probes.nvlink import ERRORS_ID, parse_nvidia_smi_nvlink_e
 from healthcheck.probes.ras import COMMANDS as RAS_COMMANDS
 from healthcheck.probes.ras_parse import parse_aer_sysfs
@@ -46,8 +47,9 @@ from healthcheck.probes.ras_parse import parse_aer_sysfs
 CLOCK_ID = "counter-clock"
 ETHTOOL_ID = "ethtool-stats"
 # the Ethernet (type 1) netdevs of RDMA devices: RoCE ports; IPoIB netdevs (type 32) are graded by ib-sysfs
-ETHTOOL_STATS = ("if command -v ethtool >/dev/null 2>&1; then for n in /sys/class/infiniband/*/device/net/*; do "
-                 '[ "$(cat "$n/type" 2>/dev/null)" = 1 ] || continue; d=${n#/sys/class/infiniband/}; '
+ETHTOOL_STATS = (f"{SYSFS}; if command -v ethtool >/dev/null 2>&1; then "
+                 'for n in "$sysfs"/class/infiniband/*/device/net/*; do '
+                 '[ "$(cat "$n/type" 2>/dev/null)" = 1 ] || continue; d=${n#"$sysfs"/class/infiniband/}; '
                  'echo "# ethtool-stats ${d%%/*} ${n##*/}"; ethtool -S "${n##*/}" 2>&1; done; '
                  "echo '# ethtool-stats end'; else echo 'healthcheck: ethtool not installed'; fi")
 COMMANDS = {CLOCK_ID: "date -u +%s; cat /proc/sys/kernel/random/boot_id; cat /proc/uptime",

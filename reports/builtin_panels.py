@@ -232,6 +232,11 @@ _TRAFFIC = ("_data", "_packets", "_bytes", "_requests", "lifespan", "dct_connect
 FABRIC_FAMILIES = {"ib": "IB port", "ib_hw": "mlx5 hw", "eth": "ethtool"}
 
 
+def is_traffic(counter: str) -> bool:
+    """A traffic volume counter (bytes, packets, requests), not a fault or congestion counter."""
+    return any(part in counter for part in _TRAFFIC)
+
+
 @panel("rates")
 def fabric_counters_panel(obs: Any) -> Panel | None:
     """The rates probe's fabric counters per port (``probes/rates.py`` ``CounterSnapshot``): every non-zero
@@ -245,7 +250,7 @@ def fabric_counters_panel(obs: Any) -> Panel | None:
         ports = _get(counters, family)
         for port, values in sorted(ports.items()) if isinstance(ports, Mapping) else ():
             for name, value in sorted(values.items()) if isinstance(values, Mapping) else ():
-                if type(value) is int and value > 0 and not any(part in name for part in _TRAFFIC):
+                if type(value) is int and value > 0 and not is_traffic(name):
                     rows.append([str(port), label, name, value, "" if hours is None else f"{value / hours:,.1f}"])
     if not rows:
         return None

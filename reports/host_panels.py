@@ -3,7 +3,7 @@
     host_panels(host.observations)      # [Panel("gpu", ...), Panel("topology", ...), ...]
 
 The built-in renderers register themselves when their modules are imported, which this module
-does first (``builtin_panels``, ``panel_telemetry``), as ``probes/__init__.py`` lists its probes.
+does first (``builtin_panels``, ``panel_telemetry``, ``fabric_views``), as ``probes/__init__.py`` lists its probes.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from healthcheck.reports import builtin_panels, panel_telemetry
+from healthcheck.reports import builtin_panels, fabric_views, panel_telemetry
 from healthcheck.reports.panels import ORDER, PANELS, Panel, generic_panel
 
-BUILTIN = (builtin_panels, panel_telemetry)  # imported for their @panel registrations
+BUILTIN = (builtin_panels, panel_telemetry, fabric_views)  # imported for their @panel registrations
 
 
 def host_panels(observations: Mapping[str, Any]) -> list[Panel]:

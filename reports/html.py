@@ -35,6 +35,7 @@ from healthcheck.reports.charts import sparkline
 from healthcheck.reports.detail_data import cite_parts, detail_data, pct, shared_strings
 from healthcheck.reports.digest import BAD, RunDigest, fold, margin, split_source
 from healthcheck.reports.domains import domain_views
+from healthcheck.reports.fabric_views import fabric_context
 from healthcheck.reports.field_views import field_context
 from healthcheck.reports.findings_index import STATUS_RANK
 from healthcheck.reports.fleet import version_rows
@@ -283,6 +284,7 @@ def render_context(digest: RunDigest) -> dict[str, Any]:
             "index": script_json(host_index(digest, {h.name for h in chosen})),
             "versions": version_rows(hosts), "bench": bench_context(digest), "domains": domain_views(digest),
             "isolation": isolation_views(digest),
+            "fabric": fabric_context(digest, {h.name for h in chosen}),
             "attention": attention(digest, {h.name for h in chosen}),
             "changes": digest.document.get("changes"), "detailed": {h.name for h in chosen},
             "script": script, "script_hash": script_hash, "field": field_context(digest),

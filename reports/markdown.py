@@ -18,12 +18,14 @@ from healthcheck.core.model import Status
 from healthcheck.reports import ReporterSpec, register
 from healthcheck.reports.digest import RunDigest, expected_band, fold, short_cited
 from healthcheck.reports.domains import domain_views
+from healthcheck.reports.fabric_views import fabric_context
 from healthcheck.reports.field_views import field_context
 from healthcheck.reports.isolation_views import isolation_views, tree_lines
 
 MAX_GROUPS = 25
 MAX_TEXT = 300
 MAX_BANDWIDTH_ROWS = 40
+MAX_FABRIC_ROWS = 10
 # the benchmark results graded as a fraction of the profile's expectation (benchmarks/bands.py)
 BANDWIDTH_CHECKS = re.compile(r"^(nccl\.\w+\.(node|pair|rail|cluster|group|group_rail)\.busbw|hpl\.node\.gflops"
                               r"|imb\.pingpong\.bandwidth)$")
@@ -65,6 +67,7 @@ def render_markdown(digest: RunDigest) -> bytes:
     lines += domain_lines(digest)
     lines += bandwidth_lines(digest)
     lines += isolation_lines(digest)
+    lines += fabric_lines(digest)
     groups = digest.groups
     if groups:
         lines += ["", "### Findings (grouped across hosts)", ""]
@@ -150,6 +153,30 @@ def domain_lines(digest: RunDigest) -> list[str]:
               for d in views[:MAX_GROUPS]]
     if len(views) > MAX_GROUPS:
         lines.append(f"\n… and {len(views) - MAX_GROUPS} more domains: see results.json")
+    return lines
+
+
+def fabric_lines(digest: RunDigest) -> list[str]:
+    """"Fabric counters": the worst ports by rate since boot, and per benchmark job its worst moved counter."""
+    fabric = fabric_context(digest)
+    lines = []
+    if fabric["heat"]:
+        lines += ["", "### Fabric counters: worst ports by rate", "",
+                  "| host | port | counter | per hour since boot | × fleet median |", "|---|---|---|---:|---:|"]
+        for r in fabric["heat"][:MAX_FABRIC_ROWS]:
+            times = f"{r['times_median']:,.0f}×" if r["times_median"] is not None else "-"
+            lines.append(f"| {md_code(r['host'])} | {md_text(r['port'])} | {md_code(r['counter'])} | "
+                         f"{r['per_hour']:,.1f} | {times} |")
+    moved = [j for j in fabric["jobs"] if j["rows"]]
+    if moved:
+        lines += ["", "### Fabric counters during the benchmark jobs", ""]
+    for j in moved:
+        r, count = j["rows"][0], len(j["rows"]) + j["unlisted"]
+        per_gb = f", {r['per_gb']:,.2f} per GB moved" if isinstance(r["per_gb"], int | float) else ""
+        status = f" ({r['status']})" if r["status"] else ""
+        lines.append(f"- {md_code(j['job_id'])}: {count} counter{'s' if count != 1 else ''} moved; worst "
+                     f"{md_code(r['host'])} {md_text(r['port'])} {md_code(r['family'] + '.' + r['counter'])}: "
+                     f"{r['during']:,} during the job{per_gb}{status}")
     return lines
 
 

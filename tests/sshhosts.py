@@ -47,6 +47,23 @@ class TestHost:
     proc: subprocess.Popen[bytes] | None = None
     host_key_line: str = ""
 
+    @property
+    def sysfs(self) -> Path:
+        """The host's tree laid out like /sys (read by the fabric commands when the cluster has ``sysfs``)."""
+        return self.root / "sys"
+
+    def write_sysfs(self, dump: str) -> None:
+        """Files under ``sysfs`` from ``grep -H`` lines (``/sys/class/...:value``, the ib-sysfs layout);
+        a file named on several lines gets them all; ``#`` lines are skipped."""
+        lines: dict[Path, list[str]] = {}
+        for line in dump.splitlines():
+            path, colon, value = line.partition(":")
+            if colon and path.startswith("/sys/") and ".." not in path.split("/"):
+                lines.setdefault(self.sysfs / path[len("/sys/"):], []).append(value)
+        for path, values in lines.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("".join(f"{v}\n" for v in values))
+
     def sessions(self) -> int:
         """How many sessions (execs) sshd started for this host, from its log."""
         if not self.log.is_file():
@@ -101,11 +118,12 @@ class SshCluster:
     ssh_config: Path
     user: str = field(default_factory=getpass.getuser)
     max_startups: str | None = "200:30:400"  # None: OpenSSH's default (10:30:100), as on a real bastion
+    sysfs: bool = False  # each host's HEALTHCHECK_SYSFS is its own tree (``write_sysfs``), not /sys
 
     @classmethod
     def start(cls, base: Path, count: int, names: Sequence[str] | None = None,
               first_octet: int = 1, subnet: str = "127.0.1",
-              max_startups: str | None = "200:30:400") -> SshCluster:
+              max_startups: str | None = "200:30:400", sysfs: bool = False) -> SshCluster:
         base = Path(base)
         base.mkdir(parents=True, exist_ok=True)
         names = list(names or [f"node{i + 1:02d}" for i in range(count)])
@@ -119,7 +137,7 @@ class SshCluster:
         hosts = [cls._make_host(base, name, addr, port) for name, addr in zip(names, addresses, strict=True)]
         cluster = cls(base=base, hosts=hosts, port=port, client_key=client_key,
                       known_hosts=base / "known_hosts", ssh_config=base / "ssh_config",
-                      max_startups=max_startups)
+                      max_startups=max_startups, sysfs=sysfs)
         try:
             for host in hosts:
                 cluster._start_sshd(host)
@@ -154,7 +172,8 @@ class SshCluster:
             "PermitRootLogin prohibit-password", "PasswordAuthentication no",
             "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no", "LogLevel VERBOSE",
             *([f"MaxStartups {self.max_startups}"] if self.max_startups else []), "MaxSessions 50",
-            f"SetEnv PATH={host.bindir}:{BASE_PATH} HC_TEST_HOST={host.root.name}",
+            f"SetEnv PATH={host.bindir}:{BASE_PATH} HC_TEST_HOST={host.root.name}"
+            + (f" HEALTHCHECK_SYSFS={host.sysfs}" if self.sysfs else ""),
         ]) + "\n")
         host.proc = subprocess.Popen([SSHD, "-D", "-f", str(config), "-E", str(host.log)],
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

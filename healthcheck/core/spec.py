@@ -166,7 +166,9 @@ class FleetCheck(Protocol):
     """A check across hosts (version consistency, fleet outliers), run after every host is done.
 
     ``observations`` maps host name -> probe name -> observations (JSON form) for hosts that
-    produced them; hosts without a profile or observations are simply absent. A check may also have
+    produced them; hosts without a profile or observations are simply absent. A probe's observations
+    are results.json's key ones (``store.observation_store.key_observations``: top-level scalars) unless
+    the check names the probe in an optional ``reads`` tuple: then they are whole. A check may also have
     ``table(observations, hosts, profiles) -> dict``: top-level results.json sections it tabulates
     (the NVLink domain check's ``{"domains": [...]}``); {} when it has nothing to show.
     """

@@ -275,7 +275,7 @@ def execute_benchmarks(run_dir: Path, hosts: Sequence[Host], profiles: Mapping[s
     # telemetry (issue 9): the series sampled during the jobs join the findings and observations
     findings, observations = merge_telemetry(run_dir, hosts, profiles, topology_findings + findings + graded_findings,
                                              observations)
-    return merge_fabric(run_dir, hosts, profiles, findings), observations
+    return merge_fabric(run_dir, hosts, profiles, findings, observations)
 
 
 def _run_isolations(run_dir: Path, spec: BenchmarkSpec, group: Sequence[Host], profile: Profile,
@@ -363,7 +363,7 @@ def replay_benchmarks(run_dir: Path, hosts: Sequence[Host], profiles: Mapping[st
     # telemetry (issue 9) and fabric counters (issue 33): replayed too, for the run's and the stored jobs' hosts
     everyone = [*hosts, *(Host(n) for n in extra)]
     findings, observations = merge_telemetry(run_dir, everyone, profiles, findings, observations)
-    return merge_fabric(run_dir, everyone, profiles, findings), observations
+    return merge_fabric(run_dir, everyone, profiles, findings, observations)
 
 
 def _with_ranks(outcome: JobOutcome, hosts: Mapping[str, Host], profiles: Mapping[str, Profile],

@@ -1,13 +1,14 @@
 """Fabric counters before and after each multi-node benchmark job, stored and graded (issue 33).
 
     outcome = around_job(run_dir, job, hosts, transport, options, lambda: launch(job))
-    findings = merge_fabric(run_dir, hosts, profiles, findings)     # after the jobs, and on replay
+    findings, observations = merge_fabric(run_dir, hosts, profiles, findings, observations)  # also on replay
 
 Each host of a job of two or more hosts runs ``probes.fabric_jobs.SNAPSHOT`` (the ib-sysfs dump and
 ``ethtool -S`` of its RoCE netdevs) right before and right after the launch; the outputs are stored as
 ``raw/_fabric/<job_id>/<host>.before.out`` / ``.after.out`` with ``<host>.json`` (job, seconds between
 the snapshots, errors), so a replay grades the same deltas; a snapshot is the host its file names, and
-only the run's hosts are graded. Off with the run option
+only the run's hosts are graded. Each host gets a ``fabric_jobs`` observation: per job the counters that
+moved (before, after, growth, per GB), for the report. Off with the run option
 ``fabric_counters=False``. A snapshot that failed or cannot be parsed is a WARN naming host and job,
 never a silent gap.
 """
@@ -26,7 +27,7 @@ from healthcheck.benchmarks.plan import Job
 from healthcheck.core.model import CommandResult, Finding, Host, Status
 from healthcheck.core.profiles import Profile
 from healthcheck.core.spec import ParseError
-from healthcheck.probes.fabric_jobs import SNAPSHOT, grade_job_deltas, parse_snapshot, port_deltas
+from healthcheck.probes.fabric_jobs import SNAPSHOT, grade_job_deltas, moved_rows, parse_snapshot, port_deltas
 
 FABRIC_DIR = "raw/_fabric"
 SNAPSHOT_TIMEOUT_S = 60.0
@@ -71,19 +72,24 @@ def _store(run_dir: Path, job: Job, host: str, before: CommandResult, after: Com
     (folder / f"{host}.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
 
 
-def merge_fabric(run_dir: Path, hosts: Sequence[Host], profiles: Mapping[str, Profile],
-                 findings: list[Finding]) -> list[Finding]:
-    """``findings`` plus the graded deltas of every stored job (the run's hosts only)."""
+def merge_fabric(run_dir: Path, hosts: Sequence[Host], profiles: Mapping[str, Profile], findings: list[Finding],
+                 observations: dict[str, dict[str, Any]]) -> tuple[list[Finding], dict[str, dict[str, Any]]]:
+    """``findings`` plus the graded deltas of every stored job (the run's hosts only), and ``observations``
+    with each host's ``fabric_jobs``: ``{"jobs": [{"job_id", "check", "window_s", "ports", "rows"}]}``."""
     by_name = {h.name: h for h in hosts}
     root = Path(run_dir) / FABRIC_DIR
     out = list(findings)
     for folder in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else ():
-        out += _grade_folder(folder, by_name, profiles)
-    return out
+        graded, views = _grade_folder(folder, by_name, profiles)
+        out += graded
+        for host, view in views.items():
+            observations.setdefault(host, {}).setdefault("fabric_jobs", {"jobs": []})["jobs"].append(view)
+    return out, observations
 
 
-def _grade_folder(folder: Path, hosts: Mapping[str, Host], profiles: Mapping[str, Profile]) -> list[Finding]:
-    by_host, problems, job, seconds = {}, [], None, 0.0
+def _grade_folder(folder: Path, hosts: Mapping[str, Host],
+                  profiles: Mapping[str, Profile]) -> tuple[list[Finding], dict[str, dict[str, Any]]]:
+    by_host, moved, problems, job, seconds = {}, {}, [], None, 0.0
     for meta_path in sorted(folder.glob("*.json")):
         try:
             meta = json.loads(meta_path.read_text())
@@ -103,8 +109,9 @@ def _grade_folder(folder: Path, hosts: Mapping[str, Host], profiles: Mapping[str
             problems.append((host, why))
             continue
         by_host[host] = port_deltas(before, after)
+        moved[host] = moved_rows(before, after, by_host[host])
     if job is None:
-        return []
+        return [], {}
     base = check_base(job)
     profile = profile_for(hosts.get(job.hosts[0], Host(job.hosts[0])), profiles)
     out = grade_job_deltas(base, job.job_id, by_host, seconds, profile)
@@ -112,4 +119,6 @@ def _grade_folder(folder: Path, hosts: Mapping[str, Host], profiles: Mapping[str
                     source="fabric-snapshot", message=f"fabric counters around job {job.job_id} not read: {why}",
                     remedy="Look at raw/_fabric/<job>/ for the snapshots; the job itself is graded apart")
             for host, why in problems if host in hosts]
-    return out
+    views = {host: {"job_id": job.job_id, "check": base, "window_s": round(seconds, 3), "ports": len(deltas),
+                    "rows": moved[host]} for host, deltas in by_host.items()}
+    return out, views

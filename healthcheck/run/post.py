@@ -1,6 +1,6 @@
 """After the sweep: evidence on failing hosts, the benchmark jobs, and the fleet checks, each a guarded stage.
 
-    findings = run_stage("fleet", lambda: fleet_stage(results, plan), results)
+    findings = run_stage("fleet", lambda: fleet_stage(results, plan, run_dir), results)
 
 A stage that crashes gives every host an ERROR naming the stage; the run still writes results.json
 (each host's own findings are already on disk). Observe-only marks are applied here, once, to every
@@ -119,12 +119,15 @@ def _add_observations(run_dir: Path, host_results: dict[str, HostResult],
             host.observations_at = store.append(encode_observations(name, {**full, **added}))
 
 
-def fleet_stage(host_results: dict[str, HostResult], plan: RunPlan) -> list[Finding]:
-    """Fleet checks over all hosts' observations; their findings join the hosts they name."""
-    observations = {name: r.observations for name, r in host_results.items() if r.observations}
+def fleet_stage(host_results: dict[str, HostResult], plan: RunPlan, run_dir: Path | None = None) -> list[Finding]:
+    """Fleet checks over all hosts' observations; their findings join the hosts they name. A check sees
+    results.json's key observations, plus, from the observation store, the probes it ``reads`` whole."""
+    checks = probe_registry.fleet_checks()
+    wanted = tuple(dict.fromkeys(p for check in checks for p in getattr(check, "reads", ())))
+    observations = {name: obs for name, r in host_results.items() if (obs := _fleet_view(r, wanted, run_dir))}
     by_name = {h.name: h for h in plan.hosts}
     findings: list[Finding] = []
-    for check in probe_registry.fleet_checks():
+    for check in checks:
         findings.extend(f for f in check.evaluate_fleet(observations, by_name, plan.profiles) if f.host in host_results)
     for f in findings:
         host_results[f.host].findings.append(f)
@@ -144,6 +147,14 @@ def fleet_tables(host_results: Mapping[str, HostResult], plan: RunPlan) -> dict[
     return out
 
 
+def _fleet_view(result: HostResult, probes: Sequence[str], run_dir: Path | None) -> Mapping[str, Any]:
+    """The host's key observations with ``probes`` read whole from the observation store (where it has them)."""
+    if not probes or run_dir is None or result.observations_at is None:
+        return result.observations or {}
+    full = read_observations(run_dir, result.observations_at) or {}
+    return {**(result.observations or {}), **{p: full[p] for p in probes if p in full}}
+
+
 def post_stages(opts: RunOptions, plan: RunPlan, run_dir: Path, transport: Transport,
                 host_results: dict[str, HostResult], evidence: list[dict[str, Any]],
                 stories: list[dict[str, Any]] | None = None) -> Sequence[tuple[str, Callable[[], list[Finding]]]]:
@@ -151,4 +162,4 @@ def post_stages(opts: RunOptions, plan: RunPlan, run_dir: Path, transport: Trans
     what the run records beside the hosts (results.json ``evidence`` and ``isolation``)."""
     return (("evidence", lambda: evidence_stage(opts, plan, run_dir, host_results, evidence)),
             ("benchmarks", lambda: benchmark_stage(opts, plan, run_dir, transport, host_results, stories)),
-            ("fleet", lambda: fleet_stage(host_results, plan)))
+            ("fleet", lambda: fleet_stage(host_results, plan, run_dir)))

@@ -63,27 +63,32 @@ if [ "$np" != "$slots" ]; then
   echo "There are not enough slots available in the system to satisfy the $np slots" >&2; exit 1
 fi
 i=0
+names=
 set --
 for a in $(awk '{ print $1 }' "$hf"); do
   i=$((i + 1))
   case "$a" in
 @NAMES@
   esac
+  names="$names $n"
   set -- "$@" -e "s/gpu-h100-0$i /$n /g"
 done
 case "$(awk '{ print $1 }' "$hf" | sort | tr '\n' ' ')" in
 @CASES@
   *) echo "mpirun shim: no response for these hosts" >&2; exit 2;;
 esac
+@DURING@
 [ "$delay" = 0 ] || sleep "$delay"
 sed "$@" "$f"
 exit "$rc"
 """
 
 
-def install_mpirun(cluster, respond: Callable[[frozenset[str]], Response], program: str = "*/all_reduce_perf") -> None:
+def install_mpirun(cluster, respond: Callable[[frozenset[str]], Response], program: str = "*/all_reduce_perf",
+                   during: str = "") -> None:
     """The mpirun shim on every host; ``respond(names in the job)`` picks the replayed output; ``program``
-    is the shell pattern the launched program must match."""
+    is the shell pattern the launched program must match; ``during`` is shell run by the job once it is
+    accepted (``$names``: the job's host names), as the job's own effects on the nodes."""
     store = cluster.base / "mpirun-responses"
     store.mkdir(exist_ok=True)
     address = {h.name: h.address for h in cluster.hosts}
@@ -100,7 +105,7 @@ def install_mpirun(cluster, respond: Callable[[frozenset[str]], Response], progr
         shim = host.bindir / "mpirun"
         shim.write_text(_MPIRUN.replace("@LOG@", shlex.quote(str(host.root / "mpirun.log")))
                         .replace("@NAMES@", names).replace("@CASES@", "\n".join(cases))
-                        .replace("@PROGRAM@", program))
+                        .replace("@PROGRAM@", program).replace("@DURING@", during))
         shim.chmod(0o755)
 
 

@@ -69,7 +69,7 @@ def test_a_pause_storm_during_the_job_is_named_per_gb_against_the_jobs_ports(tmp
                                             ("node01", f"fabric-before-{JOB.job_id}")]
     stored = sorted(p.name for p in (tmp_path / FABRIC_DIR / JOB.job_id).iterdir())
     assert stored[:3] == ["node01.after.out", "node01.before.out", "node01.json"] and len(stored) == 9
-    findings = merge_fabric(tmp_path, list(hosts.values()), {"h100-sxm5-8x": H100}, [])
+    findings, observations = merge_fabric(tmp_path, list(hosts.values()), {"h100-sxm5-8x": H100}, [], {})
     bad = {(f.host, f.check, f.component): f for f in findings if f.status is not Status.PASS}
     pause = bad[("node02", "nccl.all_reduce.fabric.eth.tx_prio3_pause", "mlx5_1 ens2f0np0")]
     assert pause.status is Status.WARN and pause.value == 41000380
@@ -83,9 +83,18 @@ def test_a_pause_storm_during_the_job_is_named_per_gb_against_the_jobs_ports(tmp
     assert {host for host, _, _ in bad} == {"node02"}
     passed = [(f.host, f.check) for f in findings if f.status is Status.PASS]
     assert passed == [("node01", "nccl.all_reduce.fabric"), ("node03", "nccl.all_reduce.fabric")]
+    # each host's fabric_jobs observation: the documented counters that moved, with before and after
+    (view,) = observations["node02"]["fabric_jobs"]["jobs"]
+    assert (view["job_id"], view["check"], view["ports"]) == (JOB.job_id, "nccl.all_reduce", 6)
+    rows = {(r[0], r[2]): r for r in view["rows"]}
+    assert rows[("mlx5_1 ens2f0np0", "tx_prio3_pause")] == ["mlx5_1 ens2f0np0", "eth", "tx_prio3_pause", 1411,
+                                                           41001791, 41000380, 4555.598]
+    assert rows[("mlx5_1/1", "rnr_nak_retry_err")][3:6] == [0, 2, 2]
+    assert not [k for k in rows if k[1] in ("port_xmit_data", "rx_bytes_phy", "tx_prio3_pause_duration")]
+    assert set(observations) == {"node01", "node02", "node03"}
     # a replay of the run directory grades the stored snapshots the same way
-    assert [f.message for f in merge_fabric(tmp_path, list(hosts.values()), {"h100-sxm5-8x": H100}, [])] == \
-        [f.message for f in findings]
+    again, _ = merge_fabric(tmp_path, list(hosts.values()), {"h100-sxm5-8x": H100}, [], {})
+    assert [f.message for f in again] == [f.message for f in findings]
 
 
 def test_single_node_jobs_and_the_off_switch_take_no_snapshot(tmp_path: Path):
@@ -103,7 +112,7 @@ def test_a_failed_snapshot_is_a_warning_naming_host_and_job(tmp_path: Path):
     transport = FakeTransport({"node01": [before, healthy_after()], "node02": [before, "ssh: connection reset\n"],
                                "node03": [before, healthy_after()]})
     around_job(tmp_path, JOB, hosts, transport, {}, lambda: None)
-    findings: list[Finding] = merge_fabric(tmp_path, list(hosts.values()), {"h100-sxm5-8x": H100}, [])
+    findings: list[Finding] = merge_fabric(tmp_path, list(hosts.values()), {"h100-sxm5-8x": H100}, [], {})[0]
     (warn,) = [f for f in findings if f.host == "node02"]
     assert (warn.check, warn.status) == ("nccl.all_reduce.fabric", Status.WARN)
     assert "fabric counters around job nccl-all_reduce_perf-pair-node01-node02-node03 not read" in warn.message

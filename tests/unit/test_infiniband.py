@@ -230,7 +230,7 @@ def test_peermem_module_and_commands():
     assert "/sys/module/$m" in COMMANDS["peermem-module"]
     _, findings = evaluate({"ib-sysfs": own("sysfs-h100-8x-ndr-healthy.txt"), "peermem-module": "nvidia_peermem\n"})
     assert [f.status for f in by_check(findings, "ib.gpudirect_rdma")] == [Status.ERROR]
-    assert "/sys/class/infiniband/*/ports/*/counters/*" in COMMANDS["ib-sysfs"]
+    assert '"$sysfs"/class/infiniband/*/ports/*/counters/*' in COMMANDS["ib-sysfs"]
     assert "# ib-sysfs end" in COMMANDS["ib-sysfs"]
 
 

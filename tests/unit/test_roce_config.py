@@ -104,12 +104,14 @@ def test_unreadable_roce_config_is_an_error_of_the_host():
 
 
 def test_the_node_commands_run_over_a_fake_sysfs_tree(tmp_path):
-    """The roce-config and ethtool-stats shell commands, run by sh over a tree laid out like sysfs (the
-    /sys prefix moved to tmp_path) with fake ethtool and mlnx_qos on PATH: their output parses."""
+    """The roce-config and ethtool-stats shell commands, run by sh over a tree laid out like sysfs (roce-config
+    with its /sys prefix moved to tmp_path, ethtool-stats and ib-sysfs through $HEALTHCHECK_SYSFS) with fake
+    ethtool and mlnx_qos on PATH: their output parses."""
     import os
     import subprocess
 
     from healthcheck.probes.ethtool_parse import parse_ethtool_stats
+    from healthcheck.probes.ib_parse import parse_ib_sysfs
     from healthcheck.probes.rates import COMMANDS as RATES
 
     root = tmp_path / "sys"
@@ -136,7 +138,7 @@ def test_the_node_commands_run_over_a_fake_sysfs_tree(tmp_path):
                                     'echo "\tenabled     0   0   0   1   0   0   0   0   "')):
         (bin_dir / tool).write_text(f"#!/bin/sh\n{body}\n")
         (bin_dir / tool).chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HEALTHCHECK_SYSFS": str(root)}
 
     def run(command: str) -> str:
         moved = command.replace("/sys/", f"{root}/")
@@ -146,3 +148,33 @@ def test_the_node_commands_run_over_a_fake_sysfs_tree(tmp_path):
     assert parse_roce_config(run(COMMANDS["roce-config"])) == {"mlx5_0 ens1f0np0": {
         "mtu": "9000", "trust": "dscp", "pfc": "3", "ecn_np": "3", "ecn_rp": "3", "gid_index": "3"}}
     assert parse_ethtool_stats(run(RATES["ethtool-stats"])) == {"mlx5_0 ens1f0np0": {"rx_discards_phy": 5}}
+    write("class/infiniband/mlx5_0/ports/1/counters/port_xmit_wait", "77")
+    (port,) = [p for d in parse_ib_sysfs(run(RATES["ib-sysfs"])) for p in d.ports]
+    assert (port.name, port.counters["port_xmit_wait"]) == ("mlx5_0/1", 77)
+    unset = {k: v for k, v in env.items() if k != "HEALTHCHECK_SYSFS"}  # unset: the real /sys (no IB here)
+    real = subprocess.run(["sh", "-c", RATES["ib-sysfs"]], capture_output=True, text=True, env=unset, timeout=60)
+    assert str(root) not in real.stdout and "# ib-sysfs" in real.stdout
+
+
+def test_the_fleet_stage_gives_fleet_roce_the_infiniband_observations_whole(tmp_path):
+    """results.json keeps only top-level scalars; the fleet stage reads the infiniband observations whole
+    from the observation store (``reads``), so the drifted port is named in a run, not only in a direct call."""
+    from healthcheck.run.plan import RunPlan
+    from healthcheck.run.post import fleet_stage
+    from healthcheck.store.observation_store import ObservationStore, encode_observations, key_observations
+    from healthcheck.store.results import HostResult
+
+    observations = host_observations({"gpu001": own(HEALTHY), "gpu002": own(DRIFTED), "gpu003": own(HEALTHY)})
+    store = ObservationStore(tmp_path)
+    results = {name: HostResult(name=name, observations=key_observations(obs), profile="h100-sxm5-8x",
+                                observations_at=store.append(encode_observations(name, obs)))
+               for name, obs in observations.items()}
+    assert "roce" not in results["gpu002"].observations.get("infiniband", {})  # not in results.json
+    plan = RunPlan(mode="replay", hosts=[Host(name=n, profile="h100-sxm5-8x") for n in results],
+                   profiles={"h100-sxm5-8x": H100}, probes=[], options={}, plans={"": []}, profile_of={})
+    found = [(f.host, f.check, f.status) for f in fleet_stage(results, plan, tmp_path)
+             if f.check.startswith("fleet.roce")]
+    assert ("gpu002", "fleet.roce.pfc", Status.WARN) in found
+    assert [f for f in found if f[1] == "fleet.roce"] == [("gpu001", "fleet.roce", Status.PASS),
+                                                          ("gpu003", "fleet.roce", Status.PASS)]
+    assert not [f for f in fleet_stage(results, plan) if f.check.startswith("fleet.roce")]  # no store: no ports

@@ -1,0 +1,89 @@
+"""The report's fabric counters: the fleet heat list of the worst ports by rate and the before/after table of
+each benchmark job, in report.html and summary.md, with node text (port names) kept inert."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from pathlib import Path
+
+from healthcheck.reports.digest import load_digest
+from healthcheck.reports.fabric_views import fabric_context, fabric_jobs_panel
+from healthcheck.reports.html import render_html
+from healthcheck.reports.markdown import render_markdown
+from tests.unit.test_report_digest import XSS, finding, make_run
+
+JOB = "nccl-all_reduce_perf-pair-gpu002-gpu003"
+HOSTILE = f"mlx5_1 {XSS}\u202e"  # a port name as a node could send it
+
+
+def fabric_run(tmp_path: Path) -> Path:
+    """make_run's run with rates counters on gpu002/gpu003 and their counters around one pair job."""
+    run_dir = make_run(tmp_path)
+    doc = json.loads((run_dir / "results.json").read_text())
+    two, three = doc["hosts"]["gpu002"], doc["hosts"]["gpu003"]
+    two["observations"]["rates"] = {"uptime_s": 3600.0, "counters": {
+        "eth": {HOSTILE: {"tx_prio3_pause": 36000, "rx_bytes_phy": 10**12}},
+        "ib": {"mlx5_0/1": {"symbol_error": 0, "port_xmit_wait": 720, "port_xmit_data": 10**9}}}}
+    three["observations"]["rates"] = {"uptime_s": 7200.0, "counters": {
+        "eth": {"mlx5_1 ens2f0np0": {"tx_prio3_pause": 100}}, "ib": {"mlx5_0/1": {"port_xmit_wait": 25920}}}}
+    two["observations"]["fabric_jobs"] = {"jobs": [{"job_id": JOB, "check": "nccl.all_reduce", "window_s": 95.0,
+                                                    "ports": 4, "rows": [
+                                                        [HOSTILE, "eth", "tx_prio3_pause", 1411, 42431, 41020, 410.2],
+                                                        ["x", "eth", "y", "1", 2, 1, None]]}]}  # malformed: skipped
+    three["observations"]["fabric_jobs"] = {"jobs": [{"job_id": JOB, "check": "nccl.all_reduce", "window_s": 95.0,
+                                                      "ports": 4, "rows": [
+                                                          ["mlx5_1 ens2f0np0", "eth", "tx_prio3_pause", 1411, 1431,
+                                                           20, 0.2]]}]}
+    two["findings"].append(finding("gpu002", "nccl.all_reduce.fabric.eth.tx_prio3_pause", "WARN",
+                                   f"{HOSTILE}: 41,020 tx_prio3_pause (pause frames) during job {JOB} (95 s): ...",
+                                   component=HOSTILE))
+    (run_dir / "results.json").write_text(json.dumps(doc))
+    return run_dir
+
+
+def rows(page: str, css: str) -> list[list[str]]:
+    start = page.index(f'<table class="grid {css}">')
+    body = page[page.index("<tbody>", start):page.index("</tbody>", start)]
+    return [[html.unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", r)]
+            for r in body.split("</tr>") if "<td" in r]
+
+
+def test_heat_list_and_job_table_in_report_html(tmp_path: Path) -> None:
+    digest = load_digest(fabric_run(tmp_path))
+    page = render_html(digest).decode()
+    shown = "mlx5_1 " + XSS + "\\u202e"  # escaped by the page, the bidi override made visible
+    # per hour since boot, highest first; the fleet median of the same counter over every port read
+    assert rows(page, "fabric-heat") == [
+        ["gpu002", shown, "ethtool", "tx_prio3_pause", "36,000.0", "36,000", "18,025.0", "2×"],
+        ["gpu003", "mlx5_0/1", "IB port", "port_xmit_wait", "12,960.0", "25,920", "6,840.0", "2×"],
+        ["gpu002", "mlx5_0/1", "IB port", "port_xmit_wait", "720.0", "720", "6,840.0", "0×"],
+        ["gpu003", "mlx5_1 ens2f0np0", "ethtool", "tx_prio3_pause", "50.0", "100", "18,025.0", "0×"]]
+    assert rows(page, "fabric-job") == [
+        ["gpu002", shown, "eth.tx_prio3_pause", "1411", "42431", "41020", "410.20", "WARN"],
+        ["gpu003", "mlx5_1 ens2f0np0", "eth.tx_prio3_pause", "1411", "1431", "20", "0.20", ""]]
+    assert f"Job <code>{JOB}</code>: counters before and after (1 min 35 s)" in page
+    assert '<a href="#h-gpu002">gpu002</a>' in page and '<a href="#fabric">Fabric counters</a>' in page
+    assert XSS not in page and "\u202e" not in page
+    # the host's own panel: its counters that moved per job
+    panel = fabric_jobs_panel(digest.observations(digest.results.hosts["gpu003"])["fabric_jobs"])
+    assert panel is not None and panel.view.rows == [[JOB, "mlx5_1 ens2f0np0", "eth.tx_prio3_pause", 1411, 1431, 20,
+                                                      "0.20"]]
+    assert "fabric counters during benchmark jobs (1 moved)" in page
+
+
+def test_summary_md_lists_the_worst_ports_and_each_jobs_worst_counter(tmp_path: Path) -> None:
+    summary = render_markdown(load_digest(fabric_run(tmp_path))).decode()
+    assert "### Fabric counters: worst ports by rate" in summary
+    assert "| `gpu003` | mlx5\\_0/1 | `port_xmit_wait` | 12,960.0 | 2× |" in summary
+    assert (f"- `{JOB}`: 2 counters moved; worst `gpu002` mlx5\\_1 \\<script\\>") in summary
+    assert ": 41,020 during the job, 410.20 per GB moved (WARN)" in summary
+    assert "<script>" not in summary
+
+
+def test_no_fabric_counters_no_section(tmp_path: Path) -> None:
+    digest = load_digest(make_run(tmp_path))
+    assert fabric_context(digest)["heat"] == [] and fabric_context(digest)["jobs"] == []
+    page = render_html(digest).decode()
+    assert 'id="fabric"' not in page and "Fabric counters" not in render_markdown(digest).decode()
