@@ -6,6 +6,8 @@
     peermem-module -> "nvidia_peermem" (a GPUDirect RDMA module present in /sys/module), then "# peermem end"
     kernel-log -> the xid probe's kernel log over the window: link-down lines of the ports' netdevs (link flaps)
     roce-config -> MTU, trust, PFC, ECN, GID index of each RoCE netdev (``probes/roce_config.py``; fleet.roce)
+    mlxlink    -> ``mlxlink -d <pci address> -c`` of each RDMA device, where installed: FEC and BER
+                  (``probes/fec_parse.py``, graded in ``probes/ib_fec.py``)
 
 sysfs is preferred (it carries width, speed and error counters); ``ibstat`` is the fallback for
 capture bundles without sysfs, and its ``ibpanic`` abort is reported naming the device. Error
@@ -24,6 +26,9 @@ from healthcheck.core.model import CommandResult, Finding, Status
 from healthcheck.core.profiles import Expectation, Profile
 from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 from healthcheck.probes import register
+from healthcheck.probes.fec_parse import COMMAND as MLXLINK_COMMAND
+from healthcheck.probes.fec_parse import LinkPhy, parse_mlxlink
+from healthcheck.probes.ib_fec import phy_findings
 from healthcheck.probes.ib_flaps import flap_findings, link_log
 from healthcheck.probes.ib_parse import (
     COUNTER_BITS,
@@ -55,6 +60,7 @@ COMMANDS = {
     "peermem-module": "for m in nvidia_peermem nv_peer_mem; do if [ -d /sys/module/$m ]; then echo $m; fi; "
                       "done; echo '# peermem end'",
     "roce-config": ROCE_COMMAND,
+    "mlxlink": MLXLINK_COMMAND,
 }
 COMMAND_TOOLS = {"ib-sysfs": ("infiniband",), "ibstat": ("infiniband",),  # healthcheck/run/nodetools.py
                  LOG_ID: ("journalctl",)}
@@ -90,11 +96,22 @@ def parse_infiniband(outputs: Mapping[str, CommandResult]) -> IbObservation:
         raise ParseError(f"ib-sysfs exited {sysfs.rc} and ibstat gave nothing usable", sysfs.err_text)
     roce = outputs.get("roce-config")
     roce_ports, roce_error = read_roce_config(roce.text if roce is not None else None)
+    mlxlink = outputs.get("mlxlink")
+    phy, phy_error = _read_mlxlink(mlxlink.text) if mlxlink is not None else (None, None)
     modules = outputs.get("peermem-module")
     peermem = parse_peermem_module(modules.text, PEERMEM_MODULES) if modules is not None else None
     return IbObservation(devices=devices, source=source or "ibstat", ibstat_error=ibstat_error,
                          peermem_modules=peermem, peermem_collected=modules is not None,
-                         link_log=link_log(outputs.get(LOG_ID)), roce=roce_ports, roce_error=roce_error)
+                         link_log=link_log(outputs.get(LOG_ID)), roce=roce_ports, roce_error=roce_error,
+                         phy=phy, phy_collected=mlxlink is not None, phy_error=phy_error)
+
+
+def _read_mlxlink(text: str) -> tuple[tuple[LinkPhy, ...] | None, str | None]:
+    """The reports, or why the output could not be read (the rest of the probe is still graded)."""
+    try:
+        return parse_mlxlink(text), None
+    except ParseError as exc:
+        return (), str(exc)
 
 
 
@@ -126,6 +143,12 @@ def evaluate_infiniband(obs: IbObservation, ctx: EvalContext) -> list[Finding]:
         findings += _counter_findings(host, port, source, previous.get(port.name), rules)
     findings += flap_findings(host, obs.devices, selection.fabric, obs.link_log, previous, ctx)
     findings += _gpudirect_findings(host, obs, ctx)
+    if obs.devices or obs.phy:  # no RDMA device: no mlxlink-missing SKIP either
+        findings += phy_findings(host, obs.phy, obs.phy_collected, profile)
+    if obs.phy_error:
+        findings.append(Finding(host=host, check="ib.phy", status=Status.ERROR, source="mlxlink",
+                                message=f"mlxlink output could not be read: {obs.phy_error}",
+                                remedy="Look at raw/<host>/mlxlink.out; rerun the collection"))
     if obs.roce_error:
         findings.append(Finding(host=host, check="ib.roce_config", status=Status.ERROR, source="roce-config",
                                 message=f"roce-config could not be read: {obs.roce_error}",
@@ -311,7 +334,7 @@ def _gpudirect_findings(host: str, obs: IbObservation, ctx: EvalContext) -> list
 
 PROBE = register(ProbeSpec(
     name="infiniband",
-    description="InfiniBand/RoCE HCAs and ports: state, rate/width, link layer, error counters, peermem",
+    description="InfiniBand/RoCE HCAs and ports: state, rate/width, link layer, error counters, FEC/BER, peermem",
     command_map=ib_commands({}),
     render_commands=ib_commands,
     command_tools=COMMAND_TOOLS,
