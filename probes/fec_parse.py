@@ -1,4 +1,4 @@
-"""``mlxlink`` link reports: FEC mode and BER of each RDMA device's port (pure parsers).
+"""``mlxlink`` link reports and ``ethtool --show-fec``: FEC mode and BER of each RDMA port (pure parsers).
 
     mlxlink    -> per RDMA device (``mlxlink -d <dev> -c``: Operational Info + Physical Counters and BER Info):
         # mlxlink mlx5_0
@@ -12,6 +12,16 @@
 The ``key : value`` layout is mlxlink's (a real CX7 ``--show_mo`` in the corpus, a real CX4 ``-c`` posted on
 NVIDIA's forum: see tests/fixtures/mlxlink/README.md); values may carry trailing spaces. A BER is printed as
 ``<mantissa>E-<exponent>`` (``15E-255``: no error seen since the last clear).
+
+    ethtool-fec -> per Ethernet netdev of an RDMA device (RoCE), its speed from sysfs then ``ethtool --show-fec``:
+        # ethtool-fec mlx5_0 ens1f0np0
+        speed:400000
+        FEC parameters for ens1f0np0:
+        Configured FEC encodings: Auto RS              (newer ethtool: ``Supported/Configured FEC encodings:``)
+        Active FEC encoding: RS                        (``None`` or ``Off``: no FEC on the link)
+    # ethtool-fec end
+
+``ethtool --show-fec`` layout from real outputs quoted on the kernel lists (see tests/fixtures/ethtool/README.md).
 """
 
 from __future__ import annotations
@@ -31,6 +41,39 @@ COMMAND = ("if command -v mlxlink >/dev/null 2>&1; then for p in /sys/class/infi
            '[ -e "$p/device" ] || continue; d=${p##*/}; b=$(basename "$(readlink -f "$p/device")"); '
            'echo "# mlxlink $d"; mlxlink -d "$b" -c 2>&1; done; echo \'# mlxlink end\'; '
            f"else echo '{MISSING}'; fi")
+
+
+ETH_HEADER = "# ethtool-fec "
+ETH_END = "# ethtool-fec end"
+ETH_MISSING = "healthcheck: ethtool not installed"
+ETH_COMMAND = (
+    "if command -v ethtool >/dev/null 2>&1; then for n in /sys/class/infiniband/*/device/net/*; do "
+    '[ "$(cat "$n/type" 2>/dev/null)" = 1 ] || continue; d=${n#/sys/class/infiniband/}; d=${d%%/*}; i=${n##*/}; '
+    'echo "# ethtool-fec $d $i"; echo "speed:$(cat "/sys/class/net/$i/speed" 2>/dev/null)"; '
+    'ethtool --show-fec "$i" 2>&1; done; echo \'# ethtool-fec end\'; '
+    f"else echo '{ETH_MISSING}'; fi")
+_ACTIVE = re.compile(r"^\s*Active FEC encoding:\s*(?P<active>.*?)\s*$")
+_CONFIGURED = re.compile(r"^\s*(?:Supported/)?Configured FEC encodings:\s*(?P<modes>.*?)\s*$")
+
+
+@dataclass(frozen=True)
+class EthFec:
+    """One RoCE netdev's FEC from ``ethtool --show-fec``; ``error``: ethtool printed no FEC for it."""
+
+    device: str
+    netdev: str
+    speed_mbps: int | None = None
+    configured: tuple[str, ...] = ()
+    active: str | None = None
+    error: str | None = None
+
+    @property
+    def port(self) -> str:
+        return f"{self.device} {self.netdev}"
+
+    @property
+    def fec_off(self) -> bool:
+        return self.active is not None and self.active.lower() in NO_FEC
 
 
 @dataclass(frozen=True)
@@ -115,3 +158,44 @@ def _device_report(device: str, text: str) -> LinkPhy:
     except ParseError:
         first = next((line.strip() for line in text.splitlines() if line.strip()), "no output")
         return LinkPhy(device=device, error=first[:200])
+
+
+def parse_show_fec(device: str, netdev: str, text: str) -> EthFec:
+    """One netdev's block (``speed:`` line, then ``ethtool --show-fec``); a block without the
+    ``Active FEC encoding`` line keeps ethtool's first line as the error (``Operation not supported``)."""
+    speed: int | None = None
+    configured: tuple[str, ...] = ()
+    active: str | None = None
+    other: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("speed:"):
+            value = line[len("speed:"):].strip()
+            speed = int(value) if value.isdigit() else None
+        elif (match := _ACTIVE.match(line)) is not None:
+            active = match.group("active") or None
+        elif (match := _CONFIGURED.match(line)) is not None:
+            configured = tuple(match.group("modes").split())
+        elif line.strip():
+            other.append(line.strip())
+    error = None if active is not None else next((o for o in other if not o.startswith("FEC parameters")),
+                                                  "no 'Active FEC encoding' line")[:200]
+    return EthFec(device=device, netdev=netdev, speed_mbps=speed, configured=configured, active=active, error=error)
+
+
+def parse_ethtool_fec(text: str) -> tuple[EthFec, ...] | None:
+    """The ``ethtool-fec`` command's output; None when ethtool is not installed. ParseError when truncated."""
+    if ETH_MISSING in text:
+        return None
+    if ETH_END not in text:
+        raise ParseError("ethtool-fec output is truncated (no closing '# ethtool-fec end' line)", text[-200:])
+    blocks: dict[tuple[str, str], list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        if line.strip() == ETH_END:
+            break
+        if line.startswith(ETH_HEADER):
+            names = line[len(ETH_HEADER):].split()
+            current = blocks.setdefault((names[0], names[1]), []) if len(names) == 2 else None
+        elif current is not None:
+            current.append(line)
+    return tuple(parse_show_fec(device, netdev, "\n".join(lines)) for (device, netdev), lines in blocks.items())

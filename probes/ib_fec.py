@@ -1,10 +1,10 @@
-"""FEC mode and BER of each RDMA device's port from ``mlxlink -c`` (infiniband probe, ``ib.phy.*``).
+"""FEC mode and BER of each RDMA port from ``mlxlink -c`` and ``ethtool --show-fec`` (infiniband probe, ``ib.phy.*``).
 
 - ``ib.phy.ber``: the effective (post-FEC) physical BER against the profile's ``ib.phy.effective_ber``;
   the raw (pre-FEC) BER is graded only where the profile sets ``ib.phy.raw_ber`` (the built-in profiles do
   not: no vendor publishes a raw BER limit per link type), and is shown in the message either way.
-- ``ib.phy.fec``: FEC off (``No FEC``) on a PAM4 link (IB HDR/NDR/XDR, Ethernet 200G and faster) is WARN:
-  those links are specified with RS-FEC on.
+- ``ib.phy.fec``: FEC off (mlxlink ``No FEC``; ethtool ``Active FEC encoding: None``/``Off``) on a PAM4 link
+  (IB HDR/NDR/XDR, Ethernet 200G and faster) is WARN: those links are specified with RS-FEC on.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from healthcheck.core.grading import grade_value
 from healthcheck.core.model import Finding, Status
 from healthcheck.core.profiles import Profile
-from healthcheck.probes.fec_parse import LinkPhy
+from healthcheck.probes.fec_parse import EthFec, LinkPhy
 
 SOURCE = "mlxlink"
 _PAM4 = re.compile(r"HDR|NDR|XDR|\b(?:200|400|800)G", re.IGNORECASE)
@@ -24,6 +24,7 @@ FEC_RULE_SOURCE = ("IEEE 802.3 Clause 119 (200GBASE-R/400GBASE-R PCS: RS(544,514
 _REMEDY_BER = ("Bit errors on this port's physical link: reseat the cable or transceiver at both ends, clean "
                "the fibre, then replace the cable/transceiver; check the peer switch port; clear the "
                "counters (`mlxlink -d <dev> -pc`) and re-check after traffic")
+PAM4_MIN_MBPS = 200_000  # 200GBASE-R and faster (IEEE 802.3 Clause 119)
 _REMEDY_FEC = ("This link runs without FEC although its speed needs RS-FEC: check the FEC setting of the "
                "port and its peer (`mlxlink -d <dev> --show_fec`; `--fec` to set it) and retrain the link")
 
@@ -90,3 +91,38 @@ def _fec_finding(host: str, port: str, report: LinkPhy) -> Finding:
                                f"(source: {FEC_RULE_SOURCE})", remedy=_REMEDY_FEC)
     return Finding(host=host, check="ib.phy.fec", component=port, status=Status.PASS, source=SOURCE,
                    value=report.fec, message=f"{port}: FEC {report.fec} on {speed}")
+
+
+def eth_fec_findings(host: str, ports: Sequence[EthFec] | None, collected: bool) -> list[Finding]:
+    """Every RoCE netdev's ``ib.phy.fec`` from ``ethtool --show-fec``; one SKIP when ethtool is not installed."""
+    if not collected:
+        return []
+    if ports is None:
+        return [Finding(host=host, check="ib.phy.fec", status=Status.SKIP, source="ethtool-fec",
+                        message="ethtool not installed on the node: the FEC of RoCE ports not read")]
+    return [_eth_fec_finding(host, port) for port in ports]
+
+
+def _eth_fec_finding(host: str, fec: EthFec) -> Finding:
+    port, source = fec.port, "ethtool-fec"
+    if fec.error is not None:
+        return Finding(host=host, check="ib.phy.fec", component=port, status=Status.SKIP, source=source,
+                       message=f"{port}: ethtool --show-fec gave no active FEC ({fec.error})")
+    speed = f"{fec.speed_mbps // 1000}G" if fec.speed_mbps else "unknown speed"
+    shown = f"active FEC {fec.active} (configured {' '.join(fec.configured) or 'not printed'})"
+    if not fec.fec_off:
+        return Finding(host=host, check="ib.phy.fec", component=port, status=Status.PASS, source=source,
+                       value=fec.active, message=f"{port}: {shown} on {speed}")
+    if not fec.speed_mbps:
+        return Finding(host=host, check="ib.phy.fec", component=port, status=Status.SKIP, source=source,
+                       value=fec.active, message=f"{port}: {shown}; link speed unknown (link down?): not graded")
+    if fec.speed_mbps < PAM4_MIN_MBPS:
+        return Finding(host=host, check="ib.phy.fec", component=port, status=Status.SKIP, source=source,
+                       value=fec.active, message=f"{port}: {shown} on {speed}: not graded below 200G (whether "
+                                                 "the link needs FEC depends on its PHY and cable)")
+    return Finding(host=host, check="ib.phy.fec", component=port, status=Status.WARN, source=source,
+                   value=fec.active, expected="RS-FEC",
+                   message=f"{port}: {shown} on the {speed} link, which needs RS-FEC (source: {FEC_RULE_SOURCE})",
+                   remedy=_REMEDY_FEC.replace("`mlxlink -d <dev> --show_fec`; `--fec` to set it",
+                                              "`ethtool --show-fec <netdev>`; `ethtool --set-fec <netdev> "
+                                              "encoding rs` to set it"))

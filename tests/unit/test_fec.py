@@ -1,4 +1,5 @@
-"""FEC mode and BER from mlxlink (fec_parse, ib_fec): the corpus CX7 --show_mo, our mlxlink -c fixtures."""
+"""FEC mode and BER (fec_parse, ib_fec): the corpus CX7 mlxlink --show_mo, our mlxlink -c and
+ethtool --show-fec fixtures."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ import pytest
 from healthcheck.core.model import CommandResult, Host, Status
 from healthcheck.core.profiles import Expectation, load_profile
 from healthcheck.core.spec import EvalContext, ParseError
-from healthcheck.probes.fec_parse import LinkPhy, parse_ber, parse_mlxlink, parse_mlxlink_report
+from healthcheck.probes.fec_parse import (
+    EthFec,
+    LinkPhy,
+    parse_ber,
+    parse_ethtool_fec,
+    parse_mlxlink,
+    parse_mlxlink_report,
+)
 from healthcheck.probes.infiniband import COMMANDS, evaluate_infiniband, parse_infiniband
 from tests.conftest import corpus_text, fixture_text
 
@@ -19,14 +27,20 @@ H100 = load_profile("h100-sxm5-8x")
 HEALTHY = "mlxlink/mlxlink-c-2dev-healthy.txt"
 FAULTY = "mlxlink/mlxlink-c-3dev-mlx5_1-ber-mlx5_2-no-fec.txt"
 SHOW_MO = "ib/mlxlink-show-mo-cx7-ndr-active-linkup-elided.txt"
+ETH_HEALTHY = "ethtool/ethtool-fec-2port-healthy.txt"
+ETH_OFF = "ethtool/ethtool-fec-2port-ens2f0np0-fec-off.txt"
+SYSFS = "ib/sysfs-h100-8x-ndr-healthy.txt"
 
 
 def own(rel: str) -> str:
     return fixture_text(rel).split("\n", 1)[1]
 
 
-def phy_findings(text: str, profile=H100, sysfs: str | None = None) -> list:
-    outputs = {"mlxlink": CommandResult(host="gpu001", command_id="mlxlink", stdout=text.encode(), rc=0)}
+def phy_findings(text: str | None, profile=H100, sysfs: str | None = None, eth: str | None = None) -> list:
+    outputs = {} if text is None else {
+        "mlxlink": CommandResult(host="gpu001", command_id="mlxlink", stdout=text.encode(), rc=0)}
+    if eth is not None:
+        outputs["ethtool-fec"] = CommandResult(host="gpu001", command_id="ethtool-fec", stdout=eth.encode(), rc=0)
     if sysfs is not None:
         outputs["ib-sysfs"] = CommandResult(host="gpu001", command_id="ib-sysfs", stdout=sysfs.encode(), rc=0)
     obs = parse_infiniband(outputs)
@@ -135,3 +149,67 @@ def test_the_command_runs_mlxlink_by_pci_address(tmp_path):
     fake.unlink()
     bare = subprocess.run(["sh", "-c", command], capture_output=True, text=True, env=env, timeout=30).stdout
     assert parse_mlxlink(bare) is None
+
+
+def test_ethtool_show_fec_reads_both_layouts():
+    mlx5_0, mlx5_1 = parse_ethtool_fec(own(ETH_HEALTHY))
+    assert mlx5_0 == EthFec(device="mlx5_0", netdev="ens1f0np0", speed_mbps=400000, configured=("Auto", "RS"),
+                            active="RS")
+    assert mlx5_1.configured == ("Auto",) and mlx5_1.active == "RS" and not mlx5_1.fec_off
+    off = parse_ethtool_fec(own(ETH_OFF))[1]
+    assert off.active == "None" and off.configured == ("Off",) and off.fec_off
+    assert parse_ethtool_fec("healthcheck: ethtool not installed\n") is None
+    with pytest.raises(ParseError, match="truncated"):
+        parse_ethtool_fec(own(ETH_HEALTHY).replace("# ethtool-fec end\n", ""))
+    (unsupported,) = parse_ethtool_fec("# ethtool-fec mlx5_0 ens1f0np0\nspeed:-1\n"
+                                       "netlink error: Operation not supported\n# ethtool-fec end\n")
+    assert unsupported.error == "netlink error: Operation not supported" and unsupported.speed_mbps is None
+
+
+def test_ethtool_fec_off_on_a_400g_roce_port_warns():
+    findings = phy_findings(None, sysfs=fixture_text(SYSFS), eth=own(ETH_OFF))
+    by = {f.component: f for f in findings}
+    assert by["mlx5_0 ens1f0np0"].status is Status.PASS
+    assert by["mlx5_0 ens1f0np0"].message == "mlx5_0 ens1f0np0: active FEC RS (configured Auto RS) on 400G"
+    off = by["mlx5_1 ens2f0np0"]
+    assert off.status is Status.WARN and off.check == "ib.phy.fec" and off.value == "None"
+    assert off.message.startswith("mlx5_1 ens2f0np0: active FEC None (configured Off) on the 400G link, which "
+                                  "needs RS-FEC (source: IEEE 802.3 Clause 119")
+    assert "ethtool --set-fec <netdev> encoding rs" in off.remedy
+    slow = own(ETH_OFF).replace("speed:400000\nFEC parameters for ens2f0np0", "speed:100000\nFEC parameters for "
+                                "ens2f0np0")
+    assert {f.component: f.status for f in phy_findings(None, sysfs=fixture_text(SYSFS), eth=slow)} == {
+        "mlx5_0 ens1f0np0": Status.PASS, "mlx5_1 ens2f0np0": Status.SKIP}
+    (skip,) = phy_findings(None, sysfs=fixture_text(SYSFS), eth="healthcheck: ethtool not installed\n")
+    assert skip.status is Status.SKIP and skip.message.startswith("ethtool not installed on the node")
+
+
+def test_one_truncated_output_does_not_hide_the_other():
+    findings = phy_findings(own(HEALTHY).replace("# mlxlink end\n", ""), eth=own(ETH_OFF))
+    assert [(f.check, f.status) for f in findings if f.status is not Status.PASS] == [
+        ("ib.phy.fec", Status.WARN), ("ib.phy", Status.ERROR)]
+
+
+def test_the_ethtool_fec_command_reads_roce_netdevs_only(tmp_path):
+    """The ethtool-fec shell command with /sys moved to tmp_path: an Ethernet netdev (type 1) is read with its
+    speed, an IPoIB one (type 32) skipped; a fake ethtool prints the healthy fixture's first block."""
+    root = tmp_path / "sys"
+    for dev, netdev, kind in (("mlx5_0", "ens1f0np0", "1"), ("mlx5_1", "ib1", "32")):
+        net = root / "class" / "infiniband" / dev / "device" / "net" / netdev
+        net.mkdir(parents=True)
+        (net / "type").write_text(kind + "\n")
+        (root / "class" / "net" / netdev).mkdir(parents=True)
+        (root / "class" / "net" / netdev / "speed").write_text("400000\n")
+    body = own(ETH_HEALTHY).split("speed:400000\n")[1].split("# ethtool-fec")[0]
+    (tmp_path / "body.txt").write_text(body)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "ethtool"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/args\ncat {tmp_path}/body.txt\n')
+    fake.chmod(0o755)
+    command = COMMANDS["ethtool-fec"].replace("/sys/", f"{root}/")
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    out = subprocess.run(["sh", "-c", command], capture_output=True, text=True, env=env, timeout=30).stdout
+    assert parse_ethtool_fec(out) == (EthFec(device="mlx5_0", netdev="ens1f0np0", speed_mbps=400000,
+                                             configured=("Auto", "RS"), active="RS"),)
+    assert (tmp_path / "args").read_text() == "--show-fec ens1f0np0\n"
