@@ -35,7 +35,7 @@ HEADER = "# mlxlink "
 END = "# mlxlink end"
 MISSING = "healthcheck: mlxlink not installed"
 _FIELD = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9 ()\[\]/_.-]*?)\s*:\s*(?P<value>.*?)\s*$")
-_BER = re.compile(r"^(?P<mantissa>\d+(?:\.\d+)?)E(?P<exponent>[-+]?\d+)$", re.IGNORECASE)
+_BER = re.compile(r"^(?P<mantissa>\d{1,20}(?:\.\d{1,20})?)E(?P<exponent>[-+]?\d{1,5})$", re.IGNORECASE)
 NO_FEC = ("no fec", "no-fec", "off", "none")
 COMMAND = ("if command -v mlxlink >/dev/null 2>&1; then for p in /sys/class/infiniband/*; do "
            '[ -e "$p/device" ] || continue; d=${p##*/}; b=$(basename "$(readlink -f "$p/device")"); '
@@ -101,7 +101,10 @@ def parse_ber(text: str) -> float:
     match = _BER.match(text.strip())
     if match is None:
         raise ParseError(f"not an mlxlink BER value: {text!r}", text)
-    return float(match.group("mantissa")) * 10.0 ** int(match.group("exponent"))
+    try:
+        return float(match.group("mantissa")) * 10.0 ** int(match.group("exponent"))
+    except (OverflowError, ValueError) as exc:  # an exponent no BER has (1E99999)
+        raise ParseError(f"not an mlxlink BER value: {text[:40]!r}", text) from exc
 
 
 def mlxlink_fields(text: str) -> dict[str, str]:
@@ -155,7 +158,9 @@ def _device_report(device: str, text: str) -> LinkPhy:
     """A device mlxlink could not read (``-E- ...``, no permission) keeps its first line as the error."""
     try:
         return parse_mlxlink_report(device, text)
-    except ParseError:
+    except ParseError as exc:
+        if "State" in mlxlink_fields(text):  # a report with a value that is not mlxlink's
+            return LinkPhy(device=device, error=str(exc)[:200])
         first = next((line.strip() for line in text.splitlines() if line.strip()), "no output")
         return LinkPhy(device=device, error=first[:200])
 

@@ -58,8 +58,9 @@ def test_the_corpus_show_mo_reads_the_ndr_fec_line():
 def test_ber_values_in_mlxlink_notation():
     assert parse_ber("15E-255") == pytest.approx(1.5e-254, rel=1e-9)
     assert parse_ber("3E-12") == pytest.approx(3e-12)
-    with pytest.raises(ParseError):
-        parse_ber("lots")
+    for garbage in ("lots", "1E99999", "1E-123456789"):
+        with pytest.raises(ParseError):
+            parse_ber(garbage)
 
 
 def test_healthy_reports_every_field():
@@ -79,6 +80,8 @@ def test_garbage_and_truncation():
         parse_mlxlink_report("mlx5_0", "random words\n\x00\x01")
     (failed,) = parse_mlxlink("# mlxlink mlx5_0\n-E- Failed to open device\n# mlxlink end\n")
     assert failed.error == "-E- Failed to open device" and failed.fec is None
+    bad_ber = own(HEALTHY).replace("Raw Physical BER                   : 3E-12", "Raw Physical BER : lots")
+    assert parse_mlxlink(bad_ber)[0].error == "not an mlxlink BER value: 'lots'"
 
 
 def test_healthy_ports_pass():
