@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from healthcheck.core.spec import ParseError
+from healthcheck.probes.fec_parse import EthFec, LinkPhy
 from healthcheck.probes.kernel_log import KernelLog
 from healthcheck.probes.parse_memo import memoized, shared_parser
 
@@ -84,6 +85,11 @@ class IbObservation:
     link_log: KernelLog | None = None               # link-down lines of the kernel log; None: not collected
     roce: Mapping[str, Mapping[str, str]] | None = None  # "mlx5_0 ens1f0np0" -> RoCE config fields (roce_config)
     roce_error: str | None = None                   # why roce-config could not be read
+    phy: tuple[LinkPhy, ...] | None = None          # mlxlink reports per device (fec_parse); None: no mlxlink
+    phy_collected: bool = False                     # the mlxlink command ran and was read (False: older bundles)
+    eth_fec: tuple[EthFec, ...] | None = None       # ethtool --show-fec per RoCE netdev; None: no ethtool
+    eth_fec_collected: bool = False                 # the ethtool-fec command ran and was read
+    phy_error: str | None = None                    # why the mlxlink/ethtool-fec output could not be read
 
 
 def _state(text: str) -> str:

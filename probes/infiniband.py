@@ -6,6 +6,9 @@
     peermem-module -> "nvidia_peermem" (a GPUDirect RDMA module present in /sys/module), then "# peermem end"
     kernel-log -> the xid probe's kernel log over the window: link-down lines of the ports' netdevs (link flaps)
     roce-config -> MTU, trust, PFC, ECN, GID index of each RoCE netdev (``probes/roce_config.py``; fleet.roce)
+    mlxlink    -> ``mlxlink -d <pci address> -c`` of each RDMA device, where installed: FEC and BER
+    ethtool-fec -> ``ethtool --show-fec`` of each RoCE netdev (and its speed), where installed: active FEC
+                  (both parsed in ``probes/fec_parse.py``, graded in ``probes/ib_fec.py``)
 
 sysfs is preferred (it carries width, speed and error counters); ``ibstat`` is the fallback for
 capture bundles without sysfs, and its ``ibpanic`` abort is reported naming the device. Error
@@ -15,15 +18,18 @@ Parsers live in ``probes/ib_parse.py``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from healthcheck.core.grading import ValueGrades, grade_value
 from healthcheck.core.model import CommandResult, Finding, Status
 from healthcheck.core.profiles import Expectation, Profile
 from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 from healthcheck.probes import register
+from healthcheck.probes.fec_parse import COMMAND as MLXLINK_COMMAND
+from healthcheck.probes.fec_parse import ETH_COMMAND, parse_ethtool_fec, parse_mlxlink
+from healthcheck.probes.ib_fec import eth_fec_findings, phy_findings
 from healthcheck.probes.ib_flaps import flap_findings, link_log
 from healthcheck.probes.ib_parse import (
     COUNTER_BITS,
@@ -39,6 +45,7 @@ from healthcheck.probes.roce_config import COMMAND as ROCE_COMMAND
 from healthcheck.probes.roce_config import read_roce_config
 from healthcheck.probes.xid import LOG_ID, kernel_log_command
 
+_T = TypeVar("_T")
 _SYSFS_FILES = ("fw_ver", "hca_type", "board_id", "ports/*/state", "ports/*/phys_state", "ports/*/rate",
                 "ports/*/link_layer", "ports/*/counters/*", "ports/*/hw_counters/*", "device/net/*/dev_port")
 # Where the fabric commands (ib-sysfs, ethtool-stats, the benchmark snapshots) find sysfs: /sys, or the node's
@@ -55,6 +62,8 @@ COMMANDS = {
     "peermem-module": "for m in nvidia_peermem nv_peer_mem; do if [ -d /sys/module/$m ]; then echo $m; fi; "
                       "done; echo '# peermem end'",
     "roce-config": ROCE_COMMAND,
+    "mlxlink": MLXLINK_COMMAND,
+    "ethtool-fec": ETH_COMMAND,
 }
 COMMAND_TOOLS = {"ib-sysfs": ("infiniband",), "ibstat": ("infiniband",),  # healthcheck/run/nodetools.py
                  LOG_ID: ("journalctl",)}
@@ -90,11 +99,29 @@ def parse_infiniband(outputs: Mapping[str, CommandResult]) -> IbObservation:
         raise ParseError(f"ib-sysfs exited {sysfs.rc} and ibstat gave nothing usable", sysfs.err_text)
     roce = outputs.get("roce-config")
     roce_ports, roce_error = read_roce_config(roce.text if roce is not None else None)
+    mlxlink = outputs.get("mlxlink")
+    phy, phy_error = _read_phy(parse_mlxlink, mlxlink)
+    eth_fec_out = outputs.get("ethtool-fec")
+    eth_fec, eth_fec_error = _read_phy(parse_ethtool_fec, eth_fec_out)
     modules = outputs.get("peermem-module")
     peermem = parse_peermem_module(modules.text, PEERMEM_MODULES) if modules is not None else None
     return IbObservation(devices=devices, source=source or "ibstat", ibstat_error=ibstat_error,
                          peermem_modules=peermem, peermem_collected=modules is not None,
-                         link_log=link_log(outputs.get(LOG_ID)), roce=roce_ports, roce_error=roce_error)
+                         link_log=link_log(outputs.get(LOG_ID)), roce=roce_ports, roce_error=roce_error,
+                         phy=phy, phy_collected=mlxlink is not None and phy_error is None, eth_fec=eth_fec,
+                         eth_fec_collected=eth_fec_out is not None and eth_fec_error is None,
+                         phy_error="; ".join(e for e in (phy_error, eth_fec_error) if e) or None)
+
+
+def _read_phy(parse: Callable[[str], _T | None], result: CommandResult | None) -> tuple[_T | None, str | None]:
+    """``parse`` of a FEC/BER command's output, or why it could not be read (the rest of the probe is still
+    graded); (None, None) when the command did not run."""
+    if result is None:
+        return None, None
+    try:
+        return parse(result.text), None
+    except ParseError as exc:
+        return None, str(exc)
 
 
 
@@ -126,6 +153,13 @@ def evaluate_infiniband(obs: IbObservation, ctx: EvalContext) -> list[Finding]:
         findings += _counter_findings(host, port, source, previous.get(port.name), rules)
     findings += flap_findings(host, obs.devices, selection.fabric, obs.link_log, previous, ctx)
     findings += _gpudirect_findings(host, obs, ctx)
+    if obs.devices or obs.phy or obs.eth_fec:  # no RDMA device: no tool-missing SKIP either
+        findings += phy_findings(host, obs.phy, obs.phy_collected, profile)
+        findings += eth_fec_findings(host, obs.eth_fec, obs.eth_fec_collected)
+    if obs.phy_error:
+        findings.append(Finding(host=host, check="ib.phy", status=Status.ERROR, source="mlxlink/ethtool-fec",
+                                message=f"FEC/BER output could not be read: {obs.phy_error}",
+                                remedy="Look at raw/<host>/mlxlink.out and ethtool-fec.out; rerun the collection"))
     if obs.roce_error:
         findings.append(Finding(host=host, check="ib.roce_config", status=Status.ERROR, source="roce-config",
                                 message=f"roce-config could not be read: {obs.roce_error}",
@@ -311,7 +345,7 @@ def _gpudirect_findings(host: str, obs: IbObservation, ctx: EvalContext) -> list
 
 PROBE = register(ProbeSpec(
     name="infiniband",
-    description="InfiniBand/RoCE HCAs and ports: state, rate/width, link layer, error counters, peermem",
+    description="InfiniBand/RoCE HCAs and ports: state, rate/width, link layer, error counters, FEC/BER, peermem",
     command_map=ib_commands({}),
     render_commands=ib_commands,
     command_tools=COMMAND_TOOLS,

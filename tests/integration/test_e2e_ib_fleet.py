@@ -100,9 +100,13 @@ def test_ib_degraded_host_hung_mount_no_dcgmi_and_fleet_outliers(ssh_cluster_fac
     down = [f for f in findings(results, "node02", "ib.port.state") if f["status"] == "FAIL"]
     assert [(f["component"], f["value"]) for f in down] == [("mlx5_10/1", "DOWN / Disabled")]
     assert {f["status"] for f in findings(results, "node01", "ib.port.rate")} == {"PASS"}
-    # node01 is otherwise clean (these containers have no nvidia_peermem to find in /sys/module)
+    # node01 is otherwise clean (these containers have no nvidia_peermem to find in /sys/module, and no
+    # mlxlink: FEC/BER not read, said as a SKIP)
     noisy = {f["check"] for f in results["hosts"]["node01"]["findings"] if f["status"] != "PASS"}
-    assert noisy <= {"ib.gpudirect_rdma"}, noisy
+    assert noisy <= {"ib.gpudirect_rdma", "ib.phy", "ib.phy.fec"}, noisy
+    phy = [f for f in results["hosts"]["node01"]["findings"] if f["check"] == "ib.phy"]
+    assert [(f["status"], f["message"].split(" (")[0]) for f in phy] == [("SKIP", "mlxlink not installed on the node")]
+    assert {f["status"] for f in findings(results, "node01", "ib.phy.fec")} <= {"SKIP"}
 
     # fleet: node02's firmware and driver differ from the majority of the other two
     fw = next(f for f in findings(results, "node02", "fleet.version.hca_fw") if f["component"] == "MT4129")
