@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping
 from operator import attrgetter
 from typing import Any
@@ -131,6 +132,20 @@ def _line(value: Any) -> bytes:
         return orjson.dumps(value, option=_LINE_OPTIONS)
     except TypeError:  # an integer past 64 bits or a lone surrogate (else TypeError again, from json)
         return json.dumps(value, separators=(",", ":"), sort_keys=True, allow_nan=False).encode("ascii") + b"\n"
+
+
+_LONG_DIGITS = re.compile(rb"\d{19}")  # an integer orjson might not read exactly (past 64 bits)
+
+
+def loads(data: bytes) -> Any:
+    """``data`` read as ``json.loads`` reads it: orjson, the standard library where the two could differ
+    (a run of 19+ digits; NaN and Infinity literals, which orjson refuses)."""
+    if _LONG_DIGITS.search(data) is None:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(data)
 
 
 def plain(value: Any) -> Any:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gzip
-import json
 import os
 import threading
 import zlib
@@ -32,7 +31,7 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
-from healthcheck.store.jsoncodec import dumps
+from healthcheck.store.jsoncodec import dumps, loads
 
 STORE = "observations.jsonl.gz"
 KEY_PROBES = ("system", "versions", "benchmarks")  # kept whole in results.json (read for every host)
@@ -132,7 +131,7 @@ def read_observations(run_dir: Path, at: Any) -> dict[str, Any] | None:
     try:
         with path.open("rb") as fh:
             fh.seek(at[0])
-            record = json.loads(gzip.decompress(fh.read(at[1])))
+            record = loads(gzip.decompress(fh.read(at[1])))
     except (OSError, EOFError, ValueError, zlib.error):
         return None
     obs = record.get("observations") if isinstance(record, dict) else None
@@ -148,7 +147,7 @@ def iter_observations(run_dir: Path) -> Iterator[tuple[str, dict[str, Any]]]:
         with gzip.open(path, "rb") as fh:
             for line in fh:
                 try:
-                    record = json.loads(line)
+                    record = loads(line)
                 except ValueError:
                     continue
                 if isinstance(record, dict) and isinstance(record.get("observations"), dict):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 import types
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
@@ -102,3 +103,11 @@ json_values = st.recursive(
 @given(json_values)
 def test_plain_matches_the_reference_conversion(value):
     assert plain(value) == reference(value)  # st.text() draws lone surrogates too: the fallback's case
+
+
+def test_loads_reads_as_the_standard_library_does():
+    from healthcheck.store.jsoncodec import loads
+
+    assert loads(b'{"a": [1, 2.5, null, "x"]}') == {"a": [1, 2.5, None, "x"]}
+    assert loads(b'{"big": 123456789012345678901234567890}') == {"big": 123456789012345678901234567890}
+    assert math.isnan(loads(b'{"v": NaN}')["v"])
