@@ -31,6 +31,7 @@ import os
 import re
 import shutil
 import stat
+import tempfile
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -209,8 +210,8 @@ def merge_bundles(sources: Sequence[Path], run_dir: Path, *, inventory: Path | N
         search = [Path(inventory).resolve().parent / "profiles"]
         expected = load_inventory(inventory, known_profiles=available_profiles(search)).hosts
     run_dir = Path(run_dir)
-    index = run_dir.parent / f".{run_dir.name}.merge-{os.getpid()}"
-    shutil.rmtree(index, ignore_errors=True)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    index = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.merge-", dir=run_dir.parent))  # ours alone: removed below
     flags = found.flags
     try:
         hosts = stage_index(index, chosen, expected, sources, found.skipped)

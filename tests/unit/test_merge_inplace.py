@@ -142,3 +142,14 @@ def test_a_replay_of_a_merged_run_grades_its_hosts_as_the_merge_did(tmp_path: Pa
     assert again.returncode == 1, again.stderr
     assert verdicts(tmp_path / "again") == verdicts(run) == {"gpu001": "PASS", "gpu002": "PASS", "gpu003": "FAIL",
                                                             "gpu004": "WARN"}
+
+
+def test_the_merge_leaves_the_folders_beside_its_run_alone(tmp_path: Path) -> None:
+    """The merge's working index is a folder of its own, removed after: nothing it did not write is deleted."""
+    spool, _ = spool_of(tmp_path, 2)
+    mine = tmp_path / f".run.merge-{os.getpid()}"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("an operator's file")
+    merge_bundles([spool], tmp_path / "run")
+    assert (mine / "keep.txt").read_text() == "an operator's file"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([".run.merge-" + str(os.getpid()), "run", "spool"])
