@@ -79,6 +79,7 @@ class IbstatReport:
 class IbObservation:
     devices: tuple[IbDevice, ...]
     source: str                                  # command id the devices came from
+    devices_collected: bool = True                  # False: neither ib-sysfs nor ibstat is in the outputs
     ibstat_error: IbstatPanic | None = None
     peermem_modules: tuple[str, ...] | None = None  # None: not collected or truncated
     peermem_collected: bool = False

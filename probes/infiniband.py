@@ -106,6 +106,7 @@ def parse_infiniband(outputs: Mapping[str, CommandResult]) -> IbObservation:
     modules = outputs.get("peermem-module")
     peermem = parse_peermem_module(modules.text, PEERMEM_MODULES) if modules is not None else None
     return IbObservation(devices=devices, source=source or "ibstat", ibstat_error=ibstat_error,
+                         devices_collected=sysfs is not None or ibstat is not None,
                          peermem_modules=peermem, peermem_collected=modules is not None,
                          link_log=link_log(outputs.get(LOG_ID)), roce=roce_ports, roce_error=roce_error,
                          phy=phy, phy_collected=mlxlink is not None and phy_error is None, eth_fec=eth_fec,
@@ -136,6 +137,11 @@ def evaluate_infiniband(obs: IbObservation, ctx: EvalContext) -> list[Finding]:
             message=f"ibstat aborted: {obs.ibstat_error.message}",
             remedy="An HCA listed by the kernel could not be read: check dmesg for mlx5_core errors on "
                    "it, reload the driver (openibd restart) or reseat/replace the adapter"))
+    if not obs.devices_collected:
+        findings.append(Finding(host=host, check="ib.hca.count", status=Status.SKIP, source="ib-sysfs,ibstat",
+                                message="ib-sysfs and ibstat were not collected (not in this bundle): "
+                                        "HCAs and ports not graded"))
+        return findings + _gpudirect_findings(host, obs, ctx)
     if not obs.devices and not any(k.startswith("ib.") for k in profile.expectations):
         findings.append(Finding(host=host, check="ib.hca.count", status=Status.SKIP, value=0, source=source,
                                 message=f"no InfiniBand/RoCE devices, and profile {profile.name} "

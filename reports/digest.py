@@ -40,6 +40,17 @@ def fold(hosts: Iterable[str]) -> str:
     return _fold(tuple(names)) if names else ""
 
 
+def fold_brief(hosts: Iterable[str], width: int = 72) -> str:
+    """``fold(hosts)`` cut at a range boundary to about ``width`` characters for a one-line summary:
+    250 hosts one in four apart is ``gpu[00003,00007,…]``, not a 2,000-character line."""
+    text = fold(hosts)
+    if len(text) <= width:
+        return text
+    cut = max(text.rfind(",", 0, width), text.rfind("[", 0, width)) + 1
+    head = text[:cut] if cut > 0 else text[:width]
+    return head + ("…]" if head.count("[") > head.count("]") else "…")
+
+
 _SIMPLE = re.compile(r"([A-Za-z_.-]+)(\d+)")  # one name = letters then one number: ``gpu00042``
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from healthcheck.core.model import Finding, Status
 from healthcheck.core.textsafe import printable
 from healthcheck.core.verdicts import unchecked_hosts
-from healthcheck.reports.digest import fold, short_cited
+from healthcheck.reports.digest import fold, fold_brief, short_cited
 from healthcheck.store.results import RunResults
 
 MAX_GROUPS = 25
@@ -96,7 +96,7 @@ def _group_line(status: Status, check: str, group: list[Finding]) -> str:
     more = f" (+{len(messages) - 1} similar)" if len(messages) > 1 else ""
     parts = [f.component for f in group if f.component and f.component != "node"]
     where = f" {fold_parts(parts)}" if parts else ""
-    return f"{status.value:<5} {check}{where} {fold(hosts)} ({len(hosts)}): {short_cited(messages[0])}{more}"
+    return f"{status.value:<5} {check}{where} {fold_brief(hosts)} ({len(hosts)}): {short_cited(messages[0])}{more}"
 
 
 def folded_hosts(rows: Iterable[tuple[str, str]]) -> list[tuple[str, str, int]]:
@@ -105,7 +105,7 @@ def folded_hosts(rows: Iterable[tuple[str, str]]) -> list[tuple[str, str, int]]:
     hosts: dict[str, list[str]] = {}
     for what, host in rows:
         hosts.setdefault(what, []).append(host)
-    return [(what, fold(names), len(set(names))) for what, names in hosts.items()]
+    return [(what, fold_brief(names), len(set(names))) for what, names in hosts.items()]
 
 
 def host_lines(results: RunResults) -> list[str]:
@@ -135,7 +135,7 @@ def summary_lines(results: RunResults, run_dir: Path, verbose: bool = False) -> 
         lines.append("  no host was selected: nothing was checked")
     skipped = unchecked_hosts(results)
     if skipped:
-        lines.append(f"  not checked (SKIP, exit code stays non-zero): {fold(skipped)} ({len(skipped)})")
+        lines.append(f"  not checked (SKIP, exit code stays non-zero): {fold_brief(skipped)} ({len(skipped)})")
     lines += group_lines(results.findings())
     if verbose:
         lines += host_lines(results)

@@ -154,3 +154,12 @@ def test_a_message_that_lists_hosts_folds_on_the_hosts_it_names_too():
         "WARN  fleet.version.kernel gpu[00008,00039,00070,00101,00132] (5): kernel 5.15.0-1061-nvidia differs from "
         "the fleet majority 5.15.0-1053-nvidia (95 of 100 hosts; differing: gpu00008, gpu00039, gpu00070, gpu00101, "
         "gpu00132)"]
+
+
+def test_a_nodeset_that_does_not_fold_is_cut_on_its_line_and_counted():
+    """250 hosts one in four apart (a quarter of a fleet failing alike) stay one readable line."""
+    findings = [Finding(host=f"gpu{i:05d}", check="gpu.pcie.width", status=Status.FAIL, component="gpu5",
+                        message="gpu5: 8 lanes, expected 16") for i in range(3, 1000, 4)]
+    [line] = group_lines(findings)
+    assert line == ("FAIL  gpu.pcie.width gpu5 gpu[00003,00007,00011,00015,00019,00023,00027,00031,00035,00039,"
+                    "00043,…] (250): gpu5: 8 lanes, expected 16")

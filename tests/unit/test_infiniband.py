@@ -222,6 +222,15 @@ def test_no_devices_expected_vs_unexpected():
     assert by_check(findings, "ib.hca.count")[0].status is Status.FAIL
 
 
+def test_hca_list_not_in_the_bundle_is_skip_never_zero_hcas():
+    """A bundle holding the kernel log but neither ib-sysfs nor ibstat (a node run with a smaller probe set)."""
+    obs, findings = evaluate({"kernel-log": "", "peermem-module": LOADED})
+    assert obs.devices_collected is False
+    assert [(f.check, f.status) for f in findings] == [("ib.hca.count", Status.SKIP),
+                                                       ("ib.gpudirect_rdma", Status.PASS)]
+    assert "ib-sysfs and ibstat were not collected" in findings[0].message
+
+
 def test_peermem_module_and_commands():
     known = ("nvidia_peermem", "nv_peer_mem")
     assert parse_peermem_module(LOADED, known) == ("nvidia_peermem",)
