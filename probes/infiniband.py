@@ -141,23 +141,13 @@ def evaluate_infiniband(obs: IbObservation, ctx: EvalContext) -> list[Finding]:
         findings.append(Finding(host=host, check="ib.hca.count", status=Status.SKIP, source="ib-sysfs,ibstat",
                                 message="ib-sysfs and ibstat were not collected (not in this bundle): "
                                         "HCAs and ports not graded"))
-        return findings + _gpudirect_findings(host, obs, ctx)
-    if not obs.devices and not any(k.startswith("ib.") for k in profile.expectations):
+    elif not obs.devices and not any(k.startswith("ib.") for k in profile.expectations):
         findings.append(Finding(host=host, check="ib.hca.count", status=Status.SKIP, value=0, source=source,
                                 message=f"no InfiniBand/RoCE devices, and profile {profile.name} "
                                         "expects none"))
         return findings
-    selection = fabric_ports(obs.devices, profile)
-    findings += count_findings(host, selection, profile, source)
-    findings += type_findings(host, selection, profile, source)
-    findings += other_port_findings(host, selection, source)
-    previous = previous_counters(ctx.previous.get("infiniband"))
-    rules = _counter_rules(host, profile, source, growth=bool(previous))
-    facets = _PortFacets(host, profile, source)
-    for port in selection.fabric:
-        findings += facets.findings(port)
-        findings += _counter_findings(host, port, source, previous.get(port.name), rules)
-    findings += flap_findings(host, obs.devices, selection.fabric, obs.link_log, previous, ctx)
+    else:
+        findings += _port_findings(obs, ctx)
     findings += _gpudirect_findings(host, obs, ctx)
     if obs.devices or obs.phy or obs.eth_fec:  # no RDMA device: no tool-missing SKIP either
         findings += phy_findings(host, obs.phy, obs.phy_collected, profile)
@@ -171,6 +161,22 @@ def evaluate_infiniband(obs: IbObservation, ctx: EvalContext) -> list[Finding]:
                                 message=f"roce-config could not be read: {obs.roce_error}",
                                 remedy="Look at raw/<host>/roce-config.out; rerun the collection"))
     return findings
+
+
+def _port_findings(obs: IbObservation, ctx: EvalContext) -> list[Finding]:
+    """The HCA and port counts and types, each fabric port's state, rate and counters, and link flaps."""
+    host, profile, source = ctx.host.name, ctx.profile, obs.source
+    selection = fabric_ports(obs.devices, profile)
+    findings = count_findings(host, selection, profile, source)
+    findings += type_findings(host, selection, profile, source)
+    findings += other_port_findings(host, selection, source)
+    previous = previous_counters(ctx.previous.get("infiniband"))
+    rules = _counter_rules(host, profile, source, growth=bool(previous))
+    facets = _PortFacets(host, profile, source)
+    for port in selection.fabric:
+        findings += facets.findings(port)
+        findings += _counter_findings(host, port, source, previous.get(port.name), rules)
+    return findings + flap_findings(host, obs.devices, selection.fabric, obs.link_log, previous, ctx)
 
 
 _Facet = tuple[str, Any, ValueGrades]  # label, the port's value, its grades

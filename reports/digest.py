@@ -16,7 +16,7 @@ import json
 import os
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from ClusterShell.RangeSet import RangeSet
 from healthcheck.core.model import Finding, Status
 from healthcheck.reports.findings_index import BAD, FindingIndex, HostTally, index_findings
 from healthcheck.store.hostrefs import KEPT, HostRef, open_host_folder
-from healthcheck.store.observation_store import read_observations
+from healthcheck.store.observation_store import iter_observations, read_observations
 from healthcheck.store.results import HostResult, RunResults, load_results, run_verdict
 from healthcheck.store.rundir import RunDirError, raw_dir, referenced_hosts
 
@@ -190,19 +190,30 @@ class RunDigest:
     def groups(self) -> list[FindingGroup]:
         return group_findings(self.index.not_passing)  # BAD has no PASS: the same groups, a fraction of the loop
 
-    def observations(self, host: HostResult) -> Mapping[str, Any]:
-        """A host's full observations: from the observation store when results.json keeps only the key
-        ones (read per host, for the hosts a report details), else as loaded."""
+    def observations(self, host: HostResult, probes: Collection[str] | None = None) -> Mapping[str, Any]:
+        """A host's full observations (``probes`` only, when given): from the observation store when
+        results.json keeps only the key ones (read per host, for the hosts a report details), else as loaded."""
+        kept = host.observations if probes is None else {p: v for p, v in host.observations.items() if p in probes}
         if host.observations_at is None:
-            return host.observations
-        full = read_observations(self.run_dir, host.observations_at)
-        return {**host.observations, **full} if full is not None else host.observations
+            return kept
+        full = read_observations(self.run_dir, host.observations_at, probes)
+        return {**kept, **full} if full is not None else kept
 
-    def iter_observations(self) -> Iterable[tuple[HostResult, Mapping[str, Any]]]:
-        """Every host with its full observations, one host in memory at a time (read from the
-        observation store at each host's ``observations_at`` when results.json keeps only the key ones)."""
-        for host in self.results.hosts.values():
-            yield host, self.observations(host)
+    def iter_observations(self, probes: Collection[str] | None = None
+                          ) -> Iterable[tuple[HostResult, Mapping[str, Any]]]:
+        """Every host with its full observations (``probes`` only, when given), one host in memory at a time
+        (read from the observation store, the file opened once, when results.json keeps only the key ones)."""
+        hosts = self.results.hosts
+        where = {name: h.observations_at for name, h in hosts.items() if h.observations_at is not None}
+        stored = iter_observations(self.run_dir, where, probes)
+        pending = next(stored, None)
+        for name, host in hosts.items():
+            kept = host.observations if probes is None else {p: v for p, v in host.observations.items() if p in probes}
+            if pending is not None and pending[0] == name:
+                yield host, {**kept, **pending[1]}
+                pending = next(stored, None)
+            else:
+                yield host, kept
 
     def hosts_by_verdict(self) -> dict[Status, list[str]]:
         out: dict[Status, list[str]] = {s: [] for s in Status}

@@ -27,6 +27,7 @@ from healthcheck.reports.panels import MAX_ROWS, Panel, Table, panel
 
 HEAT_MAX = 20        # ports listed in the fleet heat list
 JOB_ROWS_MAX = 40    # moved counters listed per job
+FABRIC_PROBES = ("rates", "fabric_jobs")  # the observations the views read: counters since boot, per job
 
 
 def fabric_context(digest: RunDigest, detailed: Collection[str] = ()) -> dict[str, Any]:
@@ -34,7 +35,7 @@ def fabric_context(digest: RunDigest, detailed: Collection[str] = ()) -> dict[st
     def compute() -> dict[str, Any]:
         heat, jobs, timed = [], {}, 0
         values: dict[tuple[str, str], list[float]] = {}
-        for host, obs in digest.iter_observations():
+        for host, obs in digest.iter_observations(FABRIC_PROBES):
             rows = _host_rates(host.name, obs.get("rates"), values)
             timed += rows is not None
             heat += rows or []

@@ -54,6 +54,11 @@ def number(value: Any) -> float | None:
     return out if out == out and abs(out) != float("inf") else None
 
 
+def extracted_probes() -> frozenset[str]:
+    """The probes whose observations become per-host series (what a detailed exposition reads)."""
+    return frozenset(_EXTRACTORS)
+
+
 def observation_samples(host: str, observations: Mapping[str, Any]) -> list[Sample]:
     out: list[Sample] = []
     for probe in sorted(observations):

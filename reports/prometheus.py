@@ -31,7 +31,7 @@ from healthcheck.core.model import Status
 from healthcheck.reports import ReporterSpec, register
 from healthcheck.reports.bench_views import bench_views
 from healthcheck.reports.digest import RunDigest
-from healthcheck.reports.metrics import METRICS, Sample, number, observation_samples
+from healthcheck.reports.metrics import METRICS, Sample, extracted_probes, number, observation_samples
 
 
 def run_samples(digest: RunDigest, detail: bool = False) -> Iterable[Sample]:
@@ -158,7 +158,7 @@ def render_prometheus(digest: RunDigest) -> bytes:
     detail = bool(digest.options.get("metrics_detail"))
     samples = list(run_samples(digest, detail)) + list(bench_samples(digest))
     if detail:
-        for host, observations in digest.iter_observations():
+        for host, observations in digest.iter_observations(extracted_probes()):
             samples.extend(observation_samples(host.name, observations))
     return exposition(samples)
 

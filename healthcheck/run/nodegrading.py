@@ -13,8 +13,9 @@ taken as they are (the fleet checks and the verdict rules still run over the who
 The bundle is untrusted input, read as its outputs are (no link followed, one hard link per file, bounded
 sizes, gzip bounded when inflated) and checked: ``results.json`` of schema ``healthcheck.results/2``
 naming the spool folder's host only, every finding of the table of that host and of the results schema's
-types, the observations one JSON object for that host (its gzip member is appended to the merged store
-as it is only when it holds exactly that one line, else encoded again). Anything else is a reason to
+types, its key observations (results.json) an object per probe, and its gzip member of the observation
+store complete, bounded and of lines naming that host only (appended to the merged store as it is).
+Anything else is a reason to
 grade the outputs instead, given in ``grading["why"]``; findings or results for another host are an identity refusal
 (``grading["refused"]``: a ``merge.identity`` WARN of the node, docs/security.md). Findings the merged run
 adds itself are not taken (fleet checks, the "nothing checked" rule, a stage's crash).
@@ -40,7 +41,7 @@ from healthcheck.core.verdicts import CHECK as NOTHING_CHECKED
 from healthcheck.store.bundle import MAX_FILE_BYTES
 from healthcheck.store.findings_table import TABLE, TableError, table_from_json
 from healthcheck.store.hostrefs import HostRef, open_bundle
-from healthcheck.store.observation_store import STORE, encode_observations
+from healthcheck.store.observation_store import STORE
 from healthcheck.store.results import SCHEMA
 from healthcheck.store.safeio import BundleFileError, read_regular
 
@@ -100,7 +101,7 @@ def _read_grading(fd: int, ref: HostRef, host: str, probes: Sequence[str], diges
     findings = [f for f in findings if f.check not in added] if added else findings
     if not findings:
         raise NotTaken("its findings table has no finding for it")
-    return (findings, *_observations(fd, ref, host, at))
+    return findings, _key_observations(results["hosts"][host]), _member(fd, ref, host, at)
 
 
 def _host_entry(results: Any, host: str, probes: Sequence[str], digest: str) -> list[int]:
@@ -170,22 +171,38 @@ def _types(rows: Iterable[tuple[Any, ...]]) -> set[type]:
     return set(map(type, chain.from_iterable(rows)))
 
 
-def _observations(fd: int, ref: HostRef, host: str, at: list[int]) -> tuple[dict[str, Any], bytes]:
-    """The host's observations from its gzip member in the bundle's observation store (inflated bounded),
-    and the member to append to the merged store: the node's bytes when they are exactly one gzip member
-    holding one line ``{"host": host, "observations": {...}}`` (what a run writes), else encoded again."""
+def _key_observations(entry: dict[str, Any]) -> dict[str, Any]:
+    """The host's key observations as its results.json entry holds them (what the fleet checks read)."""
+    observations = entry.get("observations", {})
+    if not isinstance(observations, dict) or not all(isinstance(v, dict | list) or v is None
+                                                     for v in observations.values()):
+        raise NotTaken("its results.json entry's observations are not an object per probe")
+    return observations
+
+
+def _member(fd: int, ref: HostRef, host: str, at: list[int]) -> bytes:
+    """The host's gzip member of the bundle's observation store, appended to the merged store as it is: one
+    complete member (inflated bounded) whose every line is ``{"probe": ..., "host": host, "observations": ...``
+    as this healthcheck writes it. Its JSON is not decoded here: the merged run reads the member as the host's
+    by where it is, whatever a line says, and leaves out a line that is not JSON (``observation_store``)."""
     data = _read(fd, STORE, at[0] + at[1], ref)
     member = data[at[0]:at[0] + at[1]]
     if len(member) != at[1]:
         raise NotTaken(f"its {STORE} ends before the host's member ({at[0]} + {at[1]} bytes)")
     text, whole = _inflate(member, STORE)
-    record = _json(text, STORE)
-    observations = record.get("observations") if isinstance(record, dict) else None
-    if not isinstance(record, dict) or record.get("host") != host or not isinstance(observations, dict):
-        raise NotTaken(f"its {STORE} member is not {host}'s observations", identity=isinstance(record, dict)
-                       and isinstance(record.get("host"), str) and record.get("host") != host)
-    one_line = whole and text.endswith(b"\n") and text.count(b"\n") == 1 and len(record) == 2
-    return observations, member if one_line else encode_observations(host, observations)
+    if not whole or (text and not text.endswith(b"\n")):
+        raise NotTaken(f"its {STORE} member of {host} is not one complete member of whole lines")
+    own = orjson.dumps(host)
+    for line in text.splitlines():
+        m = _LINE.match(line)
+        if m is None:
+            raise NotTaken(f"its {STORE} member of {host} has a line this healthcheck does not write")
+        if m[1] != own:
+            raise NotTaken(f"its {STORE} member named {m[1].decode(errors='replace')[:60]}: refused", identity=True)
+    return member
+
+
+_LINE = re.compile(rb'\{"probe":"[A-Za-z0-9_]+","host":("(?:[^"\\]|\\.)*"),"observations":')  # encode_observations
 
 
 _DIGESTS: dict[tuple[str, int], tuple[Profile, str]] = {}   # per worker: one digest per command plan key

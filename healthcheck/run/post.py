@@ -123,7 +123,8 @@ def fleet_stage(host_results: dict[str, HostResult], plan: RunPlan, run_dir: Pat
     """Fleet checks over all hosts' observations; their findings join the hosts they name. A check sees
     results.json's key observations, plus, from the observation store, the probes it ``reads`` whole."""
     checks = probe_registry.fleet_checks()
-    wanted = tuple(dict.fromkeys(p for check in checks for p in getattr(check, "reads", ())))
+    ran = {probe.name for probe in plan.probes}  # a probe the run did not grade has nothing in the store
+    wanted = tuple(dict.fromkeys(p for check in checks for p in getattr(check, "reads", ()) if p in ran))
     observations = {name: obs for name, r in host_results.items() if (obs := _fleet_view(r, wanted, run_dir))}
     by_name = {h.name: h for h in plan.hosts}
     findings: list[Finding] = []
@@ -151,8 +152,8 @@ def _fleet_view(result: HostResult, probes: Sequence[str], run_dir: Path | None)
     """The host's key observations with ``probes`` read whole from the observation store (where it has them)."""
     if not probes or run_dir is None or result.observations_at is None:
         return result.observations or {}
-    full = read_observations(run_dir, result.observations_at) or {}
-    return {**(result.observations or {}), **{p: full[p] for p in probes if p in full}}
+    full = read_observations(run_dir, result.observations_at, probes) or {}
+    return {**(result.observations or {}), **full}
 
 
 def post_stages(opts: RunOptions, plan: RunPlan, run_dir: Path, transport: Transport,

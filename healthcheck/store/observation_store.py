@@ -3,12 +3,18 @@
     store = ObservationStore(run_dir)
     at = store.append(encode_observations("gpu001", observations))   # -> [offset, length]
     read_observations(run_dir, at)                                    # one host, nothing else read
-    dict(iter_observations(run_dir))                                  # every host, streamed
+    read_observations(run_dir, at, probes=("rates",))                 # only its rates line decoded
+    dict(iter_observations(run_dir, {"gpu001": at, ...}))             # hosts by offset, the file opened once
 
-Each host is appended as its own gzip member holding one JSON line ``{"host", "observations"}``:
-the concatenation is an ordinary ``.jsonl.gz`` (``zcat`` reads it), a host can be read alone from
-its ``[offset, length]`` (kept in results.json), and a run killed mid-write loses only the host being
-written. ``encode_observations`` is pure, so worker processes compress in parallel.
+Each host is appended as its own gzip member holding one JSON line per probe,
+``{"probe": "gpu", "host": "gpu001", "observations": ...}``: the concatenation is an ordinary ``.jsonl.gz``
+(``zcat`` reads it, ``jq 'select(.probe == "gpu")'`` selects), a host is read alone from its
+``[offset, length]`` (kept in results.json), a reader that wants some probes decodes only their lines (the
+fleet's counters, the report's heat list), and a run killed mid-write loses only the host being written.
+A member belongs to the host whose ``observations_at`` locates it: the ``host`` of its lines is for people
+reading the file, never how a reader attributes them (a node's bundle is untrusted). Members of the one-line
+form ``{"host", "observations": {probe: ...}}`` are read too. ``encode_observations`` is pure, so worker
+processes compress in parallel.
 
 results.json keeps only ``key_observations``: what fleet checks, the fleet view and the benchmark
 views read for every host (versions, system, benchmark job summaries, and each probe's top-level scalars
@@ -26,7 +32,7 @@ import gzip
 import os
 import threading
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -39,6 +45,7 @@ KEY_PROBES = ("system", "versions", "benchmarks")  # kept whole in results.json 
 # the NVLink domain fleet check groups those trays by them; elsewhere (HGX, PCIe) their scalars, as any probe's
 DOMAIN_PROBES = ("fabric", "imex")
 NO_DOMAIN = (None, "00000000-0000-0000-0000-000000000000")
+LINE_START = b'{"probe":"'  # how encode_observations starts each line (orjson: no spaces), before the probe's name
 
 
 def key_observations(observations: Mapping[str, Any]) -> dict[str, Any]:
@@ -95,11 +102,36 @@ def _nested(value: Any) -> bool:
 
 
 def encode_observations(host: str, observations: Mapping[str, Any]) -> bytes:
-    """One host's gzip member (pure; safe to call in a worker process): its observations as JSON
-    (``jsoncodec.dumps``: dataclasses as objects, non-finite floats null)."""
-    line = dumps({"host": host, "observations": observations})
-    # Level 1: a higher level saves little space on a host's line for much more CPU (docs/performance.md)
-    return gzip.compress(line + b"\n", compresslevel=1, mtime=0)
+    """One host's gzip member (pure; safe to call in a worker process): one JSON line per probe
+    (``jsoncodec.dumps``: dataclasses as objects, non-finite floats null); no line for a host without any."""
+    lines = b"".join(dumps({"probe": probe, "host": host, "observations": obs}) + b"\n"
+                     for probe, obs in observations.items())
+    # Level 1: a higher level saves little space on a host's lines for much more CPU (docs/performance.md)
+    return gzip.compress(lines, compresslevel=1, mtime=0)
+
+
+def member_observations(text: bytes, probes: Collection[str] | None = None) -> dict[str, Any]:
+    """An inflated member's observations by probe; with ``probes``, only those probes' lines are decoded
+    (a line this module wrote names its probe first, so the others are passed over unread). A line that is
+    not JSON is left out; a one-line-form member's probes are read from its one line."""
+    skip = None if probes is None else tuple(LINE_START + p.encode() + b'",' for p in probes)
+    out: dict[str, Any] = {}
+    for line in text.splitlines():
+        if not line or (skip is not None and line.startswith(LINE_START) and not line.startswith(skip)):
+            continue
+        try:
+            record = loads(line)
+        except ValueError:
+            continue
+        if not isinstance(record, dict):
+            continue
+        probe, obs = record.get("probe"), record.get("observations")
+        if isinstance(probe, str):
+            if probes is None or probe in probes:
+                out[probe] = obs
+        elif "probe" not in record and isinstance(obs, dict):
+            out.update(obs if probes is None else {p: v for p, v in obs.items() if p in probes})
+    return out
 
 
 class ObservationStore:
@@ -123,34 +155,41 @@ class ObservationStore:
         return [offset, len(member)]
 
 
-def read_observations(run_dir: Path, at: Any) -> dict[str, Any] | None:
-    """One host's observations from its ``[offset, length]``; None when absent or unreadable."""
-    path = Path(run_dir) / STORE
-    if not (isinstance(at, list | tuple) and len(at) == 2 and all(isinstance(x, int) and x >= 0 for x in at)):
+def read_observations(run_dir: Path, at: Any, probes: Collection[str] | None = None) -> dict[str, Any] | None:
+    """One host's observations (``probes`` only, when given) from its ``[offset, length]``; None when absent
+    or unreadable."""
+    if not _located(at):
         return None
     try:
-        with path.open("rb") as fh:
-            fh.seek(at[0])
-            record = loads(gzip.decompress(fh.read(at[1])))
+        with (Path(run_dir) / STORE).open("rb") as fh:
+            return _read_member(fh, at, probes)
     except (OSError, EOFError, ValueError, zlib.error):
         return None
-    obs = record.get("observations") if isinstance(record, dict) else None
-    return obs if isinstance(obs, dict) else None
 
 
-def iter_observations(run_dir: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(host, observations) for every host in the store; stops quietly at a member cut by a kill."""
+def iter_observations(run_dir: Path, where: Mapping[str, Any], probes: Collection[str] | None = None
+                      ) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(host, observations) for each host of ``where`` (host -> ``observations_at``) that the store has,
+    in the order of ``where``, the file opened once; a member that cannot be read is left out."""
     path = Path(run_dir) / STORE
-    if not path.is_file():
-        return
     try:
-        with gzip.open(path, "rb") as fh:
-            for line in fh:
-                try:
-                    record = loads(line)
-                except ValueError:
-                    continue
-                if isinstance(record, dict) and isinstance(record.get("observations"), dict):
-                    yield str(record.get("host")), record["observations"]
-    except (OSError, EOFError, zlib.error):
+        fh = path.open("rb")
+    except OSError:
         return
+    with fh:
+        for host, at in where.items():
+            if not _located(at):
+                continue
+            try:
+                yield host, _read_member(fh, at, probes)
+            except (OSError, EOFError, ValueError, zlib.error):
+                continue
+
+
+def _located(at: Any) -> bool:
+    return isinstance(at, list | tuple) and len(at) == 2 and all(type(x) is int and x >= 0 for x in at)
+
+
+def _read_member(fh: Any, at: Sequence[int], probes: Collection[str] | None) -> dict[str, Any]:
+    fh.seek(at[0])
+    return member_observations(gzip.decompress(fh.read(at[1])), probes)

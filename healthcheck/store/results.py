@@ -211,13 +211,12 @@ def complete_results(run_dir: Path, results: RunResults, observations: bool | Co
         if table is not None:
             for name, host in partial.items():
                 host.findings, host.stored = table.get(name, []), None
-    if observations and any(h.observations_at is not None for h in results.hosts.values()):
+    where = {name: h.observations_at for name, h in results.hosts.items() if h.observations_at is not None}
+    if observations and where:
         probes = None if observations is True else frozenset(observations)
-        for name, obs in iter_observations(run_dir):
-            if name in results.hosts:  # the store has everything the probes saw; results.json adds benchmarks
-                host = results.hosts[name]
-                kept = obs if probes is None else {p: v for p, v in obs.items() if p in probes}
-                host.observations = {**host.observations, **kept}
+        for name, obs in iter_observations(run_dir, where, probes):
+            host = results.hosts[name]  # the store has everything the probes saw; results.json adds benchmarks
+            host.observations = {**host.observations, **obs}
 
 
 def expanded_document(run_dir: Path) -> dict[str, Any]:

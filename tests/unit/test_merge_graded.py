@@ -134,7 +134,18 @@ def forge_results(bundle: Path, owner: str) -> None:
     edit_results(bundle, lambda d: d["hosts"].update(gpu002=d["hosts"][owner]))
 
 
-@pytest.mark.parametrize("forge", [forge_table, forge_results])
+def forge_observations(bundle: Path, owner: str) -> None:
+    """The node's member of the observation store gains a line speaking for gpu002 (same layout, its name)."""
+    at = json.loads((bundle / "results.json").read_text())["hosts"][owner]["observations_at"]
+    data = (bundle / "observations.jsonl.gz").read_bytes()
+    text = gzip.decompress(data[at[0]:at[0] + at[1]])
+    line = text.splitlines()[0].replace(f'"host":"{owner}"'.encode(), b'"host":"gpu002"')
+    member = gzip.compress(text + line + b"\n")
+    (bundle / "observations.jsonl.gz").write_bytes(data[:at[0]] + member)
+    edit_results(bundle, lambda d: d["hosts"][owner].update(observations_at=[at[0], len(member)]))
+
+
+@pytest.mark.parametrize("forge", [forge_table, forge_results, forge_observations])
 def test_a_nodes_own_grading_for_another_host_is_refused(tmp_path: Path, forge) -> None:  # type: ignore[no-untyped-def]
     spool, _, _ = graded_spool(tmp_path, 2)
     forge(spool / "gpu001", "gpu001")
@@ -142,10 +153,12 @@ def test_a_nodes_own_grading_for_another_host_is_refused(tmp_path: Path, forge) 
     record = grading(tmp_path / "run")
     assert record["gpu001"]["taken"] is False and record["gpu001"]["refused"] is True
     assert record["gpu002"]["taken"] is True
-    what = "findings table held findings" if forge is forge_table else "results.json held results"
-    assert record["gpu001"]["why"] == f"its {what} for gpu002: refused"
+    what = {forge_table: "findings table held findings for", forge_results: "results.json held results for",
+            forge_observations: "observations.jsonl.gz member named"}[forge]
+    what = f'{what} "gpu002"' if forge is forge_observations else f"{what} gpu002"
+    assert record["gpu001"]["why"] == f"its {what}: refused"
     assert out.refused == [f"gpu001's bundle carried a grading for another host: refused "
-                           f"({spool.resolve() / 'gpu001'}): its {what} for gpu002: refused"]
+                           f"({spool.resolve() / 'gpu001'}): its {what}: refused"]
     results = load_results(tmp_path / "run")
     assert [(f.check, f.status) for f in results.hosts["gpu001"].findings if f.check.startswith("merge.")] == [
         ("merge.identity", Status.WARN)]
@@ -177,7 +190,23 @@ MALFORMED = {
     "observations far away": (lambda b: edit_results(b, lambda d: d["hosts"]["gpu001"].update(
         observations_at=[10 ** 12, 5])), "its results.json does not locate its observations"),
     "no table": (lambda b: (b / "findings.table.json.gz").unlink(), "its bundle holds no findings.table.json.gz"),
+    "a store line of another form": (lambda b: rewrite_member(b, lambda t: b'{"host":"gpu001","observations":{}}\n'),
+                                     "its observations.jsonl.gz member of gpu001 has a line this healthcheck "
+                                     "does not write"),
+    "a store line cut short": (lambda b: rewrite_member(b, lambda t: t[:-1]), "its observations.jsonl.gz member "
+                                                                               "of gpu001 is not one complete "
+                                                                               "member of whole lines"),
+    "key observations not an object per probe": (lambda b: edit_results(b, lambda d: d["hosts"]["gpu001"].update(
+        observations={"gpu": 8})), "its results.json entry's observations are not an object per probe"),
 }
+
+
+def rewrite_member(bundle: Path, edit) -> None:  # type: ignore[no-untyped-def]
+    at = json.loads((bundle / "results.json").read_text())["hosts"]["gpu001"]["observations_at"]
+    data = (bundle / "observations.jsonl.gz").read_bytes()
+    member = gzip.compress(edit(gzip.decompress(data[at[0]:at[0] + at[1]])))
+    (bundle / "observations.jsonl.gz").write_bytes(data[:at[0]] + member)
+    edit_results(bundle, lambda d: d["hosts"]["gpu001"].update(observations_at=[at[0], len(member)]))
 
 
 @pytest.mark.parametrize("case", sorted(MALFORMED))
