@@ -63,7 +63,7 @@ def instrument(clear_memos: str | None = None) -> None:
     spec.ProbeSpec.parse = lambda self, outputs: timed(f"parse    {self.name}", parse)(self, outputs)
     spec.ProbeSpec.evaluate = lambda self, obs, ctx: timed(f"evaluate {self.name}", evaluate)(self, obs, ctx)
     gradepool.plain = timed("json     key observations (jsoncodec.plain)", gradepool.plain)
-    for name in ("read_bundle_host", "encode_observations", "encode_findings", "key_observations"):
+    for name in ("read_bundle_host", "encode_observations", "key_observations"):
         setattr(gradepool, name, timed(f"host     {name}", getattr(gradepool, name)))
     gradepool.grade_one = timed("total    grade_one (all of the above)", gradepool.grade_one)
     if clear_memos:

@@ -100,7 +100,9 @@ def test_full_observations_are_in_the_store(fresh: Path) -> None:
     assert read_observations(fresh, doc["hosts"]["h100-node03"]["observations_at"]) == full
     assert read_observations(fresh, [0, 3]) is None and read_observations(fresh, "x") is None
     with gzip.open(fresh / STORE, "rt") as fh:  # an ordinary .jsonl.gz: zcat reads it
-        assert sorted(json.loads(line)["host"] for line in fh) == sorted(doc["hosts"])
+        lines = [json.loads(line) for line in fh]      # one line per probe of each host, in the run's order
+    assert sorted({line["host"] for line in lines}) == sorted(doc["hosts"])
+    assert sorted(line["probe"] for line in lines if line["host"] == "h100-node03") == sorted(full)
 
 
 def test_version_1_run_directory_reports_summarises_and_replays(old: Path, tmp_path: Path) -> None:
