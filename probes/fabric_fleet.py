@@ -57,7 +57,15 @@ def host_rates(observation: Any) -> dict[Key, dict[str, tuple[float, int]]] | No
 @dataclass(frozen=True)
 class FabricCounterOutliers:
     name: str = "fleet.fabric_counters"
-    reads: tuple[str, ...] = ("rates",)  # whole: results.json keeps only a probe's top-level scalars
+    reads: tuple[str, ...] = ("rates",)  # from the store: results.json keeps only a probe's top-level scalars
+
+    def keep(self, probe: str, observation: Any) -> Any:
+        """Of a host's ``rates``, the uptime and the fabric families' counters (not NVLink's or the GPUs')."""
+        if not isinstance(observation, Mapping) or not isinstance(observation.get("counters"), Mapping):
+            return None
+        counters = observation["counters"]
+        return {"uptime_s": observation.get("uptime_s"),
+                "counters": {family: counters[family] for family in FAMILIES if family in counters}}
 
     def evaluate_fleet(self, observations: Mapping[str, Mapping[str, Any]], hosts: Mapping[str, Host],
                        profiles: Mapping[str, Profile]) -> list[Finding]:

@@ -41,8 +41,12 @@ SOURCE = "roce-config"
 @dataclass(frozen=True)
 class RoceConsistency:
     name: str = "fleet.roce"
-    reads: tuple[str, ...] = ("infiniband",)  # whole: its ``roce`` ports are not in results.json
+    reads: tuple[str, ...] = ("infiniband",)  # from the store: its ``roce`` ports are not in results.json
     min_hosts: int = 2
+
+    def keep(self, probe: str, observation: Any) -> Any:
+        """Of a host's ``infiniband`` observations, its RoCE ports' configuration."""
+        return {"roce": observation.get("roce")} if isinstance(observation, Mapping) else None
 
     def evaluate_fleet(self, observations: Mapping[str, Mapping[str, Any]], hosts: Mapping[str, Host],
                        profiles: Mapping[str, Profile]) -> list[Finding]:

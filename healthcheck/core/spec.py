@@ -168,7 +168,9 @@ class FleetCheck(Protocol):
     ``observations`` maps host name -> probe name -> observations (JSON form) for hosts that
     produced them; hosts without a profile or observations are simply absent. A probe's observations
     are results.json's key ones (``store.observation_store.key_observations``: top-level scalars) unless
-    the check names the probe in an optional ``reads`` tuple: then they are whole. A check may also have
+    the check names the probe in an optional ``reads`` tuple: then they are whole, or, when the check has
+    ``keep(probe, observation) -> observation``, the part of them it compares, taken as each host is read
+    (a fleet's whole counters are never held at once). A check may also have
     ``table(observations, hosts, profiles) -> dict``: top-level results.json sections it tabulates
     (the NVLink domain check's ``{"domains": [...]}``); {} when it has nothing to show.
     """

@@ -9,7 +9,7 @@ finding a stage adds.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from itertools import groupby
 from operator import attrgetter
@@ -28,7 +28,12 @@ from healthcheck.run.plan import RunPlan, host_profiles
 from healthcheck.run.progress import JobProgress
 from healthcheck.run.reach import open_sweep_transport
 from healthcheck.store.jsoncodec import to_jsonable
-from healthcheck.store.observation_store import ObservationStore, encode_observations, read_observations
+from healthcheck.store.observation_store import (
+    ObservationStore,
+    encode_observations,
+    iter_observations,
+    read_observations,
+)
 from healthcheck.store.results import HostResult
 
 HARD_FAIL_CATEGORIES = ("gpu", "nvlink", "topology", "fabric", "xid")
@@ -121,14 +126,25 @@ def _add_observations(run_dir: Path, host_results: dict[str, HostResult],
 
 def fleet_stage(host_results: dict[str, HostResult], plan: RunPlan, run_dir: Path | None = None) -> list[Finding]:
     """Fleet checks over all hosts' observations; their findings join the hosts they name. A check sees
-    results.json's key observations, plus, from the observation store, the probes it ``reads`` whole."""
+    results.json's key observations, plus, from the observation store, the probes it ``reads`` (what its
+    ``keep`` keeps of them), read host by host."""
     checks = probe_registry.fleet_checks()
     ran = {probe.name for probe in plan.probes}  # a probe the run did not grade has nothing in the store
-    wanted = tuple(dict.fromkeys(p for check in checks for p in getattr(check, "reads", ()) if p in ran))
-    observations = {name: obs for name, r in host_results.items() if (obs := _fleet_view(r, wanted, run_dir))}
+    reads = {check.name: tuple(p for p in getattr(check, "reads", ()) if p in ran) for check in checks}
+    wanted = tuple(dict.fromkeys(p for probes in reads.values() for p in probes))
+    key = {name: r.observations for name, r in host_results.items() if r.observations}
+    read: dict[str, dict[str, dict[str, Any]]] = {check.name: {} for check in checks if reads[check.name]}
+    for name, full in _stored(host_results, wanted, run_dir):
+        for check in checks:
+            kept = {p: _kept(check, p, full[p]) for p in reads[check.name] if p in full}
+            if kept:
+                read[check.name][name] = kept
     by_name = {h.name: h for h in plan.hosts}
     findings: list[Finding] = []
     for check in checks:
+        extra = read.get(check.name) or {}
+        observations = {name: {**key.get(name, {}), **extra.get(name, {})} for name in key.keys() | extra.keys()} \
+            if extra else key
         findings.extend(f for f in check.evaluate_fleet(observations, by_name, plan.profiles) if f.host in host_results)
     for f in findings:
         host_results[f.host].findings.append(f)
@@ -148,12 +164,18 @@ def fleet_tables(host_results: Mapping[str, HostResult], plan: RunPlan) -> dict[
     return out
 
 
-def _fleet_view(result: HostResult, probes: Sequence[str], run_dir: Path | None) -> Mapping[str, Any]:
-    """The host's key observations with ``probes`` read whole from the observation store (where it has them)."""
-    if not probes or run_dir is None or result.observations_at is None:
-        return result.observations or {}
-    full = read_observations(run_dir, result.observations_at, probes) or {}
-    return {**(result.observations or {}), **full}
+def _stored(host_results: Mapping[str, HostResult], probes: Sequence[str], run_dir: Path | None
+            ) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each host's ``probes`` from the observation store (one host decoded at a time)."""
+    if not probes or run_dir is None:
+        return iter(())
+    where = {name: r.observations_at for name, r in host_results.items() if r.observations_at is not None}
+    return iter_observations(run_dir, where, probes)
+
+
+def _kept(check: Any, probe: str, observation: Any) -> Any:
+    keep = getattr(check, "keep", None)
+    return observation if keep is None else keep(probe, observation)
 
 
 def post_stages(opts: RunOptions, plan: RunPlan, run_dir: Path, transport: Transport,

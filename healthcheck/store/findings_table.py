@@ -18,7 +18,7 @@ import base64
 import gzip
 import json
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import groupby
 from operator import attrgetter
 from pathlib import Path
@@ -41,10 +41,11 @@ class TableError(ValueError):
 def _encode(values: Sequence[Any], mixed: bool) -> dict[str, Any]:
     """One column: its distinct values in order of first appearance, and one uint32 code per row.
     Done with C-level passes (``dict.fromkeys``, ``map``): a fleet's column has a row per finding."""
-    # mixed: True, 1 and 1.0 are three values
-    keys: Sequence[Any] = list(zip(map(type, values), values, strict=True)) if mixed else values
-    index = {key: i for i, key in enumerate(dict.fromkeys(keys))}
-    codes = array("I", map(index.__getitem__, keys))
+    # mixed: True, 1 and 1.0 are three values; the (type, value) keys are streamed twice, never listed per row
+    def keys() -> Iterable[Any]:
+        return zip(map(type, values), values, strict=True) if mixed else values
+    index = {key: i for i, key in enumerate(dict.fromkeys(keys()))}
+    codes = array("I", map(index.__getitem__, keys()))
     distinct = [json_safe(v) for _, v in index] if mixed else list(index)  # a NaN value is null (strict JSON)
     if codes.itemsize != 4:  # pragma: no cover - "I" is 4 bytes on every platform we run on
         raise TableError("uint32 codes need a 4-byte array('I')")
@@ -64,25 +65,33 @@ def _decode_codes(column: dict[str, Any], rows: int) -> array:
 
 
 def write_table(run_dir: Path, findings: Iterable[Finding]) -> Path:
-    """Write every finding as the columnar table (atomically: temp file + rename)."""
+    """Write every finding as the columnar table (atomically: temp file + rename), one column at a time into
+    the compressed file: a fleet's table is never held whole as text."""
     findings = list(findings)
-    columns: dict[str, dict[str, Any]] = {}
-    for name in FINDING_FIELDS:  # column by column (``attrgetter``), never a tuple per row
-        if name == "status":  # as text: hashing a Status (an Enum) is a Python call per row
-            columns[name] = _encode(list(map(_STATUS_TEXT, findings)), False)
-        else:
-            columns[name] = _encode(list(map(attrgetter(name), findings)), name in _MIXED)
-    columns[OBSERVE] = _encode(list(map(_OBSERVE, findings)), False)   # optional column: older tables lack it
     path = Path(run_dir) / TABLE
     tmp = path.with_name(path.name + ".tmp")
-    body = json.dumps({"schema": SCHEMA, "rows": len(findings), "columns": columns}, separators=(",", ":"))
     try:
-        tmp.write_bytes(gzip.compress(body.encode(), compresslevel=5, mtime=0))
+        with tmp.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=5, mtime=0) as out:
+            out.write(f'{{"schema":{json.dumps(SCHEMA)},"rows":{len(findings)},"columns":{{'.encode())
+            for i, (name, column) in enumerate(_columns_of(findings)):
+                out.write(f'{"," if i else ""}{json.dumps(name)}:{json.dumps(column, separators=(",", ":"))}'.encode())
+            out.write(b"}}")
         tmp.replace(path)
     except BaseException:  # a full disk leaves no half-written temp file behind
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def _columns_of(findings: Sequence[Finding]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each column encoded in turn (``attrgetter``: never a tuple per row), ``observe`` last (optional:
+    tables written before it lack it)."""
+    for name in FINDING_FIELDS:
+        if name == "status":  # as text: hashing a Status (an Enum) is a Python call per row
+            yield name, _encode(list(map(_STATUS_TEXT, findings)), False)
+        else:
+            yield name, _encode(list(map(attrgetter(name), findings)), name in _MIXED)
+    yield OBSERVE, _encode(list(map(_OBSERVE, findings)), False)
 
 
 def _load(run_dir: Path) -> tuple[int, dict[str, Any]]:

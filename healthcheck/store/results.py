@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from itertools import chain
@@ -123,6 +123,9 @@ class HostResult:
                    stored={"verdict": obj.get("verdict"), "counts": obj.get("counts")} if "counts" in obj else None)
 
 
+_TOP_LEVEL = ("schema", "run", "summary", "hosts", "files")  # results.json's own keys; the rest is ``extra``
+
+
 @dataclass
 class RunResults:
     """``extra`` keeps top-level keys added after the run (``changes``, ``trends`` from history);
@@ -156,17 +159,33 @@ class RunResults:
                 "by_verdict": by_verdict, "findings_by_status": by_status}
 
     def to_json(self) -> dict[str, Any]:
+        head, verdicts, counts = self._head()
+        return {**head, "hosts": {name: self.hosts[name].to_json(verdicts[name], counts[name])
+                                  for name in sorted(self.hosts)}}
+
+    def json_chunks(self) -> Iterator[bytes]:
+        """``to_json()`` as compact JSON text (``jsoncodec.dumps``), one host at a time: a fleet's results
+        are never held whole as one document or one string."""
+        head, verdicts, counts = self._head()
+        yield dumps(head)[:-1] + (b',"hosts":{' if head else b'{"hosts":{')
+        for i, name in enumerate(sorted(self.hosts)):
+            yield (b"," if i else b"") + dumps(name) + b":" + dumps(self.hosts[name].to_json(verdicts[name],
+                                                                                             counts[name]))
+        yield b"}}"
+
+    def _head(self) -> tuple[dict[str, Any], dict[str, Status], dict[str, dict[str, int]]]:
+        """Everything but ``hosts``, and each host's verdict and counts (computed once)."""
         verdicts = {name: host.verdict for name, host in self.hosts.items()}
         counts = {name: host.counts() for name, host in self.hosts.items()}
-        return {**self.extra, "schema": SCHEMA, "run": self.run, "summary": self.summary(verdicts, counts),
-                "files": FILES, "hosts": {name: self.hosts[name].to_json(verdicts[name], counts[name])
-                                          for name in sorted(self.hosts)}}
+        extra = {k: v for k, v in self.extra.items() if k not in _TOP_LEVEL}
+        return ({**extra, "schema": SCHEMA, "run": self.run, "summary": self.summary(verdicts, counts),
+                 "files": FILES}, verdicts, counts)
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> RunResults:
         if obj.get("schema") not in SCHEMAS:
             raise ValueError(f"results.json has schema {obj.get('schema')!r}, expected one of {', '.join(SCHEMAS)}")
-        extra = {k: v for k, v in obj.items() if k not in ("schema", "run", "summary", "hosts", "files")}
+        extra = {k: v for k, v in obj.items() if k not in _TOP_LEVEL}
         return cls(run=dict(obj.get("run") or {}),
                    hosts={n: HostResult.from_json(n, h) for n, h in (obj.get("hosts") or {}).items()},
                    extra=extra, schema=obj["schema"])
@@ -248,7 +267,9 @@ def write_results(run_dir: Path, results: RunResults) -> Path:
     path = Path(run_dir) / "results.json"
     tmp = path.with_suffix(".json.tmp")
     try:
-        tmp.write_bytes(dumps(results.to_json()) + b"\n")  # compact, UTF-8; a NaN from elsewhere: null (jsoncodec)
+        with tmp.open("wb") as out:  # compact, UTF-8; a NaN from elsewhere: null (jsoncodec)
+            out.writelines(results.json_chunks())
+            out.write(b"\n")
         tmp.replace(path)
     except OSError:
         tmp.unlink(missing_ok=True)  # disk full: no half-written file left behind

@@ -154,6 +154,23 @@ def test_fleet_names_the_pause_storm_port_against_the_fleet_median():
     assert [host for host, _ in passed] == ["gpu001", "gpu002", "gpu004"] and passed[0][1] > 20
 
 
+def test_the_fleet_keeps_of_each_host_only_the_fabric_counters_and_grades_them_alike():
+    """What the fleet stage holds per host while it reads the store: the uptime and ib/ib_hw/eth counters."""
+    from healthcheck.probes.fabric_fleet import FabricCounterOutliers
+
+    check = FabricCounterOutliers()
+    observations = fleet_observations("gpu003")
+    for obs in observations.values():
+        obs["rates"]["counters"]["nvlink"] = {"gpu0 link 0": {"replay_errors": 1}}
+    kept = {name: {"rates": check.keep("rates", obs["rates"])} for name, obs in observations.items()}
+    assert sorted(kept["gpu003"]["rates"]) == ["counters", "uptime_s"]
+    assert sorted(kept["gpu003"]["rates"]["counters"]) == ["eth", "ib", "ib_hw"]
+    hosts = {name: Host(name=name, profile="h100-sxm5-8x") for name in observations}
+    assert check.evaluate_fleet(kept, hosts, {"h100-sxm5-8x": H100}) == \
+        check.evaluate_fleet(observations, hosts, {"h100-sxm5-8x": H100})
+    assert check.keep("rates", {"uptime_s": 5}) is None
+
+
 def test_fleet_needs_three_hosts_and_an_uptime():
     from healthcheck.probes.fabric_fleet import FabricCounterOutliers, host_rates
 

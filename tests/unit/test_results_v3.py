@@ -66,6 +66,17 @@ def test_assets_are_in_the_store_once_and_read_on_request(fresh: Path) -> None:
     assert len(_serials(listed.output)) == 32  # 8 GPUs on each of the 4 hosts
 
 
+def test_results_json_is_written_host_by_host_as_the_one_document(fresh: Path) -> None:
+    """write_results streams ``json_chunks``; read back, it is exactly ``to_json`` of the same results."""
+    results = load_results(fresh)
+    results.extra["changes"] = {"new": ["h100-node03"]}
+    streamed = b"".join(results.json_chunks())
+    assert json.loads(streamed) == json.loads(json.dumps(results.to_json()))
+    assert streamed.startswith(b'{"changes":{"new":["h100-node03"]},"schema":"healthcheck.results/3"')
+    assert list(json.loads(streamed)["hosts"]) == sorted(results.hosts)
+    assert json.loads((fresh / "results.json").read_text()) == json.loads(json.dumps(load_results(fresh).to_json()))
+
+
 def test_a_healthy_hosts_entry_is_bounded(fresh: Path) -> None:
     """No record list (GPUs, links, ports, parts) in results.json: a PASS host's entry stays small."""
     doc = json.loads((fresh / "results.json").read_text())

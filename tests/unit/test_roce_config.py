@@ -159,6 +159,7 @@ def test_the_node_commands_run_over_a_fake_sysfs_tree(tmp_path):
 def test_the_fleet_stage_gives_fleet_roce_the_infiniband_observations_whole(tmp_path):
     """results.json keeps only top-level scalars; the fleet stage reads the infiniband observations whole
     from the observation store (``reads``), so the drifted port is named in a run, not only in a direct call."""
+    from healthcheck import probes as probe_registry
     from healthcheck.run.plan import RunPlan
     from healthcheck.run.post import fleet_stage
     from healthcheck.store.observation_store import ObservationStore, encode_observations, key_observations
@@ -171,10 +172,14 @@ def test_the_fleet_stage_gives_fleet_roce_the_infiniband_observations_whole(tmp_
                for name, obs in observations.items()}
     assert "roce" not in results["gpu002"].observations.get("infiniband", {})  # not in results.json
     plan = RunPlan(mode="replay", hosts=[Host(name=n, profile="h100-sxm5-8x") for n in results],
-                   profiles={"h100-sxm5-8x": H100}, probes=[], options={}, plans={"": []}, profile_of={})
+                   profiles={"h100-sxm5-8x": H100}, probes=[probe_registry.get("infiniband")], options={},
+                   plans={"": []}, profile_of={})
     found = [(f.host, f.check, f.status) for f in fleet_stage(results, plan, tmp_path)
              if f.check.startswith("fleet.roce")]
     assert ("gpu002", "fleet.roce.pfc", Status.WARN) in found
     assert [f for f in found if f[1] == "fleet.roce"] == [("gpu001", "fleet.roce", Status.PASS),
                                                           ("gpu003", "fleet.roce", Status.PASS)]
     assert not [f for f in fleet_stage(results, plan) if f.check.startswith("fleet.roce")]  # no store: no ports
+    unprobed = RunPlan(mode="replay", hosts=plan.hosts, profiles=plan.profiles, probes=[], options={}, plans={"": []},
+                       profile_of={})
+    assert not [f for f in fleet_stage(results, unprobed, tmp_path) if f.check.startswith("fleet.roce")]
