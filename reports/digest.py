@@ -199,19 +199,22 @@ class RunDigest:
         full = read_observations(self.run_dir, host.observations_at, probes)
         return {**kept, **full} if full is not None else kept
 
-    def iter_observations(self, probes: Collection[str] | None = None
+    def iter_observations(self, probes: Collection[str] | None = None, stored: Collection[str] | None = None
                           ) -> Iterable[tuple[HostResult, Mapping[str, Any]]]:
         """Every host with its full observations (``probes`` only, when given), one host in memory at a time
-        (read from the observation store, the file opened once, when results.json keeps only the key ones)."""
+        (read from the observation store, the file opened once, when results.json keeps only the key ones).
+        ``stored``: the probes worth reading from the store (default ``probes``); () reads nothing there."""
         hosts = self.results.hosts
-        where = {name: h.observations_at for name, h in hosts.items() if h.observations_at is not None}
-        stored = iter_observations(self.run_dir, where, probes)
-        pending = next(stored, None)
+        stored = probes if stored is None else stored
+        where = {name: h.observations_at for name, h in hosts.items() if h.observations_at is not None} \
+            if stored is None or stored else {}
+        found = iter_observations(self.run_dir, where, stored) if where else iter(())
+        pending = next(found, None)
         for name, host in hosts.items():
             kept = host.observations if probes is None else {p: v for p, v in host.observations.items() if p in probes}
             if pending is not None and pending[0] == name:
                 yield host, {**kept, **pending[1]}
-                pending = next(stored, None)
+                pending = next(found, None)
             else:
                 yield host, kept
 

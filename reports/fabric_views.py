@@ -35,7 +35,7 @@ def fabric_context(digest: RunDigest, detailed: Collection[str] = ()) -> dict[st
     def compute() -> dict[str, Any]:
         heat, jobs, timed = [], {}, 0
         values: dict[tuple[str, str], list[float]] = {}
-        for host, obs in digest.iter_observations(FABRIC_PROBES):
+        for host, obs in digest.iter_observations(FABRIC_PROBES, stored=_stored_fabric(digest)):
             rows = _host_rates(host.name, obs.get("rates"), values)
             timed += rows is not None
             heat += rows or []
@@ -53,6 +53,15 @@ def fabric_context(digest: RunDigest, detailed: Collection[str] = ()) -> dict[st
     out["heat"] = [{**r, "href": link[r["host"]]} for r in out["heat"]]
     out["jobs"] = [{**j, "rows": [{**r, "href": link[r["host"]]} for r in j["rows"]]} for j in out["jobs"]]
     return out
+
+
+def _stored_fabric(digest: RunDigest) -> tuple[str, ...]:
+    """The fabric probes the run can have stored: ``rates`` when it graded them (or does not say what it
+    graded), ``fabric_jobs`` when a host ran benchmark jobs; () reads nothing from the store."""
+    ran = digest.run.get("probes")
+    rates = not isinstance(ran, list) or "rates" in ran
+    jobs = any("benchmarks" in host.observations for host in digest.results.hosts.values())
+    return tuple(p for p, stored in zip(FABRIC_PROBES, (rates, jobs), strict=True) if stored)
 
 
 def _names(context: Mapping[str, Any]) -> set[str]:

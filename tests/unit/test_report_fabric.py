@@ -87,3 +87,21 @@ def test_no_fabric_counters_no_section(tmp_path: Path) -> None:
     assert fabric_context(digest)["heat"] == [] and fabric_context(digest)["jobs"] == []
     page = render_html(digest).decode()
     assert 'id="fabric"' not in page and "Fabric counters" not in render_markdown(digest).decode()
+
+
+def test_the_store_is_read_for_fabric_views_only_when_the_run_can_have_stored_them(tmp_path: Path) -> None:
+    from healthcheck.reports.fabric_views import _stored_fabric
+
+    run_dir = fabric_run(tmp_path)
+    doc = json.loads((run_dir / "results.json").read_text())
+    for probes, benchmarks, wanted in ((["gpu", "nvlink"], False, ()), (["gpu", "rates"], False, ("rates",)),
+                                       (["gpu"], True, ("fabric_jobs",)), (None, False, ("rates",))):
+        doc["run"]["probes"] = probes
+        for host in doc["hosts"].values():
+            host["observations"].pop("benchmarks", None)
+        if benchmarks:
+            doc["hosts"]["gpu002"]["observations"]["benchmarks"] = {"jobs": []}
+        (run_dir / "results.json").write_text(json.dumps(doc))
+        assert _stored_fabric(load_digest(run_dir)) == wanted
+    # what results.json holds itself is shown whatever the store holds (the heat list of the inline counters)
+    assert [r["host"] for r in fabric_context(load_digest(run_dir))["heat"]][:2] == ["gpu002", "gpu003"]
