@@ -75,11 +75,19 @@ class Graded:
     key: dict[str, Any]
     member: bytes  # the full observations, one gzip member of observations.jsonl.gz
     grading: Mapping[str, Any] | None = None   # a merge's: node grading taken or not, and why
+    columns: list[list[Any]] | None = field(default=None, compare=False)  # findings as cells, not yet built
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Sent from a worker as columns of plain values; rebuilt with shared strings (``_received``)."""
-        columns = list(zip(*map(_FINDING_ROW, self.findings), strict=True))
+        columns = self.columns if self.columns is not None else list(zip(*map(_FINDING_ROW, self.findings),
+                                                                         strict=True))
         return _received, (self.host, columns, self.key, self.member, self.grading)
+
+    def built(self) -> Graded:
+        """With its findings built, where they came as cells (a node's grading, taken in this process)."""
+        if self.columns is None:
+            return self
+        return Graded(self.host, _rebuilt([list(c) for c in self.columns]), self.key, self.member, self.grading)
 
 
 _FINDING_ROW = attrgetter(*Finding.__dataclass_fields__)  # every field, in order: Finding(*row) rebuilds them
@@ -160,9 +168,9 @@ def grade_one(job: GradeJob, host: Host) -> Graded:
         if job.node_grading == "take" and host.name in job.refs:
             names = [p.name for p in job.probes]
             taken, grading = take_node_grading(job.refs[host.name], host.name, names, host_digest(host, job.profiles))
-            if taken is not None:
-                findings, observations, member = taken
-                return Graded(host.name, findings, plain(key_observations(observations)), member, grading)
+            if taken is not None:  # its findings travel as the table's cells, built once where they are kept
+                cells, observations, member = taken
+                return Graded(host.name, [], plain(key_observations(observations)), member, grading, cells)
         if host.name in job.refs:  # another bundle's folder: whether it lacks a _host.json is not ours to judge
             collection = read_referenced_host(job.refs[host.name], host.name, False, job.expect_outputs)
         elif host.name in job.names:
@@ -208,7 +216,7 @@ def grade_hosts(job: GradeJob, hosts: Sequence[Host], workers: int, on_done: Cal
     """Grade ``hosts`` in order, calling ``on_done`` in this process as each result arrives."""
     if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
         for host in hosts:
-            on_done(grade_one(job, host))
+            on_done(grade_one(job, host).built())
         return
     done = 0
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"), initializer=_init,

@@ -28,18 +28,17 @@ import re
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import chain
-from operator import attrgetter
 from typing import Any
 
 import orjson
 
 import healthcheck
 from healthcheck.core.hostvars import host_profile, plan_key
-from healthcheck.core.model import Finding, Host, Status
+from healthcheck.core.model import FINDING_FIELDS, Host, Status
 from healthcheck.core.profiles import EMPTY_PROFILE, Profile, profile_digest
 from healthcheck.core.verdicts import CHECK as NOTHING_CHECKED
 from healthcheck.store.bundle import MAX_FILE_BYTES
-from healthcheck.store.findings_table import TABLE, TableError, table_from_json
+from healthcheck.store.findings_table import TABLE, TableError, table_cells
 from healthcheck.store.hostrefs import HostRef, open_bundle
 from healthcheck.store.observation_store import STORE
 from healthcheck.store.results import SCHEMA
@@ -60,10 +59,10 @@ class NotTaken(Exception):
 
 
 def take_node_grading(ref: HostRef, host: str, probes: Sequence[str], digest: str
-                      ) -> tuple[tuple[list[Finding], dict[str, Any], bytes] | None, dict[str, Any]]:
-    """The node's findings, observations (JSON form) and observation store member when its grading can be
-    taken, and the grading record either way (``{"taken", "why"}``, plus ``"refused": True`` for an
-    identity refusal)."""
+                      ) -> tuple[tuple[list[list[Any]], dict[str, Any], bytes] | None, dict[str, Any]]:
+    """The node's findings (as cell columns: ``FINDING_FIELDS`` order, then ``observe``), key observations
+    (JSON form) and observation store member when its grading can be taken, and the grading record either
+    way (``{"taken", "why"}``, plus ``"refused": True`` for an identity refusal)."""
     if not ref.spool:
         return None, {"taken": False, "why": "a bundle named on the command line is graded by the merge"}
     try:
@@ -84,24 +83,25 @@ def take_node_grading(ref: HostRef, host: str, probes: Sequence[str], digest: st
 
 
 def _read_grading(fd: int, ref: HostRef, host: str, probes: Sequence[str], digest: str
-                  ) -> tuple[list[Finding], dict[str, Any], bytes]:
+                  ) -> tuple[list[list[Any]], dict[str, Any], bytes]:
     results = _json(_read(fd, "results.json", MAX_FILE_BYTES, ref), "results.json")
     at = _host_entry(results, host, probes, digest)
     table, _ = _inflate(_read(fd, TABLE, MAX_FILE_BYTES, ref), TABLE)
     try:
-        by_host = table_from_json(table, TABLE)
+        cells, distinct = table_cells(table, TABLE)
     except TableError as exc:
         raise NotTaken(f"its {exc}") from None
-    others = sorted(set(by_host) - {host}, key=str)
+    others = sorted(str(name) for name in distinct[_HOST] if name != host)
     if others:
-        raise NotTaken(f"its findings table held findings for {str(others[0])[:60]}: refused", identity=True)
-    findings = by_host.get(host, [])
-    _check_findings(findings)
-    added = {c for c in set(map(_CHECK, findings)) if not _graded_by_the_node(c)}
-    findings = [f for f in findings if f.check not in added] if added else findings
-    if not findings:
+        raise NotTaken(f"its findings table held findings for {others[0][:60]}: refused", identity=True)
+    _check_columns(distinct)
+    added = {c for c in distinct[_CHECK] if not _graded_by_the_node(c)}
+    if added:
+        rows = [i for i, check in enumerate(cells[_CHECK]) if check not in added]
+        cells = [[column[i] for i in rows] for column in cells]
+    if not cells[_HOST]:
         raise NotTaken("its findings table has no finding for it")
-    return findings, _key_observations(results["hosts"][host]), _member(fd, ref, host, at)
+    return cells, _key_observations(results["hosts"][host]), _member(fd, ref, host, at)
 
 
 def _host_entry(results: Any, host: str, probes: Sequence[str], digest: str) -> list[int]:
@@ -141,27 +141,29 @@ def _graded_by_the_node(check: str) -> bool:
     return check != NOTHING_CHECKED and not check.endswith(".stage") and check.split(".", 1)[0] not in _MERGED_RUN_ADDS
 
 
-_CHECK, _STATUS, _TEXTS = attrgetter("check"), attrgetter("status"), attrgetter("message", "component")
-_SCALARS, _NOTES, _OBSERVE = attrgetter("value", "expected"), attrgetter("unit", "remedy", "source"), \
-    attrgetter("observe")
+_HOST, _CHECK = FINDING_FIELDS.index("host"), FINDING_FIELDS.index("check")
+_COLUMN = {name: i for i, name in enumerate((*FINDING_FIELDS, "observe"))}
 
 
-def _check_findings(findings: Sequence[Finding]) -> None:
-    """The results schema's types (``$defs/finding``), tested per column over the distinct types and
-    check names (a host has ~100 findings, ~60 checks); anything else is a reason to grade the outputs."""
+def _check_columns(distinct: Sequence[Sequence[Any]]) -> None:
+    """The results schema's types (``$defs/finding``), tested on each column's distinct values (a host has
+    ~100 findings of ~60 checks, a few dozen distinct values a column); anything else is a reason to grade
+    the outputs."""
+    def kinds(*names: str) -> set[type]:
+        return _types(distinct[_COLUMN[name]] for name in names)
+
     problem = None
-    if not set(map(type, map(_CHECK, findings))) <= {str} \
-            or not all(map(CHECK_NAME.match, set(map(_CHECK, findings)))):
+    if not kinds("check") <= {str} or not all(map(CHECK_NAME.match, distinct[_CHECK])):
         problem = "a check name that is not a dotted id"
-    elif not set(map(type, map(_STATUS, findings))) <= {Status}:
+    elif not kinds("status") <= {Status}:
         problem = "a status that is none of PASS, WARN, FAIL, SKIP, ERROR"
-    elif not _types(map(_TEXTS, findings)) <= {str}:
+    elif not kinds("message", "component") <= {str}:
         problem = "a message or component that is not text"
-    elif not _types(map(_SCALARS, findings)) <= _SCALAR_TYPES:
+    elif not kinds("value", "expected") <= _SCALAR_TYPES:
         problem = "a value or expectation that is not a JSON scalar"
-    elif not _types(map(_NOTES, findings)) <= {str, type(None)}:
+    elif not kinds("unit", "remedy", "source") <= {str, type(None)}:
         problem = "a unit, remedy or source that is not text"
-    elif not set(map(type, map(_OBSERVE, findings))) <= {bool}:
+    elif not kinds("observe") <= {bool}:
         problem = "an observe mark that is not true or false"
     if problem is not None:
         raise NotTaken(f"its findings table has {problem}")

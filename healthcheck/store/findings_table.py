@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from healthcheck.core.model import FINDING_FIELDS, Finding, Status, findings_from_columns, json_safe
+from healthcheck.store.jsoncodec import loads as jsonloads
 
 TABLE = "findings.table.json.gz"
 SCHEMA = "healthcheck.findings-table/1"
@@ -97,7 +98,7 @@ def _columns_of(findings: Sequence[Finding]) -> Iterator[tuple[str, dict[str, An
 def _load(run_dir: Path) -> tuple[int, dict[str, Any]]:
     path = Path(run_dir) / TABLE
     try:
-        doc = json.loads(gzip.decompress(path.read_bytes()))
+        doc = jsonloads(gzip.decompress(path.read_bytes()))
     except (OSError, EOFError, ValueError) as exc:
         raise TableError(f"{path}: {exc}") from exc
     return _columns(doc, path)
@@ -124,7 +125,7 @@ def table_from_json(text: bytes, where: str) -> dict[str, list[Finding]]:
     by the caller): ``TableError`` naming ``where`` when it is not one. The cells' types are the caller's
     to check."""
     try:
-        doc = json.loads(text)
+        doc = jsonloads(text)
     except (ValueError, RecursionError) as exc:
         raise TableError(f"{where}: {exc}") from exc
     try:
@@ -134,6 +135,19 @@ def table_from_json(text: bytes, where: str) -> dict[str, list[Finding]]:
 
 
 def _findings(rows: int, columns: dict[str, Any]) -> dict[str, list[Finding]]:
+    cells, _ = _cells(rows, columns)
+    built = findings_from_columns(cells)  # FINDING_FIELDS order is Finding's, ``observe`` last
+    out: dict[str, list[Finding]] = {}
+    at = 0
+    for host, run in groupby(cells[0]):  # a host's findings are one run of rows (in C: no loop per row)
+        rows_of_host = len(list(run))
+        out.setdefault(host, []).extend(built[at:at + rows_of_host])
+        at += rows_of_host
+    return out
+
+
+def _cells(rows: int, columns: dict[str, Any]) -> tuple[list[list[Any]], list[list[Any]]]:
+    """Each field's cells (``FINDING_FIELDS`` order, then ``observe``), and each field's distinct values."""
     decoded = []
     for name in FINDING_FIELDS:
         values = columns[name]["values"]
@@ -147,14 +161,22 @@ def _findings(rows: int, columns: dict[str, Any]) -> dict[str, list[Finding]]:
     # Column by column (C-level ``map``): no Python loop per cell.
     cells = [list(map(values.__getitem__, codes)) for values, codes in decoded]
     marks = list(map(bool, map(observe[0].__getitem__, observe[1]))) if observe is not None else [False] * rows
-    built = findings_from_columns([*cells, marks])  # FINDING_FIELDS order is Finding's, ``observe`` last
-    out: dict[str, list[Finding]] = {}
-    at = 0
-    for host, run in groupby(cells[0]):  # a host's findings are one run of rows (in C: no loop per row)
-        rows_of_host = len(list(run))
-        out.setdefault(host, []).extend(built[at:at + rows_of_host])
-        at += rows_of_host
-    return out
+    distinct = [values for values, _ in decoded] + [observe[0] if observe is not None else [False]]
+    return [*cells, marks], distinct
+
+
+def table_cells(text: bytes, where: str) -> tuple[list[list[Any]], list[list[Any]]]:
+    """``table_from_json``'s rows as cell columns (``FINDING_FIELDS`` order, then ``observe``) and each
+    column's distinct values, no finding built: a merge checks the values' types once per distinct value and
+    passes the cells on. ``TableError`` naming ``where`` when it is not a table."""
+    try:
+        doc = jsonloads(text)
+    except (ValueError, RecursionError) as exc:
+        raise TableError(f"{where}: {exc}") from exc
+    try:
+        return _cells(*_columns(doc, where))
+    except (KeyError, TypeError, ValueError, IndexError) as exc:  # a column of the wrong shape
+        raise TableError(f"{where}: malformed column: {exc}") from exc
 
 
 def findings_frame(run_dir: Path) -> Any:

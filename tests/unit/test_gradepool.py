@@ -39,6 +39,24 @@ def test_a_graded_host_comes_back_equal() -> None:
         assert type(back.findings[1].value) is type(value)
 
 
+def test_a_nodes_grading_travels_as_cells_and_arrives_as_the_same_findings() -> None:
+    """A merge's taken grading is the node table's cells (Finding's field order, ``observe`` last): sent as
+    they are from a worker, built in the run's process, equal to the findings they stand for."""
+    from healthcheck.core.model import FINDING_FIELDS
+
+    assert tuple(Finding.__dataclass_fields__) == (*FINDING_FIELDS, "observe")
+    findings = _graded("gpu001").findings
+    rows = [tuple(getattr(f, n) for n in Finding.__dataclass_fields__) for f in findings]
+    cells = [list(column) for column in zip(*rows, strict=True)]
+    as_cells = Graded("gpu001", [], {"gpu": {"count": 8}}, b"member", {"taken": True}, cells)
+    for arrived in (pickle.loads(pickle.dumps(as_cells)), as_cells.built()):
+        assert [f.to_json() for f in arrived.findings] == [f.to_json() for f in findings]
+        assert arrived.findings[1].observe is True and arrived.grading == {"taken": True}
+        assert arrived.columns is None
+    plain = _graded("gpu001")
+    assert plain.built() is plain
+
+
 def test_hosts_received_share_their_repeated_strings() -> None:
     one, two = (pickle.loads(pickle.dumps(_graded(name))) for name in ("gpu001", "gpu002"))
     assert one.findings[0].message is two.findings[0].message
