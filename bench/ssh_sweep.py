@@ -4,12 +4,15 @@
     PYTHONPATH=$PWD python bench/ssh_sweep.py --hosts 64 --kex default
     PYTHONPATH=$PWD python bench/ssh_sweep.py --hosts 128 --cases paramiko,openssh,pdsh --known-hosts-lines 4000
 
-Starts N real sshd hosts on 127.0.1.x (tests/sshhosts.py). Every case runs the SAME framed script
-(``build_script`` over the sample bundle's command outputs, ``cat`` of each, ~300 KB per host) on every
-host, 64 at a time, and keeps every host's output: ``paramiko`` and ``openssh`` through the project's
-transports (``collect`` per host in a 64-thread pool, each host written by the run directory's own
-``write_collection``: .out/.err/.rc per command and the host's metadata), ``pdsh`` as
-``pdsh -R ssh -f 64`` with ``sh -c <script>``, its output to one file.
+Starts N real sshd hosts on 127.0.1.x (127.0.2.x past 254; tests/sshhosts.py), each session's HOME
+the host's own folder: the login shell (bash, which sshd runs for every exec) reads no ~/.bashrc, as
+on a node whose root has none (``--login-home``: this machine's, whose pyenv init costs every session
+more than the whole client does and runs a ``pyenv rehash`` per session). Every case runs the SAME
+framed script (``build_script`` over the sample bundle's command outputs, ``cat`` of each, ~300 KB
+per host) on every host, 64 at a time, and keeps every host's output: ``paramiko`` and ``openssh``
+through the project's transports (``collect`` per host in a 64-thread pool, each host written by the
+run directory's own ``write_collection``), ``pdsh`` as ``pdsh -R ssh -f 64`` with ``sh -c <script>``,
+its output to one file.
 
 Key exchange: ``--kex curve25519-sha256`` (the default) writes ``KexAlgorithms curve25519-sha256``
 into the ssh_config that pdsh's OpenSSH and the ``openssh`` case read, and offers paramiko only
@@ -25,7 +28,8 @@ first); the paramiko/pdsh ratios are printed per round. Checked outside the timi
 complete, no transport error. Every round's outputs stay until the end: ext4 skips inodes freed in
 the last minutes when it allocates new ones (``recently_deleted``), and creating files right after
 removing thousands cost several times the CPU of creating them on a settled filesystem (a nightly
-sweep's retention removes old runs after the sweep, not before).
+sweep's retention removes old runs after the sweep, not before); for the same reason a series of
+benches is run with ``--keep DIR`` and DIR removed after the last.
 
 ``--known-hosts-lines`` pads known_hosts with other hosts' lines (the fleet-wide file). ``--split``
 runs the paramiko case cut short after each stage (interpreter and imports; + handshake and
@@ -250,6 +254,9 @@ def main() -> None:
     ap.add_argument("--cases", default="paramiko,openssh,pdsh")
     ap.add_argument("--kex", default=PINNED, help=f"KexAlgorithms for every client, or 'default' [{PINNED}]")
     ap.add_argument("--known-hosts-lines", type=int, default=0)
+    ap.add_argument("--keep", type=Path, help="make the testbed's folder in KEEP and leave it there (see above)")
+    ap.add_argument("--login-home", action="store_true",
+                    help="the sessions' HOME is this machine's (its ~/.bashrc runs in every session)")
     ap.add_argument("--idle", type=float, default=0, help="run 'sleep IDLE' instead of the payload script")
     ap.add_argument("--poll", type=float, default=0, help="paramiko socket poll interval, s (0: the default)")
     ap.add_argument("--split", action="store_true", help="where the paramiko case's client CPU goes (SPLIT)")
@@ -261,8 +268,9 @@ def main() -> None:
         worker(args.worker, json.loads(Path(args.state).read_text()))
         return
     from tests.sshhosts import SshCluster
-    base = Path(tempfile.mkdtemp(prefix="hc-bench-"))
-    cluster = SshCluster.start(base / "cluster", args.hosts, names=[f"node{i:03d}" for i in range(1, args.hosts + 1)])
+    base = Path(tempfile.mkdtemp(prefix="hc-bench-", dir=args.keep))
+    cluster = SshCluster.start(base / "cluster", args.hosts, names=[f"node{i:03d}" for i in range(1, args.hosts + 1)],
+                               own_home=not args.login_home)
     try:
         payload = base / "payload"
         shutil.copytree(SAMPLE, payload, ignore=shutil.ignore_patterns("*.err", "*.rc", "_*"))
@@ -293,7 +301,8 @@ def main() -> None:
         summary(stats, args.hosts)
     finally:
         cluster.stop()
-        shutil.rmtree(base, ignore_errors=True)
+        if args.keep is None:
+            shutil.rmtree(base, ignore_errors=True)
 
 
 if __name__ == "__main__":
