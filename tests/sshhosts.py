@@ -76,6 +76,13 @@ class TestHost:
         return self.log.read_text(errors="replace").count("Accepted publickey")
 
 
+def _address(subnet: str, octet: int) -> str:
+    """``subnet.octet``; past .254 the hosts go on in the next /24 (127.0.2.1, ...): more than 254 hosts."""
+    head, _, third = subnet.rpartition(".")
+    carry, last = divmod(octet - 1, 254)
+    return f"{head}.{int(third) + carry}.{last + 1}"
+
+
 def _free_port(addresses: Sequence[str]) -> int:
     for _ in range(50):
         with socket.socket() as s:
@@ -119,15 +126,16 @@ class SshCluster:
     user: str = field(default_factory=getpass.getuser)
     max_startups: str | None = "200:30:400"  # None: OpenSSH's default (10:30:100), as on a real bastion
     sysfs: bool = False  # each host's HEALTHCHECK_SYSFS is its own tree (``write_sysfs``), not /sys
+    own_home: bool = False  # HOME is the host's folder: the login shell skips this machine's ~/.bashrc
 
     @classmethod
     def start(cls, base: Path, count: int, names: Sequence[str] | None = None,
               first_octet: int = 1, subnet: str = "127.0.1",
-              max_startups: str | None = "200:30:400", sysfs: bool = False) -> SshCluster:
+              max_startups: str | None = "200:30:400", sysfs: bool = False, own_home: bool = False) -> SshCluster:
         base = Path(base)
         base.mkdir(parents=True, exist_ok=True)
         names = list(names or [f"node{i + 1:02d}" for i in range(count)])
-        addresses = [f"{subnet}.{first_octet + i}" for i in range(len(names))]
+        addresses = [_address(subnet, first_octet + i) for i in range(len(names))]
         port = _free_port(addresses)
         client_key = base / "client_ed25519"
         subprocess.run([SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-f", str(client_key)], check=True)
@@ -137,7 +145,7 @@ class SshCluster:
         hosts = [cls._make_host(base, name, addr, port) for name, addr in zip(names, addresses, strict=True)]
         cluster = cls(base=base, hosts=hosts, port=port, client_key=client_key,
                       known_hosts=base / "known_hosts", ssh_config=base / "ssh_config",
-                      max_startups=max_startups, sysfs=sysfs)
+                      max_startups=max_startups, sysfs=sysfs, own_home=own_home)
         try:
             for host in hosts:
                 cluster._start_sshd(host)
@@ -173,7 +181,8 @@ class SshCluster:
             "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no", "LogLevel VERBOSE",
             *([f"MaxStartups {self.max_startups}"] if self.max_startups else []), "MaxSessions 50",
             f"SetEnv PATH={host.bindir}:{BASE_PATH} HC_TEST_HOST={host.root.name}"
-            + (f" HEALTHCHECK_SYSFS={host.sysfs}" if self.sysfs else ""),
+            + (f" HEALTHCHECK_SYSFS={host.sysfs}" if self.sysfs else "")
+            + (f" HOME={host.root}" if self.own_home else ""),
         ]) + "\n")
         host.proc = subprocess.Popen([SSHD, "-D", "-f", str(config), "-E", str(host.log)],
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -1,7 +1,8 @@
 """The run directory on disk, which is also the capture-bundle format.
 
     <run>/manifest.json                      args, hosts, profiles as used, versions
-    <run>/raw/<host>/<command_id>.out|.err|.rc   exactly what the host returned (.rc: exit code)
+    <run>/raw/<host>/<command_id>.out|.err|.rc   exactly what the host returned (.rc: exit code); .err only
+                                             when stderr is not empty, .rc only when the exit code is not 0
     <run>/raw/<host>/_host.json              transport error, timings, per-command flags
     <run>/raw/_source.json                   a replay: {"raw": "<bundle>/raw"}, the outputs it re-graded;
                                              a merge: {"hosts": {host: "<node bundle>"}} (store/hostrefs.py)
@@ -10,7 +11,8 @@
                                              are written (store/results.py ``retire_journal``)
     <run>/results.json                       see healthcheck/store/results.py
 
-A hand-made bundle needs only ``raw/<host>/<command_id>.out``; a missing ``.rc`` reads as 0.
+A hand-made bundle needs only ``raw/<host>/<command_id>.out``; a missing ``.err`` reads as empty, a
+missing ``.rc`` as 0 (the run directory's own writer leaves them out when they would say just that).
 Reading a bundle (untrusted input) is ``healthcheck/store/bundle.py``.
 """
 
@@ -129,23 +131,44 @@ def write_collection(run_dir: Path, collection: HostCollection) -> None:
 
 
 def _write_host_files(folder: Path, collection: HostCollection) -> None:
+    """Every file of one host, created relative to the open ``folder`` (``openat``: no path walked per
+    file). ``.err`` only when the command wrote to stderr and ``.rc`` only when its exit code is not 0:
+    the bundle reader reads an absent one as exactly that, and a sweep's file creations are its
+    biggest client cost on a busy filesystem (docs/performance.md, "SSH client")."""
     meta: dict[str, Any] = {"transport_error": collection.transport_error, "busy": collection.busy,
                             "duration_s": collection.duration_s,
                             "collected_at": collection.collected_at, "commands": {}}
-    for cid, result in collection.results.items():
-        cid = _safe_component(cid)
-        meta["commands"][cid] = {"timed_out": result.timed_out,
-                                 "transport_error": result.transport_error,
-                                 "duration_s": result.duration_s,
-                                 "stdout_truncated": result.stdout_truncated,
-                                 "stderr_truncated": result.stderr_truncated,
-                                 "not_run": result.not_run, "timeout_s": result.timeout_s}
-        if (result.transport_error is not None or result.not_run is not None) and result.rc is None:
-            continue
-        (folder / f"{cid}.out").write_bytes(result.stdout)
-        (folder / f"{cid}.err").write_bytes(result.stderr)
-        (folder / f"{cid}.rc").write_text("" if result.rc is None else f"{result.rc}\n")
-    (folder / HOST_META).write_text(json.dumps(meta, indent=1) + "\n")
+    dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for cid, result in collection.results.items():
+            cid = _safe_component(cid)
+            meta["commands"][cid] = {"timed_out": result.timed_out,
+                                     "transport_error": result.transport_error,
+                                     "duration_s": result.duration_s,
+                                     "stdout_truncated": result.stdout_truncated,
+                                     "stderr_truncated": result.stderr_truncated,
+                                     "not_run": result.not_run, "timeout_s": result.timeout_s}
+            if (result.transport_error is not None or result.not_run is not None) and result.rc is None:
+                continue
+            _create(dir_fd, f"{cid}.out", result.stdout)
+            if result.stderr:
+                _create(dir_fd, f"{cid}.err", result.stderr)
+            if result.rc != 0:
+                _create(dir_fd, f"{cid}.rc", b"" if result.rc is None else f"{result.rc}\n".encode())
+        _create(dir_fd, HOST_META, (json.dumps(meta, indent=1) + "\n").encode())
+    finally:
+        os.close(dir_fd)
+
+
+def _create(dir_fd: int, name: str, data: bytes) -> None:
+    """A new file ``name`` in the folder open as ``dir_fd`` holding ``data`` (three system calls)."""
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=dir_fd)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
 
 
 def raw_dir(path: Path) -> Path:

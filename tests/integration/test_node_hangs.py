@@ -19,6 +19,7 @@ import pytest
 
 from healthcheck.run.execute import execute_run
 from healthcheck.run.options import OutputOptions, RunOptions, SelectionOptions, TargetOptions
+from healthcheck.store.bundle import read_host
 from healthcheck.store.results import expanded_document, load_results
 from tests.conftest import fixture_text
 
@@ -81,7 +82,7 @@ def test_hung_nvidia_smi_skips_its_other_commands_and_the_rest_is_collected(ssh_
     assert commands["nvidia-smi-q-x"]["timed_out"] is True
     assert {cid for cid, c in commands.items() if c["not_run"]} == NVIDIA - {"nvidia-smi-q-x"}
     assert commands["nvidia-smi-topo"]["not_run"] == "not run: nvidia-smi hung for 10 s in nvidia-smi-q-x"
-    collected = {p.name[:-3] for p in (run_dir / "raw" / "node01").glob("*.rc") if p.read_text().strip()}
+    collected = {cid for cid, r in read_host(run_dir / "raw" / "node01").results.items() if r.rc is not None}
     assert collected - NVIDIA == set(commands) - NVIDIA  # every command not of nvidia-smi ran to the end
     [hang] = _findings(results, "node01", "gpu.tool_hang")
     assert hang["status"] == "FAIL" and hang["value"] == 10.0 and "nvidia-smi hung" in hang["message"]

@@ -34,6 +34,33 @@ def test_collection_round_trips_exact_bytes_and_flags(tmp_path):
     assert back.collected_at == "2026-11-22T03:00:00+00:00"
 
 
+def test_every_kind_of_result_reads_back_exactly_with_only_the_files_that_say_something(tmp_path):
+    """.err only for stderr that is not empty, .rc only for an exit code that is not 0: every field of every
+    result reads back equal, whichever files were left out."""
+    run = new_run_dir(None, tmp_path / "run")
+    results = [
+        CommandResult("n1", "quiet", b"ok\n", b"", 0, 0.25, timeout_s=10.0),
+        CommandResult("n1", "empty", b"", b"", 0, 0.0, timeout_s=10.0),
+        CommandResult("n1", "warns", b"out\n", b"warning: x\n", 0, 0.5, stderr_truncated=True, timeout_s=10.0),
+        CommandResult("n1", "fails", b"", b"no such device\n", 2, 0.1, timeout_s=10.0),
+        CommandResult("n1", "fails-quietly", b"partial", b"", 1, 0.1, stdout_truncated=True, timeout_s=10.0),
+        CommandResult("n1", "killed", b"half", b"", None, 30.0, timed_out=True, timeout_s=30.0),
+        CommandResult("n1", "signal", b"", b"", -9, 1.0, timeout_s=10.0),
+        CommandResult("n1", "unreached", transport_error="host silent for 40s", timeout_s=10.0),
+        CommandResult("n1", "skipped", not_run="not run: nvidia-smi hung for 20 s in nvidia-smi-q-x", timeout_s=5.0),
+    ]
+    write_collection(run, HostCollection(host="n1", results={r.command_id: r for r in results},
+                                         duration_s=31.5, collected_at="2026-11-22T03:00:00+00:00"))
+    assert sorted(p.name for p in (run / "raw" / "n1").iterdir()) == [
+        "_host.json", "empty.out", "fails-quietly.out", "fails-quietly.rc", "fails.err", "fails.out", "fails.rc",
+        "killed.out", "killed.rc", "quiet.out", "signal.out", "signal.rc", "warns.err", "warns.out"]
+    assert [(run / "raw" / "n1" / f).read_bytes() for f in ("fails.rc", "killed.rc", "signal.rc", "fails.err")] \
+        == [b"2\n", b"", b"-9\n", b"no such device\n"]
+    back = read_bundle(run)["n1"].results
+    assert {cid: back[cid] for cid in sorted(back)} == {r.command_id: r for r in sorted(results,
+                                                                                        key=lambda r: r.command_id)}
+
+
 def test_hand_made_bundle_without_rc_reads_as_success(tmp_path):
     (tmp_path / "raw" / "n1").mkdir(parents=True)
     (tmp_path / "raw" / "n1" / "uname-r.out").write_text("5.15.0\n")
@@ -101,8 +128,7 @@ def test_host_folder_appears_only_complete(tmp_path, monkeypatch):
     ok = HostCollection(host="n1", results={"uname-r": CommandResult("n1", "uname-r", b"6.1\n", b"", 0)})
     write_collection(run, ok)
     assert sorted(p.name for p in (run / "raw").iterdir()) == ["n1"]
-    assert sorted(p.name for p in (run / "raw" / "n1").iterdir()) == ["_host.json", "uname-r.err", "uname-r.out",
-                                                                     "uname-r.rc"]
+    assert sorted(p.name for p in (run / "raw" / "n1").iterdir()) == ["_host.json", "uname-r.out"]
     with pytest.raises(OSError) as info:  # ENAMETOOLONG at the rename: nothing half-written stays
         write_collection(run, HostCollection(host="n" * 300, results=ok.results))
     assert info.value.errno == errno.ENAMETOOLONG
