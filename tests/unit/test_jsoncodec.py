@@ -111,3 +111,14 @@ def test_loads_reads_as_the_standard_library_does():
     assert loads(b'{"a": [1, 2.5, null, "x"]}') == {"a": [1, 2.5, None, "x"]}
     assert loads(b'{"big": 123456789012345678901234567890}') == {"big": 123456789012345678901234567890}
     assert math.isnan(loads(b'{"v": NaN}')["v"])
+    # 19 digits and more, anywhere in the text, are read exactly (orjson gives a float past 64 bits)
+    assert loads(b'[1, 18446744073709551616]') == [1, 18446744073709551616]
+    assert loads(b'{"a": "x", "b": -9223372036854775809}') == {"a": "x", "b": -9223372036854775809}
+    assert loads(b'[123456789012345678, 1.5]') == [123456789012345678, 1.5]  # 18 digits: orjson's own read
+
+
+@given(st.lists(st.integers(min_value=-(10 ** 30), max_value=10 ** 30)))
+def test_loads_reads_every_integer_exactly(numbers):
+    from healthcheck.store.jsoncodec import loads
+
+    assert loads(json.dumps(numbers).encode()) == numbers
