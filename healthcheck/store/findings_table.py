@@ -120,20 +120,6 @@ def read_table(run_dir: Path) -> dict[str, list[Finding]]:
     return _findings(*_load(run_dir))
 
 
-def table_from_json(text: bytes, where: str) -> dict[str, list[Finding]]:
-    """``read_table`` of a table already read and decompressed (a node bundle's, read as untrusted input
-    by the caller): ``TableError`` naming ``where`` when it is not one. The cells' types are the caller's
-    to check."""
-    try:
-        doc = jsonloads(text)
-    except (ValueError, RecursionError) as exc:
-        raise TableError(f"{where}: {exc}") from exc
-    try:
-        return _findings(*_columns(doc, where))
-    except (KeyError, TypeError, ValueError, IndexError) as exc:  # a column of the wrong shape
-        raise TableError(f"{where}: malformed column: {exc}") from exc
-
-
 def _findings(rows: int, columns: dict[str, Any]) -> dict[str, list[Finding]]:
     cells, _ = _cells(rows, columns)
     built = findings_from_columns(cells)  # FINDING_FIELDS order is Finding's, ``observe`` last
@@ -166,9 +152,10 @@ def _cells(rows: int, columns: dict[str, Any]) -> tuple[list[list[Any]], list[li
 
 
 def table_cells(text: bytes, where: str) -> tuple[list[list[Any]], list[list[Any]]]:
-    """``table_from_json``'s rows as cell columns (``FINDING_FIELDS`` order, then ``observe``) and each
-    column's distinct values, no finding built: a merge checks the values' types once per distinct value and
-    passes the cells on. ``TableError`` naming ``where`` when it is not a table."""
+    """A table already read and decompressed (a node bundle's, read as untrusted input by the caller) as
+    cell columns (``FINDING_FIELDS`` order, then ``observe``) and each column's distinct values, no finding
+    built: a merge checks the values' types once per distinct value and passes the cells on. ``TableError``
+    naming ``where`` when it is not a table."""
     try:
         doc = jsonloads(text)
     except (ValueError, RecursionError) as exc:
