@@ -20,8 +20,7 @@ from typing import Any
 
 import healthcheck
 from healthcheck import probes as probe_registry
-from healthcheck.core.hostvars import plan_key
-from healthcheck.core.profiles import profile_digest
+from healthcheck.core.profiles import EMPTY_PROFILE, profile_digest
 from healthcheck.core.spec import PREVIOUS_AT
 from healthcheck.core.verdicts import nothing_checked
 from healthcheck.run.interrupt import InterruptGuard
@@ -131,15 +130,21 @@ def _results(opts: RunOptions, plan: RunPlan, run_dir: Path, host_results: dict[
 
 def _record_profile_digests(plan: RunPlan, host_results: Mapping[str, HostResult]) -> None:
     """Each host's ``profile_digest``: what it was graded against (a merge takes a node's grading only
-    when its digest is the merge's own, ``run.nodegrading``). Computed once per command plan key."""
+    when its digest is the merge's own, ``run.nodegrading``). Computed once per profile used as it is; a
+    profile extended by host vars names its host in its sources and is digested for that host alone."""
     digests: dict[str, str] = {}
     for host in plan.hosts:
         result = host_results.get(host.name)
-        if result is not None and host.name in plan.profile_of:
-            key = plan_key(host)
-            if key not in digests:
-                digests[key] = profile_digest(plan.profile_of[host.name])
-            result.profile_digest = digests[key]
+        effective = plan.profile_of.get(host.name)
+        if result is None or effective is None:
+            continue
+        name = host.profile or ""
+        if effective is not plan.profiles.get(name, EMPTY_PROFILE):
+            result.profile_digest = profile_digest(effective)
+            continue
+        if name not in digests:
+            digests[name] = profile_digest(effective)
+        result.profile_digest = digests[name]
 
 
 def previous_observations(previous: Path | None) -> dict[str, Mapping[str, Any]]:

@@ -11,7 +11,7 @@ and the probes are the merge's own, grading the outputs again would give the sam
 taken as they are (the fleet checks and the verdict rules still run over the whole merged fleet).
 
 The bundle is untrusted input, read as its outputs are (no link followed, one hard link per file, bounded
-sizes, gzip bounded when inflated) and checked: ``results.json`` of schema ``healthcheck.results/2``
+sizes, gzip bounded when inflated) and checked: ``results.json`` of this healthcheck's results schema
 naming the spool folder's host only, every finding of the table of that host and of the results schema's
 types, its key observations (results.json) an object per probe, and its gzip member of the observation
 store complete, bounded and of lines naming that host only (appended to the merged store as it is).
@@ -33,13 +33,14 @@ from typing import Any
 import orjson
 
 import healthcheck
-from healthcheck.core.hostvars import host_profile, plan_key
+from healthcheck.core.hostvars import host_profile
 from healthcheck.core.model import FINDING_FIELDS, Host, Status
 from healthcheck.core.profiles import EMPTY_PROFILE, Profile, profile_digest
 from healthcheck.core.verdicts import CHECK as NOTHING_CHECKED
 from healthcheck.store.bundle import MAX_FILE_BYTES
 from healthcheck.store.findings_table import TABLE, TableError, table_cells
 from healthcheck.store.hostrefs import HostRef, open_bundle
+from healthcheck.store.jsoncodec import loads
 from healthcheck.store.observation_store import STORE
 from healthcheck.store.results import SCHEMA
 from healthcheck.store.safeio import BundleFileError, read_regular
@@ -207,16 +208,19 @@ def _member(fd: int, ref: HostRef, host: str, at: list[int]) -> bytes:
 _LINE = re.compile(rb'\{"probe":"[A-Za-z0-9_]+","host":("(?:[^"\\]|\\.)*"),"observations":')  # encode_observations
 
 
-_DIGESTS: dict[tuple[str, int], tuple[Profile, str]] = {}   # per worker: one digest per command plan key
+_DIGESTS: dict[str, tuple[Profile, str]] = {}   # per worker: one digest per profile a host uses as it is
 
 
 def host_digest(host: Host, profiles: Mapping[str, Profile]) -> str:
-    """The digest of the profile ``host`` is graded against here (its host vars included)."""
+    """The digest of the profile ``host`` is graded against here (its host vars included: a profile they
+    extend names the host in its sources, so it is that host's own and digested for it alone)."""
     base = profiles.get(host.profile or "", EMPTY_PROFILE)
-    key = (plan_key(host), id(base))
-    known = _DIGESTS.get(key)
+    effective = host_profile(host, base)
+    if effective is not base:
+        return profile_digest(effective)
+    known = _DIGESTS.get(host.profile or "")
     if known is None or known[0] is not base:
-        known = _DIGESTS[key] = (base, profile_digest(host_profile(host, base)))
+        known = _DIGESTS[host.profile or ""] = (base, profile_digest(base))
     return known[1]
 
 
@@ -257,7 +261,7 @@ def _inflate(data: bytes, name: str) -> tuple[bytes, bool]:
 
 def _json(data: bytes, name: str) -> Any:
     try:
-        return orjson.loads(data)
+        return loads(data)
     except (ValueError, RecursionError) as exc:
         raise NotTaken(f"its {name} is not JSON: {exc}") from None
 

@@ -250,3 +250,28 @@ def test_healthcheck_node_bundles_record_version_and_digest_and_are_taken(tmp_pa
                               text=True, timeout=300, env=ENV)
     assert regraded.returncode == 0, regraded.stderr
     assert graded(tmp_path / "again") == graded(tmp_path / "run")
+
+
+def test_a_profile_extended_by_host_vars_is_digested_for_each_host() -> None:
+    """``mounts`` host vars name their host in the extended profile's sources: two hosts with the same vars
+    have digests of their own, in the merge (``host_digest``) as in the run that records them."""
+    from types import SimpleNamespace
+
+    from healthcheck.core.hostvars import host_profile
+    from healthcheck.core.model import Host
+    from healthcheck.run.execute import _record_profile_digests
+    from healthcheck.run.nodegrading import host_digest
+    from healthcheck.store.results import HostResult
+
+    base = load_profile(PROFILE)
+    hosts = [Host("gpu001", profile=PROFILE, vars={"mounts": ["/lustre"]}),
+             Host("gpu002", profile=PROFILE, vars={"mounts": ["/lustre"]}),
+             Host("gpu003", profile=PROFILE), Host("gpu004", profile=PROFILE)]
+    own = {h.name: profile_digest(host_profile(h, base)) for h in hosts}
+    assert own["gpu001"] != own["gpu002"] and own["gpu003"] == own["gpu004"] == profile_digest(base)
+    assert {h.name: host_digest(h, {PROFILE: base}) for h in hosts} == own
+    results = {h.name: HostResult(name=h.name) for h in hosts}
+    plan = SimpleNamespace(hosts=hosts, profiles={PROFILE: base},
+                           profile_of={h.name: host_profile(h, base) for h in hosts})
+    _record_profile_digests(plan, results)  # type: ignore[arg-type]
+    assert {name: r.profile_digest for name, r in results.items()} == own
