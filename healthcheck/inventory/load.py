@@ -24,8 +24,7 @@ class _LimitError(Exception):
     pass
 
 
-# libyaml's parser where PyYAML was built with it: the same safe YAML, read in C (a 10,000-host inventory
-# otherwise costs a second of pure-Python scanning, and a run or merge reads it on every start)
+# libyaml's parser where PyYAML has it: the same safe YAML, read in C (a fleet's inventory on every start)
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _OPENS = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
 _CLOSES = (yaml.MappingEndEvent, yaml.SequenceEndEvent)

@@ -133,8 +133,7 @@ def write_collection(run_dir: Path, collection: HostCollection) -> None:
 def _write_host_files(folder: Path, collection: HostCollection) -> None:
     """Every file of one host, created relative to the open ``folder`` (``openat``: no path walked per
     file). ``.err`` only when the command wrote to stderr and ``.rc`` only when its exit code is not 0:
-    the bundle reader reads an absent one as exactly that, and a sweep's file creations are its
-    biggest client cost on a busy filesystem (docs/performance.md, "SSH client")."""
+    the bundle reader reads an absent one as exactly that, and a host's files are fewer to create."""
     meta: dict[str, Any] = {"transport_error": collection.transport_error, "busy": collection.busy,
                             "duration_s": collection.duration_s,
                             "collected_at": collection.collected_at, "commands": {}}
