@@ -37,6 +37,7 @@ from healthcheck.core.model import Finding, Host, HostCollection, Status
 from healthcheck.core.profiles import EMPTY_PROFILE, Profile
 from healthcheck.core.spec import Probe
 from healthcheck.run.baselines import current_assets, reset_swapped
+from healthcheck.run.fleetinputs import fleet_inputs
 from healthcheck.run.nodegrading import host_digest, take_node_grading
 from healthcheck.run.stages import grade_host
 from healthcheck.store.bundle import read_bundle_host, read_referenced_host
@@ -76,18 +77,20 @@ class Graded:
     member: bytes  # the full observations, one gzip member of observations.jsonl.gz
     grading: Mapping[str, Any] | None = None   # a merge's: node grading taken or not, and why
     columns: list[list[Any]] | None = field(default=None, compare=False)  # findings as cells, not yet built
+    compared: Mapping[str, Any] | None = None  # what the fleet checks compare of the host (run.fleetinputs)
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Sent from a worker as columns of plain values; rebuilt with shared strings (``_received``)."""
         columns = self.columns if self.columns is not None else list(zip(*map(_FINDING_ROW, self.findings),
                                                                          strict=True))
-        return _received, (self.host, columns, self.key, self.member, self.grading)
+        return _received, (self.host, columns, self.key, self.member, self.grading, self.compared)
 
     def built(self) -> Graded:
         """With its findings built, where they came as cells (a node's grading, taken in this process)."""
         if self.columns is None:
             return self
-        return Graded(self.host, _rebuilt([list(c) for c in self.columns]), self.key, self.member, self.grading)
+        return Graded(self.host, _rebuilt([list(c) for c in self.columns]), self.key, self.member, self.grading,
+                      compared=self.compared)
 
 
 _FINDING_ROW = attrgetter(*Finding.__dataclass_fields__)  # every field, in order: Finding(*row) rebuilds them
@@ -99,7 +102,7 @@ _TEXT_TYPES = {str, type(None)}
 
 
 def _received(host: str, columns: list[tuple[Any, ...]], key: dict[str, Any], member: bytes,
-              grading: Mapping[str, Any] | None = None) -> Graded:
+              grading: Mapping[str, Any] | None = None, compared: Mapping[str, Any] | None = None) -> Graded:
     """A worker's result in the run's process, which keeps every host's findings and key observations
     until the reports are written: check names, remedies, messages and observation keys repeated on
     thousands of hosts become one shared string each instead of a copy per host.
@@ -107,7 +110,8 @@ def _received(host: str, columns: list[tuple[Any, ...]], key: dict[str, Any], me
     if len(_STRINGS) > _MAX_STRINGS:
         _STRINGS.clear()
     columns = [_shared_column(column, index in _TEXT_FIELDS) for index, column in enumerate(columns)]
-    return Graded(_STRINGS.setdefault(host, host), _rebuilt(columns), _shared(key), member, grading)
+    return Graded(_STRINGS.setdefault(host, host), _rebuilt(columns), _shared(key), member, grading,
+                  compared=None if compared is None else _shared(compared))
 
 
 def _rebuilt(columns: list[Sequence[Any]]) -> list[Finding]:
@@ -180,7 +184,7 @@ def grade_one(job: GradeJob, host: Host) -> Graded:
                                         transport_error=f"host {host.name} is not in bundle {job.raw.parent}")
         findings, observations = grade_collection(job, host, collection, "replay")
         return Graded(host.name, findings, plain(key_observations(observations)),
-                      encode_observations(host.name, observations), grading)
+                      encode_observations(host.name, observations), grading, compared=fleet_inputs(observations))
     except Exception as exc:
         return _crashed(host, f"{type(exc).__name__}: {exc}")
 

@@ -18,6 +18,7 @@ from healthcheck.core.defaults import DEFAULTS
 from healthcheck.core.model import Finding, Host, HostCollection, Status
 from healthcheck.core.spec import Probe, Transport
 from healthcheck.run.fanout import Runner, host_deadline
+from healthcheck.run.fleetinputs import fleet_inputs
 from healthcheck.run.gradepool import GradeJob, grade_collection
 from healthcheck.run.interrupt import InterruptGuard
 from healthcheck.run.nodetools import bounded, hang_finding
@@ -59,7 +60,8 @@ def live_sweep(opts: RunOptions, plan: RunPlan, run_dir: Path, transport: Transp
             runner.stop(f"{run_dir / 'findings.jsonl'} cannot be written: {exc.strerror or exc}")
         return HostResult(name=host.name, findings=findings, observations=plain(key_observations(observations)),
                           observations_at=store.append(encode_observations(host.name, observations)),
-                          profile=host.profile, group=host.group, address=host.address)
+                          profile=host.profile, group=host.group, address=host.address,
+                          compared=fleet_inputs(observations))
 
     def deadline_for(commands: Sequence[Command]) -> float:
         return opts.transport.deadline_s or host_deadline(commands, DEFAULTS.kill_after_s,

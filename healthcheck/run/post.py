@@ -23,6 +23,8 @@ from healthcheck.core.profiles import EMPTY_PROFILE, Profile
 from healthcheck.core.spec import Transport
 from healthcheck.run.benchmarks import execute_benchmarks, replay_benchmarks
 from healthcheck.run.evidence import collect_evidence, evidence_wanted
+from healthcheck.run.fleetinputs import kept as keep_of
+from healthcheck.run.fleetinputs import read_probes
 from healthcheck.run.options import RunOptions
 from healthcheck.run.plan import RunPlan, host_profiles
 from healthcheck.run.progress import JobProgress
@@ -116,9 +118,12 @@ def benchmark_stage(opts: RunOptions, plan: RunPlan, run_dir: Path, transport: T
 def _add_observations(run_dir: Path, host_results: dict[str, HostResult],
                       observations: Mapping[str, Mapping[str, Any]]) -> None:
     store = ObservationStore(run_dir)
+    read = read_probes()
     for name, obs in observations.items():
         host, added = host_results.setdefault(name, HostResult(name=name)), to_jsonable(obs)
         host.observations.update(added)
+        if not read.isdisjoint(added):  # what the fleet checks compare changed: read from the store
+            host.compared = None
         if host.observations_at is not None:  # the store has the probes' part: append the host again, merged
             full = read_observations(run_dir, host.observations_at) or {}
             host.observations_at = store.append(encode_observations(name, {**full, **added}))
@@ -126,17 +131,24 @@ def _add_observations(run_dir: Path, host_results: dict[str, HostResult],
 
 def fleet_stage(host_results: dict[str, HostResult], plan: RunPlan, run_dir: Path | None = None) -> list[Finding]:
     """Fleet checks over all hosts' observations; their findings join the hosts they name. A check sees
-    results.json's key observations, plus, from the observation store, the probes it ``reads`` (what its
-    ``keep`` keeps of them), read host by host."""
+    results.json's key observations, plus the probes it ``reads`` (what its ``keep`` keeps of them): taken
+    at grading (``HostResult.compared``, run.fleetinputs), else read from the observation store host by host."""
     checks = probe_registry.fleet_checks()
     ran = {probe.name for probe in plan.probes}  # a probe the run did not grade has nothing in the store
     reads = {check.name: tuple(p for p in getattr(check, "reads", ()) if p in ran) for check in checks}
     wanted = tuple(dict.fromkeys(p for probes in reads.values() for p in probes))
     key = {name: r.observations for name, r in host_results.items() if r.observations}
     read: dict[str, dict[str, dict[str, Any]]] = {check.name: {} for check in checks if reads[check.name]}
-    for name, full in _stored(host_results, wanted, run_dir):
+    unread = {name: r for name, r in host_results.items() if r.compared is None}
+    for name, r in host_results.items():
+        for check_name, probes in (r.compared or {}).items():
+            kept = {p: probes[p] for p in reads.get(check_name, ()) if p in probes}
+            if kept:
+                read[check_name][name] = kept
+        r.compared = None  # used: not held through the reports
+    for name, full in _stored(unread, wanted, run_dir):
         for check in checks:
-            kept = {p: _kept(check, p, full[p]) for p in reads[check.name] if p in full}
+            kept = {p: keep_of(check, p, full[p]) for p in reads[check.name] if p in full}
             if kept:
                 read[check.name][name] = kept
     by_name = {h.name: h for h in plan.hosts}
@@ -171,11 +183,6 @@ def _stored(host_results: Mapping[str, HostResult], probes: Sequence[str], run_d
         return iter(())
     where = {name: r.observations_at for name, r in host_results.items() if r.observations_at is not None}
     return iter_observations(run_dir, where, probes)
-
-
-def _kept(check: Any, probe: str, observation: Any) -> Any:
-    keep = getattr(check, "keep", None)
-    return observation if keep is None else keep(probe, observation)
 
 
 def post_stages(opts: RunOptions, plan: RunPlan, run_dir: Path, transport: Transport,

@@ -64,7 +64,7 @@ def replay_sweep(opts: RunOptions, plan: RunPlan, run_dir: Path, log: FindingsLo
             stop = _Stopped(f"{store.path} cannot be written: {exc.strerror or exc}")
         results[host.name] = HostResult(name=host.name, findings=graded.findings, observations=graded.key,
                                         observations_at=at, profile=host.profile, group=host.group,
-                                        address=host.address, grading=graded.grading)
+                                        address=host.address, grading=graded.grading, compared=graded.compared)
         progress.on_host_start(host)
         progress.on_host_done(host, results[host.name])
         if stop is not None:

@@ -74,6 +74,9 @@ class HostResult:
     stored: Mapping[str, Any] | None = None
     profile_digest: str | None = None        # the effective profile graded against (core.profiles.profile_digest)
     grading: Mapping[str, Any] | None = None  # a merge's: {"taken": bool, "why": text} (run.nodegrading)
+    # what the fleet checks compare of the stored observations (run.fleetinputs), from grading to the fleet
+    # stage only: never written; None reads the store
+    compared: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def verdict(self) -> Status:

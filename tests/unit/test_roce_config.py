@@ -183,3 +183,40 @@ def test_the_fleet_stage_gives_fleet_roce_the_infiniband_observations_whole(tmp_
     unprobed = RunPlan(mode="replay", hosts=plan.hosts, profiles=plan.profiles, probes=[], options={}, plans={"": []},
                        profile_of={})
     assert not [f for f in fleet_stage(results, unprobed, tmp_path) if f.check.startswith("fleet.roce")]
+
+
+def test_what_grading_took_for_the_fleet_checks_grades_as_the_store_does(tmp_path):
+    """A host's ``compared`` (taken where its observations were whole: a grading worker, a live sweep) gives the
+    fleet checks what the store would: the same findings with no store at all; it travels from a worker with
+    the host's result and is let go once the fleet stage used it."""
+    import pickle
+
+    from healthcheck import probes as probe_registry
+    from healthcheck.run.fleetinputs import fleet_inputs
+    from healthcheck.run.gradepool import Graded
+    from healthcheck.run.plan import RunPlan
+    from healthcheck.run.post import fleet_stage
+    from healthcheck.store.observation_store import ObservationStore, encode_observations, key_observations
+    from healthcheck.store.results import HostResult
+
+    observations = host_observations({"gpu001": own(HEALTHY), "gpu002": own(DRIFTED), "gpu003": own(HEALTHY)})
+    plan = RunPlan(mode="replay", hosts=[Host(name=n, profile="h100-sxm5-8x") for n in observations],
+                   profiles={"h100-sxm5-8x": H100}, probes=[probe_registry.get("infiniband")], options={},
+                   plans={"": []}, profile_of={})
+    store = ObservationStore(tmp_path)
+    stored = {name: HostResult(name=name, observations=key_observations(obs), profile="h100-sxm5-8x",
+                               observations_at=store.append(encode_observations(name, obs)))
+              for name, obs in observations.items()}
+    sent = {name: pickle.loads(pickle.dumps(Graded(name, [], {}, b"", compared=fleet_inputs(obs))))
+            for name, obs in observations.items()}
+    assert sent["gpu002"].compared["fleet.roce"]["infiniband"]["roce"]["mlx5_1 ens2f0np0"]["trust"] == "pcp"
+    taken = {name: HostResult(name=name, observations=key_observations(obs), profile="h100-sxm5-8x",
+                              compared=sent[name].compared) for name, obs in observations.items()}
+
+    def graded(results, run_dir):
+        return sorted((f.host, f.check, f.status.value, f.message) for f in fleet_stage(results, plan, run_dir))
+
+    from_store = graded(stored, tmp_path)
+    assert ("gpu002", "fleet.roce.pfc", "WARN") in [row[:3] for row in from_store]
+    assert graded(taken, None) == from_store
+    assert all(r.compared is None for r in taken.values())  # used once, not held through the reports
