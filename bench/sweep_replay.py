@@ -4,7 +4,8 @@
     python bench/sweep_replay.py --hosts 10000 --bundle /tmp/b10k --keep /tmp/r10k --browser
 
 The bundle is built from the built-in sample capture (inventories/samples/h100-4node): every host
-folder hard-links one sample host's files (node01/node02 healthy, node04 a kernel-log WARN, node03
+folder hard-links one sample host's files as a node's run directory writes them (no ``.rc`` for exit
+code 0, no empty ``.err``; node01/node02 healthy, node04 a kernel-log WARN, node03
 faulty: hosts ``i % 97 == 5`` are faulty, ``i % 31 == 7`` warn), with its own ``hostname.out`` and its
 own ``nvidia-smi-q-x.out`` (the sample's with a per-host timestamp: the gpu probe caches parses by text,
 and real nodes never return identical XML, so hard-linked XML would hide the parse cost); the
@@ -42,6 +43,13 @@ def sample_host(i: int) -> str:
     return "h100-node01" if i % 2 else "h100-node02"
 
 
+def _unwritten(path: Path) -> bool:
+    """A file a node's run directory does not write (``store.rundir``): an exit code of 0, an empty stderr."""
+    if path.suffix == ".err":
+        return path.stat().st_size == 0
+    return path.suffix == ".rc" and path.read_text().strip() == "0"
+
+
 def build_bundle(target: Path, hosts: int) -> None:
     """``hosts`` host folders of hard links to the sample's files (fast, no extra disk)."""
     listed = []
@@ -51,7 +59,7 @@ def build_bundle(target: Path, hosts: int) -> None:
         folder.mkdir(parents=True)
         source = SAMPLE / sample_host(i)
         for f in source.iterdir():
-            if f.name not in OWN:
+            if f.name not in OWN and not _unwritten(f):
                 os.link(f, folder / f.name)
         (folder / "hostname.out").write_text(name + "\n")
         xml = (source / "nvidia-smi-q-x.out").read_text()
