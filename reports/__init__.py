@@ -19,6 +19,7 @@ from typing import Any
 
 from healthcheck.core.suggest import did_you_mean
 from healthcheck.reports.digest import RunDigest, digest_of, load_digest
+from healthcheck.reports.fabric_views import FABRIC_HEAT
 from healthcheck.store.results import RunResults
 
 
@@ -79,6 +80,13 @@ def get(name: str) -> ReporterSpec:
             return spec
     raise ReporterError(f"unknown reporter {name!r}{did_you_mean(name, _REPORTERS)}; "
                         f"known: {', '.join(sorted(_REPORTERS))}")
+
+
+def fleet_views() -> tuple[Any, ...]:
+    """What the reports show over the whole fleet, worked out in the run's fleet stage (``run.post``) as a
+    fleet check's table is: each has ``name``, the probes it ``reads`` and what it keeps of them (``keep``, as
+    ``core.spec.FleetCheck``), and ``table(observations, hosts, profiles)``, a results.json section."""
+    return (FABRIC_HEAT,)
 
 
 def write_all(run_dir: Path, names: list[str] | None = None, results: RunResults | None = None,

@@ -10,7 +10,9 @@
 
 The heat list reads the rates probe's counters of every host (fault and congestion counters, traffic volume
 left out, as the host's "fabric counters" panel) over the node's uptime, worst first, with the fleet median
-of the same counter for scale. The job tables read the ``fabric_jobs`` observation the run layer adds per host
+of the same counter for scale. A run works it out in its fleet stage (``FabricHeat``, a fleet view of
+``reports.fleet_views``) into results.json ``fabric_heat``; a report of a run without that section works it
+out here from the observation store. The job tables read the ``fabric_jobs`` observation the run layer adds per host
 (``healthcheck/run/fabric_jobs.py``): only the counters that moved during the job, each with the status of its
 finding. Node text (ports, counters) stays text: the templates escape and ``visible`` it.
 """
@@ -18,7 +20,8 @@ finding. Node text (ports, counters) stays text: the templates escape and ``visi
 from __future__ import annotations
 
 import statistics
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from healthcheck.reports.builtin_panels import FABRIC_FAMILIES, TABLE, is_traffic
@@ -31,28 +34,92 @@ FABRIC_PROBES = ("rates", "fabric_jobs")  # the observations the views read: cou
 
 
 def fabric_context(digest: RunDigest, detailed: Collection[str] = ()) -> dict[str, Any]:
-    """The heat list and the per-job tables (both empty when the run read no fabric counters)."""
+    """The heat list and the per-job tables (both empty when the run read no fabric counters). The heat
+    list is results.json's ``fabric_heat`` where the run's fleet stage wrote it (``FabricHeat``), else it is
+    worked out here from the observation store."""
     def compute() -> dict[str, Any]:
-        heat, jobs, timed = [], {}, 0
-        values: dict[tuple[str, str], list[float]] = {}
-        for host, obs in digest.iter_observations(FABRIC_PROBES, stored=_stored_fabric(digest)):
-            rows = _host_rates(host.name, obs.get("rates"), values)
-            timed += rows is not None
-            heat += rows or []
+        table = stored_heat(digest.results.extra.get(FABRIC_HEAT.name))
+        stored = _stored_fabric(digest)
+        probes = ("fabric_jobs",) if table is not None else FABRIC_PROBES
+        rates: list[tuple[str, Any]] = []
+        jobs: dict[str, dict[str, Any]] = {}
+        for host, obs in digest.iter_observations(probes, stored=[p for p in stored if p in probes]):
+            if table is None:
+                rates.append((host.name, obs.get("rates")))
             _add_jobs(jobs, host.name, obs.get("fabric_jobs"))
-        medians = {key: statistics.median(v) for key, v in values.items()}
-        for row in heat:
-            median = medians[(row["source"], row["counter"])]
-            row["median_per_hour"] = round(median, 1)
-            row["times_median"] = round(row["per_hour"] / median, 1) if median > 0 else None
-        heat.sort(key=lambda r: (-r["per_hour"], r["host"], r["port"], r["counter"]))
-        return {"heat": heat[:HEAT_MAX], "heat_total": len(heat), "timed_hosts": timed,
-                "jobs": _job_views(digest, jobs)}
+        return {**(table if table is not None else heat_table(rates)), "jobs": _job_views(digest, jobs)}
     out = dict(digest.memo("fabric_context", compute))
     link = {name: f"#h-{name}" if name in detailed else f"#host={name}" for name in _names(out)}
     out["heat"] = [{**r, "href": link[r["host"]]} for r in out["heat"]]
     out["jobs"] = [{**j, "rows": [{**r, "href": link[r["host"]]} for r in j["rows"]]} for j in out["jobs"]]
     return out
+
+
+def heat_table(rates: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+    """The heat list of (host, ``rates`` observation) pairs: the ``HEAT_MAX`` worst (port, counter) rates,
+    each with the fleet median of its counter, how many there were and how many hosts had an uptime."""
+    heat: list[dict[str, Any]] = []
+    values: dict[tuple[str, str], list[float]] = {}
+    timed = 0
+    for host, observation in rates:
+        rows = _host_rates(host, observation, values)
+        timed += rows is not None
+        heat += rows or []
+    medians = {key: statistics.median(v) for key, v in values.items()}
+    heat.sort(key=lambda r: (-r["per_hour"], r["host"], r["port"], r["counter"]))
+    for row in heat[:HEAT_MAX]:
+        median = medians[(row["source"], row["counter"])]
+        row["median_per_hour"] = round(median, 1)
+        row["times_median"] = round(row["per_hour"] / median, 1) if median > 0 else None
+    return {"heat": heat[:HEAT_MAX], "heat_total": len(heat), "timed_hosts": timed}
+
+
+_HEAT_ROW = {"host": str, "port": str, "source": str, "counter": str, "per_hour": (int, float), "total": int,
+             "median_per_hour": (int, float), "times_median": (int, float, type(None))}
+
+
+def stored_heat(section: Any) -> dict[str, Any] | None:
+    """results.json's ``fabric_heat`` as the report shows it; None when absent or not of its shape (a run
+    written before it, or edited): then the heat list is worked out from the store."""
+    if not isinstance(section, Mapping) or not isinstance(section.get("heat"), list):
+        return None
+    counts = section.get("heat_total"), section.get("timed_hosts")
+    if not all(type(n) is int and n >= 0 for n in counts):
+        return None
+    rows = section["heat"][:HEAT_MAX]
+    if not all(isinstance(r, Mapping) and all(isinstance(r.get(k), t) and not isinstance(r.get(k), bool)
+                                              for k, t in _HEAT_ROW.items()) for r in rows):
+        return None
+    return {"heat": [{k: r[k] for k in _HEAT_ROW} for r in rows], "heat_total": counts[0], "timed_hosts": counts[1]}
+
+
+@dataclass(frozen=True)
+class FabricHeat:
+    """results.json ``fabric_heat``: the heat list over every host, worked out in the run's fleet stage
+    (``run.post``) from what it keeps of each host's ``rates`` (``keep``: the uptime and the fault and
+    congestion counters), so no report reads the fleet's counters back from the observation store."""
+
+    name: str = "fabric_heat"
+    reads: tuple[str, ...] = ("rates",)
+
+    def keep(self, probe: str, observation: Any) -> Any:
+        """Of a host's ``rates``: its uptime and the fault and congestion counters the heat list ranks."""
+        if not isinstance(observation, Mapping) or not isinstance(observation.get("counters"), Mapping):
+            return None
+        counters = observation["counters"]
+        return {"uptime_s": observation.get("uptime_s"),
+                "counters": {family: {port: {name: value for name, value in values.items() if not is_traffic(name)}
+                                      if isinstance(values, Mapping) else values
+                                      for port, values in counters[family].items()}
+                             if isinstance(counters[family], Mapping) else counters[family]
+                             for family in FABRIC_FAMILIES if family in counters}}
+
+    def table(self, observations: Mapping[str, Mapping[str, Any]], hosts: Mapping[str, Any],
+              profiles: Mapping[str, Any]) -> dict[str, Any]:
+        return {self.name: heat_table((name, obs.get("rates")) for name, obs in observations.items())}
+
+
+FABRIC_HEAT = FabricHeat()
 
 
 def _stored_fabric(digest: RunDigest) -> tuple[str, ...]:

@@ -63,6 +63,7 @@ def execute_run(opts: RunOptions) -> RunOutcome:
     log = FindingsLog(run_dir, enabled=journal)
     evidence: list[dict[str, Any]] = []
     stories: list[dict[str, Any]] = []  # the isolations' (results.json "isolation")
+    views: dict[str, Any] = {}  # the reports' fleet views, worked out in the fleet stage (results.json "fabric_heat")
     previous = previous_observations(opts.selection.previous)
     with InterruptGuard() as guard:
         try:
@@ -77,7 +78,7 @@ def execute_run(opts: RunOptions) -> RunOutcome:
             if plan.mode == "replay":
                 keep_bundle_outputs(opts, run_dir, host_results, log)
             if not (interrupted or sweep_end.fatal):  # no benchmark launch, no fleet verdict
-                stages = post_stages(opts, plan, run_dir, transport, host_results, evidence, stories)
+                stages = post_stages(opts, plan, run_dir, transport, host_results, evidence, stories, views)
                 for stage, stage_fn in stages:
                     append_findings(log, mark_observed(run_stage(stage, stage_fn, host_results), plan.profile_of))
         except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM after the sweep: results are still written
@@ -89,6 +90,8 @@ def execute_run(opts: RunOptions) -> RunOutcome:
                            guard.signal, evidence, rerun)
         if stories:
             results.extra["isolation"] = stories
+        if not (interrupted or sweep_end.fatal):  # the fleet stage ran to its end
+            results.extra.update(views)
         with gc_paused():  # millions of acyclic objects (the findings): the collector would only walk them
             report_error = write_outputs(opts, run_dir, results)
     return RunOutcome(run_dir=run_dir, results=results, report_error=report_error, interrupted=interrupted,

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from healthcheck import probes as probe_registry
+from healthcheck import reports
 from healthcheck.core.grading import apply_observe
 from healthcheck.core.model import Finding, Status
 from healthcheck.core.profiles import EMPTY_PROFILE, Profile
@@ -129,37 +130,46 @@ def _add_observations(run_dir: Path, host_results: dict[str, HostResult],
             host.observations_at = store.append(encode_observations(name, {**full, **added}))
 
 
-def fleet_stage(host_results: dict[str, HostResult], plan: RunPlan, run_dir: Path | None = None) -> list[Finding]:
+def fleet_stage(host_results: dict[str, HostResult], plan: RunPlan, run_dir: Path | None = None,
+                tables: dict[str, Any] | None = None) -> list[Finding]:
     """Fleet checks over all hosts' observations; their findings join the hosts they name. A check sees
     results.json's key observations, plus the probes it ``reads`` (what its ``keep`` keeps of them): taken
-    at grading (``HostResult.compared``, run.fleetinputs), else read from the observation store host by host."""
-    checks = probe_registry.fleet_checks()
+    at grading (``HostResult.compared``, run.fleetinputs), else read from the observation store host by host.
+    The reports' fleet views (``reports.fleet_views``) see the same way and put their results.json sections
+    into ``tables``."""
+    checks, views = probe_registry.fleet_checks(), reports.fleet_views()
+    readers = [*checks, *views]
     ran = {probe.name for probe in plan.probes}  # a probe the run did not grade has nothing in the store
-    reads = {check.name: tuple(p for p in getattr(check, "reads", ()) if p in ran) for check in checks}
+    reads = {reader.name: tuple(p for p in getattr(reader, "reads", ()) if p in ran) for reader in readers}
     wanted = tuple(dict.fromkeys(p for probes in reads.values() for p in probes))
     key = {name: r.observations for name, r in host_results.items() if r.observations}
-    read: dict[str, dict[str, dict[str, Any]]] = {check.name: {} for check in checks if reads[check.name]}
+    read: dict[str, dict[str, dict[str, Any]]] = {reader.name: {} for reader in readers if reads[reader.name]}
     unread = {name: r for name, r in host_results.items() if r.compared is None}
     for name, r in host_results.items():
-        for check_name, probes in (r.compared or {}).items():
-            kept = {p: probes[p] for p in reads.get(check_name, ()) if p in probes}
+        for reader_name, probes in (r.compared or {}).items():
+            kept = {p: probes[p] for p in reads.get(reader_name, ()) if p in probes}
             if kept:
-                read[check_name][name] = kept
+                read[reader_name][name] = kept
         r.compared = None  # used: not held through the reports
     for name, full in _stored(unread, wanted, run_dir):
-        for check in checks:
-            kept = {p: keep_of(check, p, full[p]) for p in reads[check.name] if p in full}
+        for reader in readers:
+            kept = {p: keep_of(reader, p, full[p]) for p in reads[reader.name] if p in full}
             if kept:
-                read[check.name][name] = kept
+                read[reader.name][name] = kept
+
+    def observed(reader: Any) -> Mapping[str, Mapping[str, Any]]:
+        extra = read.get(reader.name) or {}
+        return {name: {**key.get(name, {}), **extra.get(name, {})} for name in key.keys() | extra.keys()} \
+            if extra else key
     by_name = {h.name: h for h in plan.hosts}
     findings: list[Finding] = []
     for check in checks:
-        extra = read.get(check.name) or {}
-        observations = {name: {**key.get(name, {}), **extra.get(name, {})} for name in key.keys() | extra.keys()} \
-            if extra else key
-        findings.extend(f for f in check.evaluate_fleet(observations, by_name, plan.profiles) if f.host in host_results)
+        findings.extend(f for f in check.evaluate_fleet(observed(check), by_name, plan.profiles)
+                        if f.host in host_results)
     for f in findings:
         host_results[f.host].findings.append(f)
+    for view in views if tables is not None else ():
+        tables.update(view.table(observed(view), by_name, plan.profiles))
     return findings
 
 
@@ -187,9 +197,11 @@ def _stored(host_results: Mapping[str, HostResult], probes: Sequence[str], run_d
 
 def post_stages(opts: RunOptions, plan: RunPlan, run_dir: Path, transport: Transport,
                 host_results: dict[str, HostResult], evidence: list[dict[str, Any]],
-                stories: list[dict[str, Any]] | None = None) -> Sequence[tuple[str, Callable[[], list[Finding]]]]:
-    """The post-sweep stages, in order: evidence, benchmarks, fleet. ``evidence`` and ``stories`` collect
-    what the run records beside the hosts (results.json ``evidence`` and ``isolation``)."""
+                stories: list[dict[str, Any]] | None = None, views: dict[str, Any] | None = None
+                ) -> Sequence[tuple[str, Callable[[], list[Finding]]]]:
+    """The post-sweep stages, in order: evidence, benchmarks, fleet. ``evidence``, ``stories`` and ``views``
+    collect what the run records beside the hosts (results.json ``evidence``, ``isolation`` and the reports'
+    fleet views, ``fabric_heat``)."""
     return (("evidence", lambda: evidence_stage(opts, plan, run_dir, host_results, evidence)),
             ("benchmarks", lambda: benchmark_stage(opts, plan, run_dir, transport, host_results, stories)),
-            ("fleet", lambda: fleet_stage(host_results, plan, run_dir)))
+            ("fleet", lambda: fleet_stage(host_results, plan, run_dir, views)))

@@ -105,3 +105,45 @@ def test_the_store_is_read_for_fabric_views_only_when_the_run_can_have_stored_th
         assert _stored_fabric(load_digest(run_dir)) == wanted
     # what results.json holds itself is shown whatever the store holds (the heat list of the inline counters)
     assert [r["host"] for r in fabric_context(load_digest(run_dir))["heat"]][:2] == ["gpu002", "gpu003"]
+
+
+def test_the_fleet_stage_works_out_the_heat_list_the_report_shows_and_the_report_takes_it(tmp_path: Path) -> None:
+    """results.json ``fabric_heat``: the fleet stage's fleet view gives the rows the report would work out from
+    each host's ``rates``; a report takes the section as written, and works the list out itself when the
+    section is missing or not of its shape."""
+    from healthcheck import probes as probe_registry
+    from healthcheck.core.model import Host
+    from healthcheck.reports.fabric_views import FABRIC_HEAT
+    from healthcheck.run.fleetinputs import fleet_inputs
+    from healthcheck.run.plan import RunPlan
+    from healthcheck.run.post import fleet_stage
+    from healthcheck.store.observation_store import key_observations
+    from healthcheck.store.results import HostResult
+
+    run_dir = fabric_run(tmp_path)
+    worked_out = fabric_context(load_digest(run_dir))
+    shown = [{k: v for k, v in row.items() if k != "href"} for row in worked_out["heat"]]
+    assert [(r["host"], r["counter"], r["per_hour"], r["median_per_hour"]) for r in shown][:2] == [
+        ("gpu002", "tx_prio3_pause", 36000.0, 18025.0), ("gpu003", "port_xmit_wait", 12960.0, 6840.0)]
+    doc = json.loads((run_dir / "results.json").read_text())
+    observations = {name: {"rates": host["observations"]["rates"]} for name, host in doc["hosts"].items()
+                    if "rates" in host["observations"]}
+    results = {name: HostResult(name=name, observations=key_observations(obs), compared=fleet_inputs(obs))
+               for name, obs in observations.items()}
+    assert "rx_bytes_phy" not in json.dumps(results["gpu002"].compared["fabric_heat"])  # traffic: not kept
+    plan = RunPlan(mode="replay", hosts=[Host(name=n) for n in results], profiles={},
+                   probes=[probe_registry.get("rates")], options={}, plans={"": []}, profile_of={})
+    tables: dict = {}
+    fleet_stage(results, plan, None, tables)
+    assert tables == {"fabric_heat": {"heat": shown, "heat_total": worked_out["heat_total"],
+                                      "timed_hosts": worked_out["timed_hosts"]}}
+    assert tables["fabric_heat"]["timed_hosts"] == 2 and tables["fabric_heat"]["heat_total"] == 4
+    assert FABRIC_HEAT.keep("rates", "garbage") is None
+    # written into results.json, the section is what the report shows (here told apart by one edited rate)
+    section = json.loads(json.dumps(tables["fabric_heat"]))
+    section["heat"][0]["per_hour"] = 99999.0
+    (run_dir / "results.json").write_text(json.dumps({**doc, "fabric_heat": section}))
+    assert fabric_context(load_digest(run_dir))["heat"][0]["per_hour"] == 99999.0
+    for broken in ({**section, "heat_total": -1}, {**section, "heat": [{"host": 7}]}, [], "x"):
+        (run_dir / "results.json").write_text(json.dumps({**doc, "fabric_heat": broken}))
+        assert fabric_context(load_digest(run_dir))["heat"] == worked_out["heat"]
