@@ -103,16 +103,14 @@ class FabricHeat:
     reads: tuple[str, ...] = ("rates",)
 
     def keep(self, probe: str, observation: Any) -> Any:
-        """Of a host's ``rates``: its uptime and the fault and congestion counters the heat list ranks."""
+        """Of a host's ``rates``: its uptime and the counters of the families the heat list ranks (the
+        families' own objects, not copies: what ``fleet.fabric_counters`` keeps is the same objects, sent
+        and held once)."""
         if not isinstance(observation, Mapping) or not isinstance(observation.get("counters"), Mapping):
             return None
         counters = observation["counters"]
         return {"uptime_s": observation.get("uptime_s"),
-                "counters": {family: {port: {name: value for name, value in values.items() if not is_traffic(name)}
-                                      if isinstance(values, Mapping) else values
-                                      for port, values in counters[family].items()}
-                             if isinstance(counters[family], Mapping) else counters[family]
-                             for family in FABRIC_FAMILIES if family in counters}}
+                "counters": {family: counters[family] for family in FABRIC_FAMILIES if family in counters}}
 
     def table(self, observations: Mapping[str, Mapping[str, Any]], hosts: Mapping[str, Any],
               profiles: Mapping[str, Any]) -> dict[str, Any]:

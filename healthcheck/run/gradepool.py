@@ -111,7 +111,7 @@ def _received(host: str, columns: list[tuple[Any, ...]], key: dict[str, Any], me
         _STRINGS.clear()
     columns = [_shared_column(column, index in _TEXT_FIELDS) for index, column in enumerate(columns)]
     return Graded(_STRINGS.setdefault(host, host), _rebuilt(columns), _shared(key), member, grading,
-                  compared=None if compared is None else _shared(compared))
+                  compared=None if compared is None else _shared(compared, {}))
 
 
 def _rebuilt(columns: list[Sequence[Any]]) -> list[Finding]:
@@ -135,16 +135,23 @@ def _shared_column(column: tuple[Any, ...], text: bool) -> Sequence[Any]:
     return [_STRINGS.setdefault(v, v) if type(v) is str else v for v in column]
 
 
-def _shared(value: Any) -> Any:
-    """A JSON value (key observations) with its strings shared through ``_STRINGS``; containers are new."""
+def _shared(value: Any, seen: dict[int, Any] | None = None) -> Any:
+    """A JSON value (key observations) with its strings shared through ``_STRINGS``; containers are new.
+    ``seen``: a container met twice (the fleet inputs' readers keep the same counters) is made new once."""
     kind = type(value)
     if kind is str:
         return _STRINGS.setdefault(value, value)
+    if kind is not dict and kind is not list:
+        return value
+    if seen is not None and id(value) in seen:
+        return seen[id(value)]
     if kind is dict:
-        return {_STRINGS.setdefault(k, k) if type(k) is str else k: _shared(v) for k, v in value.items()}
-    if kind is list:
-        return [_shared(v) for v in value]
-    return value
+        out: Any = {_STRINGS.setdefault(k, k) if type(k) is str else k: _shared(v, seen) for k, v in value.items()}
+    else:
+        out = [_shared(v, seen) for v in value]
+    if seen is not None:
+        seen[id(value)] = out
+    return out
 
 
 def _crashed(host: Host, what: str) -> Graded:

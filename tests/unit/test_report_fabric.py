@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import json
+import pickle
 import re
 from pathlib import Path
 
@@ -115,6 +116,7 @@ def test_the_fleet_stage_works_out_the_heat_list_the_report_shows_and_the_report
     from healthcheck.core.model import Host
     from healthcheck.reports.fabric_views import FABRIC_HEAT
     from healthcheck.run.fleetinputs import fleet_inputs
+    from healthcheck.run.gradepool import Graded
     from healthcheck.run.plan import RunPlan
     from healthcheck.run.post import fleet_stage
     from healthcheck.store.observation_store import key_observations
@@ -130,7 +132,10 @@ def test_the_fleet_stage_works_out_the_heat_list_the_report_shows_and_the_report
                     if "rates" in host["observations"]}
     results = {name: HostResult(name=name, observations=key_observations(obs), compared=fleet_inputs(obs))
                for name, obs in observations.items()}
-    assert "rx_bytes_phy" not in json.dumps(results["gpu002"].compared["fabric_heat"])  # traffic: not kept
+    # the heat list and fleet.fabric_counters keep the same counters: one object, sent and held once
+    sent = pickle.loads(pickle.dumps(Graded("gpu002", [], {}, b"", compared=results["gpu002"].compared))).compared
+    assert sent["fabric_heat"]["rates"]["counters"]["eth"] is sent["fleet.fabric_counters"]["rates"]["counters"]["eth"]
+    assert sent["fabric_heat"] == results["gpu002"].compared["fabric_heat"]
     plan = RunPlan(mode="replay", hosts=[Host(name=n) for n in results], profiles={},
                    probes=[probe_registry.get("rates")], options={}, plans={"": []}, profile_of={})
     tables: dict = {}
