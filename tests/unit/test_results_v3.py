@@ -72,7 +72,9 @@ def test_results_json_is_written_host_by_host_as_the_one_document(fresh: Path) -
     results.extra["changes"] = {"new": ["h100-node03"]}
     streamed = b"".join(results.json_chunks())
     assert json.loads(streamed) == json.loads(json.dumps(results.to_json()))
-    assert streamed.startswith(b'{"changes":{"new":["h100-node03"]},"schema":"healthcheck.results/3"')
+    # the run's own extra sections first (the fleet stage's fabric_heat), then what was added, then the schema
+    assert streamed.startswith(b'{"fabric_heat":{"heat":[],"heat_total":0,"timed_hosts":0},'
+                               b'"changes":{"new":["h100-node03"]},"schema":"healthcheck.results/3"')
     assert list(json.loads(streamed)["hosts"]) == sorted(results.hosts)
     assert json.loads((fresh / "results.json").read_text()) == json.loads(json.dumps(load_results(fresh).to_json()))
 
