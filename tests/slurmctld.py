@@ -15,6 +15,7 @@ two PIDs started here are ever signalled, and every wait is bounded.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -64,9 +65,17 @@ def missing_tools() -> list[str]:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free loopback ports: every socket stays bound until all are chosen (ports chosen
+    one after another can repeat, and two daemons of one cluster then fight over one port)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
 
 
 @dataclass
@@ -119,7 +128,8 @@ class SlurmCluster:
     def _conf_text(self, munge_socket: Path) -> str:
         """slurm.conf for this cluster (``tests/slurmd.py`` overrides it to add real slurmd nodes)."""
         base = self.base
-        return _CONF.format(ctld_port=free_port(), slurmd_port=free_port(), munge_socket=munge_socket,
+        ctld_port, slurmd_port = free_ports(2)
+        return _CONF.format(ctld_port=ctld_port, slurmd_port=slurmd_port, munge_socket=munge_socket,
                             state=base / "state", spool=base / "spool", base=base, nodes=self.nodes)
 
     def _nodes_up(self) -> None:

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.slurmctld import _CONF, START_TIMEOUT_S, SlurmCluster, _wait_for, free_port
+from tests.slurmctld import _CONF, START_TIMEOUT_S, SlurmCluster, _wait_for, free_ports
 from tests.slurmctld import missing_tools as ctld_missing_tools
 
 TOOLS = ("slurmd", "srun", "scancel")
@@ -53,13 +53,14 @@ class SlurmdCluster(SlurmCluster):
 
     def _conf_text(self, munge_socket: Path) -> str:
         base = self.base
-        text = _CONF.format(ctld_port=free_port(), slurmd_port=free_port(), munge_socket=munge_socket,
+        ctld_port, slurmd_port, *node_ports = free_ports(2 + len(self.names))
+        text = _CONF.format(ctld_port=ctld_port, slurmd_port=slurmd_port, munge_socket=munge_socket,
                             state=base / "state", spool=base / "spool-%n", base=base, nodes=self.nodes)
         head, _ = text.split("NodeName=", 1)
         head = head.replace("SlurmdTimeout=0\n", "SlurmdTimeout=300\n")
         host = socket.gethostname()
-        lines = [f"NodeName={n} NodeAddr=127.0.0.1 NodeHostname={host} Port={free_port()} CPUs={self.cpus}"
-                 " State=UNKNOWN" for n in self.names]
+        lines = [f"NodeName={n} NodeAddr=127.0.0.1 NodeHostname={host} Port={port} CPUs={self.cpus}"
+                 " State=UNKNOWN" for n, port in zip(self.names, node_ports, strict=True)]
         return head + "".join([
             "SlurmdParameters=config_overrides\n",
             f"SlurmdPidFile={base}/slurmd-%n.pid\n",
