@@ -29,7 +29,7 @@ from healthcheck.run.options import RunOptions
 from healthcheck.run.outcome import RunOutcome, SweepEnd, append_findings
 from healthcheck.run.outputs import write_or_stop, write_outputs
 from healthcheck.run.plan import RunPlan, manifest, plan_run
-from healthcheck.run.post import fleet_tables, mark_observed, post_stages, run_stage
+from healthcheck.run.post import mark_observed, post_stages, run_stage
 from healthcheck.run.reach import check_reach, open_sweep_transport
 from healthcheck.run.replay import keep_bundle_outputs, replay_selection, replay_sweep
 from healthcheck.run.rerun import RerunPlan, plan_rerun, rerun_changes, rerun_record
@@ -63,7 +63,7 @@ def execute_run(opts: RunOptions) -> RunOutcome:
     log = FindingsLog(run_dir, enabled=journal)
     evidence: list[dict[str, Any]] = []
     stories: list[dict[str, Any]] = []  # the isolations' (results.json "isolation")
-    views: dict[str, Any] = {}  # the reports' fleet views, worked out in the fleet stage (results.json "fabric_heat")
+    tables: dict[str, Any] = {}  # the fleet stage's results.json sections ("domains", "fabric_heat")
     previous = previous_observations(opts.selection.previous)
     with InterruptGuard() as guard:
         try:
@@ -78,7 +78,7 @@ def execute_run(opts: RunOptions) -> RunOutcome:
             if plan.mode == "replay":
                 keep_bundle_outputs(opts, run_dir, host_results, log)
             if not (interrupted or sweep_end.fatal):  # no benchmark launch, no fleet verdict
-                stages = post_stages(opts, plan, run_dir, transport, host_results, evidence, stories, views)
+                stages = post_stages(opts, plan, run_dir, transport, host_results, evidence, stories, tables)
                 for stage, stage_fn in stages:
                     append_findings(log, mark_observed(run_stage(stage, stage_fn, host_results), plan.profile_of))
         except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM after the sweep: results are still written
@@ -87,11 +87,9 @@ def execute_run(opts: RunOptions) -> RunOutcome:
         guard.shield()
         _apply_verdict_rules(plan, host_results, log)
         results = _results(opts, plan, run_dir, host_results, sweep_end, started, clock, interrupted,
-                           guard.signal, evidence, rerun)
+                           guard.signal, evidence, tables, rerun)
         if stories:
             results.extra["isolation"] = stories
-        if not (interrupted or sweep_end.fatal):  # the fleet stage ran to its end
-            results.extra.update(views)
         with gc_paused():  # millions of acyclic objects (the findings): the collector would only walk them
             report_error = write_outputs(opts, run_dir, results)
     return RunOutcome(run_dir=run_dir, results=results, report_error=report_error, interrupted=interrupted,
@@ -109,7 +107,7 @@ def _apply_verdict_rules(plan: RunPlan, host_results: dict[str, HostResult], log
 
 def _results(opts: RunOptions, plan: RunPlan, run_dir: Path, host_results: dict[str, HostResult],
              sweep_end: SweepEnd, started: datetime, clock: float, interrupted: bool, signal: str | None,
-             evidence: list[dict[str, Any]], rerun: RerunPlan | None) -> RunResults:
+             evidence: list[dict[str, Any]], tables: Mapping[str, Any], rerun: RerunPlan | None) -> RunResults:
     run_info = {"id": run_dir.name, "started": started.isoformat(timespec="seconds"),
                 "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "duration_s": round(time.monotonic() - clock, 3), "mode": plan.mode,
@@ -123,8 +121,8 @@ def _results(opts: RunOptions, plan: RunPlan, run_dir: Path, host_results: dict[
     ordered.update({n: r for n, r in host_results.items() if n not in ordered})
     results = RunResults(run=run_info, hosts=ordered,
                          extra={"evidence": evidence} if opts.selection.collect_evidence else {})
-    if not (interrupted or sweep_end.fatal):  # the fleet stage ran: its tables (NVLink domains) beside it
-        results.extra.update(fleet_tables(host_results, plan))
+    if not (interrupted or sweep_end.fatal):  # the fleet stage ran: its tables (NVLink domains, fabric heat)
+        results.extra.update(tables)
     if rerun is not None:
         run_info["rerun_of"] = rerun.of_id
         results.extra.update(rerun=rerun_record(rerun, results), changes=rerun_changes(rerun, results))

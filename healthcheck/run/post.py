@@ -17,15 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from healthcheck import probes as probe_registry
-from healthcheck import reports
 from healthcheck.core.grading import apply_observe
 from healthcheck.core.model import Finding, Status
 from healthcheck.core.profiles import EMPTY_PROFILE, Profile
 from healthcheck.core.spec import Transport
 from healthcheck.run.benchmarks import execute_benchmarks, replay_benchmarks
 from healthcheck.run.evidence import collect_evidence, evidence_wanted
+from healthcheck.run.fleetinputs import fleet_readers, read_probes
 from healthcheck.run.fleetinputs import kept as keep_of
-from healthcheck.run.fleetinputs import read_probes
 from healthcheck.run.options import RunOptions
 from healthcheck.run.plan import RunPlan, host_profiles
 from healthcheck.run.progress import JobProgress
@@ -135,10 +134,9 @@ def fleet_stage(host_results: dict[str, HostResult], plan: RunPlan, run_dir: Pat
     """Fleet checks over all hosts' observations; their findings join the hosts they name. A check sees
     results.json's key observations, plus the probes it ``reads`` (what its ``keep`` keeps of them): taken
     at grading (``HostResult.compared``, run.fleetinputs), else read from the observation store host by host.
-    The reports' fleet views (``reports.fleet_views``) see the same way and put their results.json sections
-    into ``tables``."""
-    checks, views = probe_registry.fleet_checks(), reports.fleet_views()
-    readers = [*checks, *views]
+    The reports' fleet views (``reports.fleet_views``) see the same way. A check or view with a ``table``
+    (the NVLink domains, the fabric heat list) puts its results.json sections into ``tables``."""
+    checks, readers = probe_registry.fleet_checks(), fleet_readers()
     ran = {probe.name for probe in plan.probes}  # a probe the run did not grade has nothing in the store
     reads = {reader.name: tuple(p for p in getattr(reader, "reads", ()) if p in ran) for reader in readers}
     wanted = tuple(dict.fromkeys(p for probes in reads.values() for p in probes))
@@ -168,22 +166,11 @@ def fleet_stage(host_results: dict[str, HostResult], plan: RunPlan, run_dir: Pat
                         if f.host in host_results)
     for f in findings:
         host_results[f.host].findings.append(f)
-    for view in views if tables is not None else ():
-        tables.update(view.table(observed(view), by_name, plan.profiles))
-    return findings
-
-
-def fleet_tables(host_results: Mapping[str, HostResult], plan: RunPlan) -> dict[str, Any]:
-    """The top-level results.json sections of the fleet checks that tabulate what they graded (a check's
-    optional ``table``, e.g. ``{"domains": [...]}`` of the NVLink domain check); {} when none has one."""
-    observations = {name: r.observations for name, r in host_results.items() if r.observations}
-    by_name = {h.name: h for h in plan.hosts}
-    out: dict[str, Any] = {}
-    for check in probe_registry.fleet_checks():
-        table = getattr(check, "table", None)
+    for reader in readers if tables is not None else ():
+        table = getattr(reader, "table", None)
         if table is not None:
-            out.update(table(observations, by_name, plan.profiles))
-    return out
+            tables.update(table(observed(reader), by_name, plan.profiles))
+    return findings
 
 
 def _stored(host_results: Mapping[str, HostResult], probes: Sequence[str], run_dir: Path | None
@@ -197,11 +184,11 @@ def _stored(host_results: Mapping[str, HostResult], probes: Sequence[str], run_d
 
 def post_stages(opts: RunOptions, plan: RunPlan, run_dir: Path, transport: Transport,
                 host_results: dict[str, HostResult], evidence: list[dict[str, Any]],
-                stories: list[dict[str, Any]] | None = None, views: dict[str, Any] | None = None
+                stories: list[dict[str, Any]] | None = None, tables: dict[str, Any] | None = None
                 ) -> Sequence[tuple[str, Callable[[], list[Finding]]]]:
-    """The post-sweep stages, in order: evidence, benchmarks, fleet. ``evidence``, ``stories`` and ``views``
-    collect what the run records beside the hosts (results.json ``evidence``, ``isolation`` and the reports'
-    fleet views, ``fabric_heat``)."""
+    """The post-sweep stages, in order: evidence, benchmarks, fleet. ``evidence``, ``stories`` and ``tables``
+    collect what the run records beside the hosts (results.json ``evidence``, ``isolation`` and the fleet
+    stage's sections: ``domains``, ``fabric_heat``)."""
     return (("evidence", lambda: evidence_stage(opts, plan, run_dir, host_results, evidence)),
             ("benchmarks", lambda: benchmark_stage(opts, plan, run_dir, transport, host_results, stories)),
-            ("fleet", lambda: fleet_stage(host_results, plan, run_dir, views)))
+            ("fleet", lambda: fleet_stage(host_results, plan, run_dir, tables)))
