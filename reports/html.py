@@ -265,14 +265,16 @@ def render_context(digest: RunDigest) -> dict[str, Any]:
     verdicts = digest.verdicts
     chosen = detailed(hosts, verdicts)
     script, script_hash = inline_script()
-    details = [host_detail(digest, h, passing_rows=small) for h in chosen]
     live = len(chosen) if small else DETAIL_LIVE
-    as_data = {}
-    for x in details[live:]:
-        data = detail_data(x, verdicts[x["host"].name].value)
-        x["data"] = data is not None
-        if data is not None:
-            as_data[printable(x["host"].name)] = data  # the key is the name as the page shows it (``visible``)
+    details, as_data = [], {}
+    for i, host in enumerate(chosen):
+        x = host_detail(digest, host, passing_rows=small)
+        if i >= live:  # travels as data when it can; then the page needs only its name (its panels go now)
+            data = detail_data(x, verdicts[host.name].value)
+            x = {"host": host, "data": True} if data is not None else {**x, "data": False}
+            if data is not None:
+                as_data[printable(host.name)] = data  # the key is the name as the page shows it (``visible``)
+        details.append(x)
     return {"d": digest, "summary": digest.summary(), "by_verdict": digest.hosts_by_verdict(),
             "statuses": [Status(s) for s in STATUS_ORDER], "categories": by_category(digest),
             "groups_total": len(digest.groups), "groups_max": GROUPS_MAX, "similar_max": SIMILAR_MAX,

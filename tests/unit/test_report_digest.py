@@ -276,3 +276,25 @@ def test_tally_of_a_passing_host_counts_each_check_as_the_general_pass_does() ->
     assert mixed.counts == {"PASS": 9, "SKIP": 0, "WARN": 1, "ERROR": 0, "FAIL": 1}
     assert mixed.worst == {"gpu.temp": (Status.FAIL, 1), "ib.port.state": (Status.PASS, 1)}
     assert mixed.first_bad is not None and mixed.first_bad.component == "gpu4"
+
+
+def test_hosts_that_tally_alike_share_one_tally_and_a_bad_host_keeps_its_own() -> None:
+    """Most of a fleet passes the same checks the same way: the index holds their counts and worst statuses
+    once (held per host, they were most of the reports' memory at 10,000 hosts); values are as unshared."""
+    from healthcheck.reports.findings_index import index_findings, tally
+    from healthcheck.store.results import HostResult
+
+    def host(name: str, *extra: Finding) -> HostResult:
+        checks = [Finding(name, "gpu.temp", Status.PASS, f"gpu{i} 35 C", component=f"gpu{i}") for i in range(8)]
+        return HostResult(name, [*checks, Finding(name, "ib.port.state", Status.PASS, "ACTIVE"), *extra])
+
+    hosts = [host("n1"), host("n2"), host("n3", Finding("n3", "gpu.ecc", Status.SKIP, "no ECC")),
+             host("n4", Finding("n4", "gpu.ecc", Status.FAIL, "2 uncorrectable")), host("n5")]
+    index = index_findings(hosts)
+    t = index.tallies
+    assert t["n1"].worst is t["n2"].worst is t["n5"].worst and t["n1"].counts is t["n5"].counts
+    assert t["n3"].worst is not t["n1"].worst and t["n4"].worst is not t["n1"].worst
+    assert t["n3"].counts == {"PASS": 9, "SKIP": 1, "WARN": 0, "ERROR": 0, "FAIL": 0}
+    assert t["n4"].first_bad is not None and t["n4"].first_bad.host == "n4"
+    for h in hosts:
+        assert t[h.name] == tally(h.findings)

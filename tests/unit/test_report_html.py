@@ -156,11 +156,16 @@ def test_small_run_details_all_hosts_big_run_caps(tmp_path: Path, monkeypatch: p
     assert detailed == ["gpu001", "gpu002", "gpu004"]
     assert "3 further hosts need attention" in page
     monkeypatch.setattr(report_html, "DETAIL_LIVE", 1)  # the rest as data, placeholders where they go
-    page = render_html(load_digest(make_run(tmp_path / "c"))).decode()
+    run_c = make_run(tmp_path / "c")
+    page = render_html(load_digest(run_c)).decode()
     assert re.findall(r'<template class="host-detail" id="t-h-([^"]+)"></template>', page) == ["gpu002", "gpu004"]
     assert re.findall(r'<article class="host-detail v-\w+" id="h-([^"]+)"', page) == ["gpu001"]
     assert list(details_data(page)) == ["gpu002", "gpu004"]
     assert details_data(page)["gpu004"]["verdict"] == "FAIL"
+    # a section sent as data keeps only what its placeholder needs (its panels and rows are let go)
+    context = report_html.render_context(load_digest(run_c))
+    assert [sorted(x) for x in context["details"][1:]] == [["data", "host"], ["data", "host"]]
+    assert "panels" in context["details"][0]
 
 
 def test_big_run_counts_passing_findings_per_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
