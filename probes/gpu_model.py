@@ -18,7 +18,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from healthcheck.probes.nvidia_smi_log import NOT_AVAILABLE, UNREADABLE, SmiError, SmiLog
+from healthcheck.probes.nvidia_smi_log import (
+    NOT_AVAILABLE,
+    UNREADABLE,
+    IndexedTree,
+    SmiError,
+    SmiLog,
+    indexed_value,
+)
 from healthcheck.probes.parse_memo import memoized
 
 FAULT_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
@@ -187,17 +194,22 @@ def _steps(path: str) -> tuple[str, ...]:
 
 class _Reader:
     """Reads typed leaves of one GPU's tree (or of a section of it, ``at``) by path, and records the
-    paths nvidia-smi printed as unreadable (in the order read; a section shares its GPU's record)."""
+    paths nvidia-smi printed as unreadable (in the order read; a section shares its GPU's record). An
+    ``IndexedTree`` is read through its layout: each leaf read is looked up in its texts (``texts``)."""
 
-    __slots__ = ("prefix", "tree", "unreadable")
+    __slots__ = ("prefix", "texts", "tree", "unreadable")
 
-    def __init__(self, tree: Any, prefix: str = "", unreadable: list[str] | None = None) -> None:
+    def __init__(self, tree: Any, prefix: str = "", unreadable: list[str] | None = None,
+                 texts: list[str] | None = None) -> None:
+        if type(tree) is IndexedTree:
+            tree, texts = tree.tree, tree.texts
         self.tree: Mapping[str, Any] = tree if isinstance(tree, dict) else {}
+        self.texts = texts  # None: the tree's leaves are their texts
         self.prefix = prefix
         self.unreadable: list[str] = [] if unreadable is None else unreadable
 
-    def get(self, path: str) -> Any:
-        """The node at ``path`` (a leaf's text, a section, a list), None when absent."""
+    def node(self, path: str) -> Any:
+        """What the tree holds at ``path`` (a leaf's text or index, a section, a list), None when absent."""
         if "/" not in path:
             return self.tree.get(path)
         node: Any = self.tree
@@ -207,13 +219,20 @@ class _Reader:
             node = node.get(step)
         return node
 
+    def get(self, path: str) -> Any:
+        """The node at ``path`` as the tree it reads has it (a leaf's text, a section, a list), None when absent."""
+        node = self.node(path)
+        return node if self.texts is None else indexed_value(node, self.texts)
+
     def at(self, path: str) -> _Reader:
         """The section at ``path`` (empty when absent or not a section), its reads recorded here."""
-        return _Reader(self.get(path), f"{self.prefix}{path}/", self.unreadable)
+        return _Reader(self.node(path), f"{self.prefix}{path}/", self.unreadable, self.texts)
 
     def read(self, path: str) -> _Leaf:
         """The leaf at ``path`` (``_NONE`` when absent or not a leaf); an unreadable one is recorded."""
-        node = self.tree.get(path) if "/" not in path else self.get(path)
+        node = self.tree.get(path) if "/" not in path else self.node(path)
+        if type(node) is int and self.texts is not None:
+            node = self.texts[node]  # its text as printed: ``_leaf`` strips it
         if not isinstance(node, str):
             return _NONE
         leaf = _leaf(node)

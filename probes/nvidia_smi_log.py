@@ -23,7 +23,7 @@ OWOD#81), "WARNING: infoROM is corrupted at gpu ..." (NVIDIA/gpu-operator#20, rc
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +35,54 @@ NOT_AVAILABLE = frozenset({"n/a", "[n/a]", "not supported", "[not supported]", "
                            "[requested functionality has been deprecated]"})
 UNREADABLE = frozenset({"unknown error", "[unknown error]", "gpu is lost", "[gpu is lost]",
                         "gpu requires reset", "[gpu requires reset]"})
+
+
+class IndexedTree(Mapping[str, Any]):
+    """A GPU's normalized tree held as the layout that reports with the same tags share and one report's
+    texts: in ``tree`` each leaf is the index of its text in ``texts`` (an attribute or an empty element
+    keeps its own text). Read as a Mapping it is the tree it stands for (a leaf its text stripped, a
+    section an ``IndexedTree`` too); a reader that walks ``tree`` itself looks up only the texts it reads,
+    and the report's whole tree is never built."""
+
+    __slots__ = ("texts", "tree")
+
+    def __init__(self, tree: dict[str, Any], texts: list[str]) -> None:
+        self.tree, self.texts = tree, texts
+
+    def __getitem__(self, key: str) -> Any:
+        return indexed_value(self.tree[key], self.texts)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.tree
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.tree)
+
+    def __len__(self) -> int:
+        return len(self.tree)
+
+    def __repr__(self) -> str:
+        return repr(plain_tree(self))
+
+
+def indexed_value(value: Any, texts: list[str]) -> Any:
+    """A node of an ``IndexedTree``'s layout as the tree it stands for has it."""
+    if type(value) is int:
+        return texts[value].strip()
+    if type(value) is dict:
+        return IndexedTree(value, texts)
+    if type(value) is list:
+        return [indexed_value(item, texts) for item in value]
+    return value
+
+
+def plain_tree(value: Any) -> Any:
+    """A tree (an ``IndexedTree`` or its values) as plain dicts, lists and strings."""
+    if isinstance(value, Mapping):
+        return {key: plain_tree(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [plain_tree(item) for item in value]
+    return value
 
 
 @dataclass(frozen=True)

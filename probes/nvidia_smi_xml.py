@@ -35,10 +35,12 @@ from xml.parsers import expat
 from healthcheck.core.spec import ParseError
 from healthcheck.probes.nvidia_smi_log import (
     RENAMED_SECTIONS,
+    IndexedTree,
     SmiError,
     SmiLog,
     canonical_reason,
     find_nvidia_smi_errors,
+    indexed_value,
     normalize_bus_id,
 )
 from healthcheck.probes.parse_memo import memoized
@@ -232,12 +234,13 @@ class _Layout:
         return cls(_indexed(top), tuple(_indexed(_normalize_gpu(gpu)) for gpu in listed))
 
     def log(self, parts: list[str], errors: tuple[SmiError, ...]) -> SmiLog:
-        """The report whose split parts are ``parts``: this layout filled with its texts (a new tree)."""
+        """The report whose split parts are ``parts``: each GPU this layout's tree read with its texts
+        (``IndexedTree``: nothing filled in)."""
         top = self.top
-        return SmiLog(driver_version=_text(_filled_value(top.get("driver_version"), parts)),
-                      cuda_version=_text(_filled_value(top.get("cuda_version"), parts)),
-                      attached_gpus=_int(_filled_value(top.get("attached_gpus"), parts)),
-                      gpus=tuple(_filled(gpu, parts) for gpu in self.gpus), errors=errors)
+        return SmiLog(driver_version=_text(indexed_value(top.get("driver_version"), parts)),
+                      cuda_version=_text(indexed_value(top.get("cuda_version"), parts)),
+                      attached_gpus=_int(indexed_value(top.get("attached_gpus"), parts)),
+                      gpus=tuple(IndexedTree(gpu, parts) for gpu in self.gpus), errors=errors)
 
 
 class _Slot(int):
@@ -255,23 +258,6 @@ def _indexed(value: Any) -> Any:
     if type(value) is list:
         return [_indexed(item) for item in value]
     return int(value) if type(value) is _Slot else value
-
-
-def _filled(node: dict[str, Any], parts: list[str]) -> dict[str, Any]:
-    """A layout's element with children as a report's tree gives it: the texts of ``parts`` in place of its
-    leaves' indexes (a new dict)."""
-    return {key: parts[value].strip() if type(value) is int else _filled_value(value, parts)
-            for key, value in node.items()}
-
-
-def _filled_value(value: Any, parts: list[str]) -> Any:
-    if type(value) is int:
-        return parts[value].strip()
-    if type(value) is dict:
-        return _filled(value, parts)
-    if type(value) is list:
-        return [_filled_value(item, parts) for item in value]
-    return value  # an attribute's text, an empty element's "", or absent (None)
 
 
 def _plain_document(prolog: str, document: str) -> bool:

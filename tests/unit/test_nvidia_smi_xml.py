@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from healthcheck.core.spec import ParseError
 from healthcheck.probes import nvidia_smi_xml, parse_memo
 from healthcheck.probes.gpu_model import GpuObservation, observations_from_log
-from healthcheck.probes.nvidia_smi_log import SmiLog, find_nvidia_smi_errors
+from healthcheck.probes.nvidia_smi_log import IndexedTree, SmiLog, find_nvidia_smi_errors
 from healthcheck.probes.nvidia_smi_xml import (
     _SKELETON_MAX,
     _START,
@@ -309,6 +309,20 @@ def test_reports_filled_into_their_layout_are_elementtrees_for_every_real_layout
     for text in _xml_sources():
         for variant in _variants(text) * 2:
             assert repr(parse_nvidia_smi_xml(variant)) == repr(_reference(variant))
+
+
+def test_gpus_read_through_their_layout_are_the_gpus_read_from_elementtrees_tree():
+    """The gpu model reads a report's GPUs through the layout (``IndexedTree``: only the texts it reads are
+    looked up): every field, every unreadable path and the count equal a read of ElementTree's plain tree."""
+    parse_memo.clear()
+    for text in _xml_sources():
+        for variant in _variants(text):
+            log = parse_nvidia_smi_xml(variant)
+            assert log.gpus and all(isinstance(gpu, IndexedTree) for gpu in log.gpus)
+            assert observations_from_log(log, "x") == observations_from_log(_reference(variant), "x")
+    every_leaf_lost = re.sub(r">[^<\n]+</", ">Unknown Error</", _xml_sources()[0])
+    lost = observations_from_log(parse_nvidia_smi_xml(every_leaf_lost), "x")
+    assert "temperature/gpu_temp" in lost.gpus[0].unreadable
 
 
 def test_one_layout_serves_every_report_with_its_tags_each_with_its_own_texts():
