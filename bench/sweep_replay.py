@@ -9,7 +9,9 @@ code 0, no empty ``.err``; node01/node02 healthy, node04 a kernel-log WARN, node
 faulty: hosts ``i % 97 == 5`` are faulty, ``i % 31 == 7`` warn), with its own ``hostname.out`` and its
 own ``nvidia-smi-q-x.out`` (the sample's with a per-host timestamp: the gpu probe caches parses by text,
 and real nodes never return identical XML, so hard-linked XML would hide the parse cost); the
-manifest gives every host the h100-sxm5-8x profile. The replay runs as a separate process (the
+manifest gives every host the h100-sxm5-8x profile. With ``--vary`` each host's report also has its own
+GPU serials and UUIDs, temperatures and power draws (as a real fleet's differ: messages and leaf texts
+are then no longer alike across hosts; the bundle's verdicts stay the same). The replay runs as a separate process (the
 installed CLI, this checkout first on PYTHONPATH); peak RSS is sampled over its whole process tree
 (the grading workers included) every 100 ms. With ``--browser`` the report is opened in headless
 Chromium (``bench/report_10k.py`` has the timing function). Nothing here is asserted in tests.
@@ -50,8 +52,29 @@ def _unwritten(path: Path) -> bool:
     return path.suffix == ".rc" and path.read_text().strip() == "0"
 
 
-def build_bundle(target: Path, hosts: int) -> None:
-    """``hosts`` host folders of hard links to the sample's files (fast, no extra disk)."""
+_VARIED = re.compile(r"<(serial|uuid|gpu_temp|memory_temp|power_draw)>([^<]*)</")
+
+
+def varied(xml: str, host: int) -> str:
+    """The report with host ``host``'s own serials, UUIDs, temperatures (27-40 C) and power draws (65-80 W),
+    each GPU's its own; N/A values stay N/A."""
+    seen = iter(range(1 << 16))
+
+    def value(match: re.Match[str]) -> str:
+        tag, text, k = match.group(1), match.group(2), next(seen)
+        if text.strip() in ("", "N/A"):
+            return match.group(0)
+        new = {"serial": f"{1700000000000 + host * 64 + k}",
+               "uuid": f"GPU-{host:08x}-5c4e-4b9a-9e21-{k:012x}",
+               "gpu_temp": f"{27 + (host * 7 + k * 3) % 14} C", "memory_temp": f"{30 + (host * 5 + k) % 12} C",
+               "power_draw": f"{65 + (host * 13 + k * 7) % 1500 / 100:.2f} W"}[tag]
+        return f"<{tag}>{new}</"
+    return _VARIED.sub(value, xml)
+
+
+def build_bundle(target: Path, hosts: int, vary: bool = False) -> None:
+    """``hosts`` host folders of hard links to the sample's files (fast, no extra disk); ``vary``: see the
+    module docstring."""
     listed = []
     for i in range(hosts):
         name = f"gpu{i + 1:05d}"
@@ -64,7 +87,8 @@ def build_bundle(target: Path, hosts: int) -> None:
         (folder / "hostname.out").write_text(name + "\n")
         xml = (source / "nvidia-smi-q-x.out").read_text()
         stamp = f"<timestamp>Tue Nov 18 {i // 3600 % 24:02d}:{i // 60 % 60:02d}:{i % 60:02d} 2026</timestamp>"
-        (folder / "nvidia-smi-q-x.out").write_text(TIMESTAMP.sub(stamp, xml, count=1))
+        xml = TIMESTAMP.sub(stamp, xml, count=1)
+        (folder / "nvidia-smi-q-x.out").write_text(varied(xml, i) if vary else xml)
         listed.append({"name": name, "profile": "h100-sxm5-8x", "group": f"rack{i // 32:03d}", "address": None,
                        "user": None, "port": None, "transport": "ssh", "vars": {}})
     (target / "manifest.json").write_text(json.dumps({"hosts": listed}))
@@ -125,12 +149,13 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="write the run directory here (must not exist)")
     parser.add_argument("--workers", type=int, help="grading processes [default: one per core]")
     parser.add_argument("--browser", action="store_true", help="open report.html in headless Chromium")
+    parser.add_argument("--vary", action="store_true", help="per-host GPU serials, temperatures, power draws")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="replay-bench-"))
     bundle = args.bundle or tmp / "bundle"
     if not (bundle / "manifest.json").is_file():
         start = time.perf_counter()
-        build_bundle(bundle, args.hosts)
+        build_bundle(bundle, args.hosts, args.vary)
         print(f"bundle of {args.hosts} hosts built in {time.perf_counter() - start:.1f}s: {bundle}")
     run_dir = args.keep or tmp / "run"
     argv = [sys.executable, "-m", "healthcheck", "run", "--replay", str(bundle), "--run-dir", str(run_dir)]

@@ -6,7 +6,8 @@
     find_nvidia_smi_errors("Unable to determine the device handle for GPU0000:A1:00.0: Unknown Error")
     # (SmiError(kind='gpu_lost', bus_id='00000000:A1:00.0', ...),)
 
-A GPU's tree is a plain dict keyed by the XML tag names of ``nvidia-smi -q -x`` (nvsmi_device
+A GPU's tree is a mapping (a plain dict; for an XML report, an ``IndexedTree`` that reads it through
+the layout reports with the same tags share) keyed by the XML tag names of ``nvidia-smi -q -x`` (nvsmi_device
 DTD v10-v13); the text parser translates its labels onto the same names, and both rename the
 fields that changed across drivers (``clocks_throttle_reasons`` -> ``clocks_event_reasons``,
 ``power_readings`` -> ``gpu_power_readings``), so one reader (``probes/gpu_model.py``) serves both.

@@ -21,7 +21,8 @@ its prolog, no carriage return: every nvidia-smi report) is split on its tags in
 ElementTree would give; anything else goes through ElementTree itself, whose error ``ParseError``
 quotes. Nodes of one model and driver print the same tags with other values, so the tags are checked
 (expat) and laid out as a tree once per distinct set (``_plain_skeleton``, ``_Layout``), and each
-report fills that layout with its own texts.
+report's GPUs are that layout read with the report's own texts (``IndexedTree``: a text is looked up
+when it is read, and no per-report tree is built).
 """
 
 from __future__ import annotations
