@@ -20,6 +20,7 @@ Chromium (``bench/report_10k.py`` has the timing function). Nothing here is asse
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -58,7 +59,7 @@ _VARIED = re.compile(r"<(serial|uuid|gpu_temp|memory_temp|power_draw)>([^<]*)</"
 def varied(xml: str, host: int) -> str:
     """The report with host ``host``'s own serials, UUIDs, temperatures (27-40 C) and power draws (65-80 W),
     each GPU's its own; N/A values stay N/A."""
-    seen = iter(range(1 << 16))
+    seen = itertools.count()
 
     def value(match: re.Match[str]) -> str:
         tag, text, k = match.group(1), match.group(2), next(seen)
