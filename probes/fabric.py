@@ -8,7 +8,8 @@
 This probe owns the per-GPU fabric checks (``fabric.state``, ``fabric.status``, graded against the
 profile; the R570+ identity and health block, ``fabric.health.*``, ``fabric.cluster_uuid`` and
 ``fabric.clique.consistent``, in ``probes/fabric_health.py``); the gpu probe reads the same field but
-does not grade it. The clique, cluster UUID and tray position of each GPU are what the NVLink domain
+does not grade it. GPUs that pass a check fold into one finding (``all 8 GPUs: fabric state Completed``);
+a GPU that does not keeps its own. The clique, cluster UUID and tray position of each GPU are what the NVLink domain
 check (``probes/nvl_domain.py``) groups hosts by. On GB200/GB300 NVL72 compute trays the Fabric
 Manager runs on the NVLink switch trays, not on the tray: their profiles expect no ``fabric.manager``.
 NVSwitch SXid lines of the kernel log are graded by the xid probe (check ``fabric.sxid.<code>``),
@@ -20,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from healthcheck.core.grading import ValueGrades, finding_from_expectation, fold
+from healthcheck.core.grading import Outcome, ValueGrades, finding_from_expectation, fold
 from healthcheck.core.model import CommandResult, Finding, Status
 from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 from healthcheck.probes import register
@@ -131,6 +132,7 @@ def evaluate_fabric(obs: FabricObservation, ctx: EvalContext) -> list[Finding]:
                            message=f"GPU fabric state not available: {obs.state_error}"))
     grades = {check: ValueGrades(host, check, exp, source=GPU_ID, remedy=REMEDY_STATE, profile=ctx.profile)
               for check, exp in (("fabric.state", state_exp), ("fabric.status", status_exp))}
+    outcomes: list[Outcome] = []
     for gpu in obs.gpus:
         comp = f"gpu{gpu.index}"
         for check, exp, value in (("fabric.state", state_exp, gpu.state),
@@ -142,8 +144,13 @@ def evaluate_fabric(obs: FabricObservation, ctx: EvalContext) -> list[Finding]:
                                    message=f"{comp} {own} (graded without a fabric expectation in profile "
                                            f"{ctx.profile.name}: the GPU reports it itself)"))
                 continue
-            out.append(grades[check].finding(comp, value))
+            outcomes.append(Outcome(comp, grades[check].grade(value)))
+    # every GPU that is not in its expected state keeps its own finding; the others fold into one a check
+    out += fold(host, GPU_ID, outcomes, total=len(obs.gpus), noun="GPUs", names=_STATE_NAMES)
     return out + _health_and_identity(host, obs.gpus, ctx)
+
+
+_STATE_NAMES = {"fabric.state": "fabric state", "fabric.status": "fabric status"}
 
 
 def _health_and_identity(host: str, gpus: tuple[GpuFabric, ...], ctx: EvalContext) -> list[Finding]:

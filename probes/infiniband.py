@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from healthcheck.core.grading import ValueGrades, grade_value
+from healthcheck.core.grading import Grade, Outcome, ValueGrades, fold, grade_value
 from healthcheck.core.model import CommandResult, Finding, Status
 from healthcheck.core.profiles import Expectation, Profile
 from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
@@ -173,10 +173,20 @@ def _port_findings(obs: IbObservation, ctx: EvalContext) -> list[Finding]:
     previous = previous_counters(ctx.previous.get("infiniband"))
     rules = _counter_rules(host, profile, source, growth=bool(previous))
     facets = _PortFacets(host, profile, source)
+    graded: list[Finding | Outcome] = []
     for port in selection.fabric:
-        findings += facets.findings(port)
-        findings += _counter_findings(host, port, source, previous.get(port.name), rules)
+        graded += facets.outcomes(port)
+        graded += _counter_findings(host, port, source, previous.get(port.name), rules)
+    # a port that is not as expected keeps its own finding; the ports that pass a check fold into one
+    findings += fold(host, source, [o for o in graded if isinstance(o, Outcome)], total=len(selection.fabric),
+                     noun="ports", names=PORT_NAMES)
+    findings += [f for f in graded if isinstance(f, Finding)]
     return findings + flap_findings(host, obs.devices, selection.fabric, obs.link_log, previous, ctx)
+
+
+# How a folded PASS words a port check (``all 8 ports: state ACTIVE / LinkUp, within == ACTIVE, == LinkUp``)
+PORT_NAMES = {"ib.port.state": "state", "ib.port.rate": "rate",
+              "ib.port.counters": "error-counter checks within thresholds:"}
 
 
 _Facet = tuple[str, Any, ValueGrades]  # label, the port's value, its grades
@@ -191,8 +201,8 @@ PORT_UP_RULE = {"ib.port.state": Expectation(key="ib.port.state", op="eq", value
 
 
 class _PortFacets:
-    """A host's ``ib.port.state`` and ``ib.port.rate`` findings: one finding a port for several facets
-    (state + physical state; rate + width + speed), each facet's values graded once on the host."""
+    """A host's ``ib.port.state`` and ``ib.port.rate`` outcomes: one a port for several facets (state +
+    physical state; rate + width + speed), each facet's values graded once on the host."""
 
     def __init__(self, host: str, profile: Profile, source: str) -> None:
         self.host, self.source = host, source
@@ -204,18 +214,18 @@ class _PortFacets:
         self.grades = {key: ValueGrades(host, key, exp, source=source, remedy="", profile=profile)
                        for key, exp in exps.items()}
 
-    def findings(self, port: IbPort) -> list[Finding]:
+    def outcomes(self, port: IbPort) -> list[Outcome]:
         g = self.grades
         state = [("state", port.state, g["ib.port.state"]),
                  ("physical state", port.phys_state, g["ib.port.phys_state"])]
         rate = [("rate", port.rate_gbps, g["ib.port.rate_gbps"]), ("width", port.width, g["ib.port.width"]),
                 ("speed", port.speed, g["ib.port.speed"])]
-        return [self._finding("ib.port.state", port.name, _REMEDY_LINK, state),
-                self._finding("ib.port.rate", port.name, _REMEDY_RATE, rate, shown=port.rate_text)]
+        return [self._outcome("ib.port.state", port.name, _REMEDY_LINK, state),
+                self._outcome("ib.port.rate", port.name, _REMEDY_RATE, rate, shown=port.rate_text)]
 
-    def _finding(self, check: str, component: str, remedy: str, parts: list[_Facet],
-                 shown: str | None = None) -> Finding:
-        """One finding for several facets of a port; a facet the tool does not print is not graded, and
+    def _outcome(self, check: str, component: str, remedy: str, parts: list[_Facet],
+                 shown: str | None = None) -> Outcome:
+        """One outcome for several facets of a port; a facet the tool does not print is not graded, and
         the message says so."""
         measured = shown or " / ".join(str(v) for _, v, _ in parts if v is not None)
         unprinted: list[str] = []
@@ -240,20 +250,18 @@ class _PortFacets:
                 f"no expectation for {check} in the profile"
             return self._skip(check, component, measured or None if unprinted else measured, why)
         why = f" ({', '.join(unprinted)} not reported by {self.source}: not graded)" if unprinted else ""
-        message = f"{component}: {check.split('.')[-1]} {measured}"
+        message, note = f"{check.split('.')[-1]} {measured}", ""
         if status is not Status.PASS:
             message += f": {'; '.join(bad)}{why} (source: {'; '.join(sorted(sources))})"
-        else:
-            message += why
+        else:  # a PASS's notes: kept when the ports that pass are folded into one finding
+            note = why
             if check == "ib.port.state" and self.built_in:
-                message += " (no ib.port.state in the profile: graded by the rule for any hardware, NHC check_hw_ib)"
-        return Finding(host=self.host, check=check, component=component, status=status, value=measured,
-                       expected=", ".join(expected), message=message, source=self.source,
-                       remedy=None if status is Status.PASS else remedy)
+                note += " (no ib.port.state in the profile: graded by the rule for any hardware, NHC check_hw_ib)"
+        return Outcome(component, Grade(check, status, measured, ", ".join(expected), None, message, note,
+                                        remedy=None if status is Status.PASS else remedy))
 
-    def _skip(self, check: str, component: str, value: str | None, why: str) -> Finding:
-        return Finding(host=self.host, check=check, component=component, status=Status.SKIP, value=value,
-                       message=f"{component}: {why}", source=self.source)
+    def _skip(self, check: str, component: str, value: str | None, why: str) -> Outcome:
+        return Outcome(component, Grade(check, Status.SKIP, value, None, None, why))
 
 
 def previous_counters(previous: Any) -> dict[str, dict[str, int]]:
@@ -301,10 +309,11 @@ def _counter_rules(host: str, profile: Profile, source: str, growth: bool = True
 
 
 def _counter_findings(host: str, port: IbPort, source: str, before: Mapping[str, int] | None,
-                      rules: list[_CounterRule]) -> list[Finding]:
-    """Every counter over its threshold or grown too fast (a Finding is built only for those), else one
-    PASS for the port."""
-    findings, checked, counters = [], 0, port.counters
+                      rules: list[_CounterRule]) -> list[Finding | Outcome]:
+    """Every counter over its threshold or grown too fast (a Finding is built only for those), else the
+    port's PASS outcome (folded with the other ports')."""
+    findings: list[Finding | Outcome] = []
+    checked, counters = 0, port.counters
     for rule in rules:  # by counter name
         name = rule.name
         value = counters.get(name, _MISSING)
@@ -323,9 +332,8 @@ def _counter_findings(host: str, port: IbPort, source: str, before: Mapping[str,
                 " since the previous run"
             findings.append(rule.growth.finding(port.name, growth, note=flap + _saturation_note(name, value)))
     if checked and not findings:
-        findings.append(Finding(host=host, check="ib.port.counters", component=port.name, status=Status.PASS,
-                                value=checked, source=source,
-                                message=f"{port.name}: {checked} error-counter checks within thresholds"))
+        return [Outcome(port.name, Grade("ib.port.counters", Status.PASS, checked, None, None,
+                                         f"{checked} error-counter checks within thresholds"))]
     return findings
 
 

@@ -5,6 +5,9 @@
              Link 0: 25.781 GB/s                               Link 0: Replay Errors: 0
              Link 3: <inactive>                                Link 0: Recovery Errors: 0
                                                                Link 0: CRC Errors: 0
+
+GPUs whose active link count passes fold into one ``nvlink.links`` finding (``all 8 GPUs: NVLinks active
+18 links``); a GPU short of links, an inactive link and a slow one keep their own.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from healthcheck.core.grading import ValueGrades, expected_text
+from healthcheck.core.grading import Outcome, ValueGrades, expected_text, fold
 from healthcheck.core.model import CommandResult, Finding, Status
 from healthcheck.core.profiles import Expectation
 from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
@@ -233,7 +236,9 @@ def _expected_links(ctx: EvalContext) -> int | None:
     return None if exp is None or exp.value is None else int(exp.value)
 
 
-def _grade_gpu(gpu: GpuLinks, ctx: EvalContext, speeds: ValueGrades, links: ValueGrades) -> list[Finding]:
+def _grade_gpu(gpu: GpuLinks, ctx: EvalContext, speeds: ValueGrades,
+               links: ValueGrades) -> list[Finding | Outcome]:
+    """One GPU's link findings; its ``nvlink.links`` grade as an outcome, for ``evaluate_nvlink`` to fold."""
     host, comp = ctx.host.name, f"gpu{gpu.index}"
     if gpu.state == "mig":
         return [Finding(host=host, check="nvlink.links", component=comp, status=Status.SKIP, source=STATUS_ID,
@@ -243,11 +248,12 @@ def _grade_gpu(gpu: GpuLinks, ctx: EvalContext, speeds: ValueGrades, links: Valu
         return [links.finding(comp, 0, lead=f"{comp} {what}; ")]
     active_speeds = [ln.speed_gbps for ln in gpu.links if ln.active]
     active = len(active_speeds)
-    out = [Finding(host=host, check="nvlink.link.active", component=f"{comp} link {ln.link}",
-                   status=Status.FAIL, value="inactive", expected="active", source=STATUS_ID,
-                   remedy=REMEDY_LINK, message=f"{comp} link {ln.link} is <inactive>")
-           for ln in gpu.links if not ln.active] if active < len(gpu.links) else []
-    out.append(links.finding(comp, active))
+    out: list[Finding | Outcome] = [
+        Finding(host=host, check="nvlink.link.active", component=f"{comp} link {ln.link}", status=Status.FAIL,
+                value="inactive", expected="active", source=STATUS_ID, remedy=REMEDY_LINK,
+                message=f"{comp} link {ln.link} is <inactive>")
+        for ln in gpu.links if not ln.active] if active < len(gpu.links) else []
+    out.append(Outcome(comp, links.grade(active)))  # folded with the other GPUs' where it passes
     if speeds.exp is None or speeds.all_pass(active_speeds):
         return out
     out += [speeds.finding(f"{comp} link {ln.link}", ln.speed_gbps) for ln in gpu.links
@@ -311,10 +317,16 @@ def evaluate_nvlink(obs: NvLinkObservation, ctx: EvalContext) -> list[Finding]:
         return [links.finding("node", 0, lead="nvidia-smi nvlink -s listed no GPU; ")]
     speeds = ValueGrades(host, "nvlink.link.speed_gbps", ctx.profile.expect("nvlink.link.speed_gbps"),
                          source=STATUS_ID, remedy=REMEDY_LINK, profile=ctx.profile)
-    out = [f for gpu in obs.gpus for f in _grade_gpu(gpu, ctx, speeds, links)]
+    graded = [f for gpu in obs.gpus for f in _grade_gpu(gpu, ctx, speeds, links)]
+    out = [f for f in graded if isinstance(f, Finding)]
+    out += fold(host, STATUS_ID, [o for o in graded if isinstance(o, Outcome)], total=len(obs.gpus), noun="GPUs",
+                names=_LINK_NAMES)
     if obs.counters_read:
         out.extend(_grade_counters(obs, ctx))
     return out
+
+
+_LINK_NAMES = {"nvlink.links": "NVLinks active"}
 
 
 PROBE = register(ProbeSpec(

@@ -154,7 +154,7 @@ class Grade(NamedTuple):
     expected: JSONScalar
     unit: str | None
     text: str                  # the message after the component's name
-    citation: str = ""         # " (source: ...)" of a graded value that did not pass
+    citation: str = ""         # " (source: ...)" of a graded value that did not pass; on a PASS, the rule's note
     remedy: str | None = None
     named: bool = True         # False: the message names no component (no expectation, cannot grade)
 
@@ -326,7 +326,7 @@ def _folded(host: str, source: str | None, group: list[Outcome], total: int, nou
     if first.status is Status.PASS:
         unit = f" {first.unit}" if first.unit else ""
         within = f", within {first.expected}" if first.expected else ""
-        message = f"{who}: {what or _what(first.check.split('.', 1)[-1])} {shown}{unit}{within}"
+        message = f"{who}: {what or _what(first.check.split('.', 1)[-1])} {shown}{unit}{within}{first.citation}"
     else:
         message = f"{who}: {first.text}{first.citation}{group[0].detail}"
     return Finding(host=host, check=first.check, status=first.status, component="node",

@@ -94,7 +94,7 @@ def test_a_swapped_part_starts_a_fresh_counter_baseline(tmp_path):
     assert "no previous run" in replays.message
     # the new card's 9000 symbol errors are graded as they stand, never as growth over the old card's count
     assert [(f.check, f.status.value) for f in graded.findings if f.component == "mlx5_0/1"] == [
-        ("ib.port.state", "PASS"), ("ib.port.rate", "PASS"), ("ib.counter.symbol_error", "FAIL")]
+        ("ib.counter.symbol_error", "FAIL")]  # its state and rate pass: folded with the other ports
     # the same growth on parts that were NOT swapped is graded against the previous run
     (b / "raw" / "h100-node03" / "hca-ids.out").write_text(hca_ids("b83f:d203:00b6:eb16"))
     smi = b / "raw" / "h100-node03" / "nvidia-smi-q-x.out"

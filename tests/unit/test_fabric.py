@@ -40,7 +40,9 @@ def grade(manager: str, manager_rc: int, smi: str, smi_rc: int = 0, profile: str
 def test_healthy_nvswitch_node():
     findings = grade("active\n", 0, HEALTHY)
     assert {f.status for f in findings} == {Status.PASS}
-    assert len([f for f in findings if f.check == "fabric.state"]) == 8
+    [state] = [f for f in findings if f.check == "fabric.state"]  # the 8 GPUs that pass: one finding
+    assert (state.component, state.value) == ("node", "Completed")
+    assert state.message == "all 8 GPUs: fabric state Completed, within == Completed"
     assert {f.source for f in findings if f.check != "fabric.manager"} == {"nvidia-smi-q-x"}
 
 
@@ -134,6 +136,7 @@ def test_gpu_not_in_the_fabric_is_warn_without_any_profile(state: str, status: s
         assert says in gpu0.message and gpu0.remedy
         others = {f.status for f in findings if f.component != "gpu0" and f.check == "fabric.state"}
         assert others == {Status.SKIP}  # Completed/Success and no expectation: nothing to grade
-    # with the NVSwitch profile it is graded as before: FAIL
-    [graded] = [f for f in evaluate_fabric(obs, ctx()) if f.component == "gpu0" and f.check == "fabric.state"]
-    assert graded.status is (Status.PASS if state == "Completed" else Status.FAIL)
+    # with the NVSwitch profile it is graded as before: FAIL (a state that passes folds with the other GPUs')
+    graded = {(f.check, f.component): f.status for f in evaluate_fabric(obs, ctx()) if f.status is not Status.PASS}
+    assert graded.get(("fabric.state", "gpu0")) is (None if state == "Completed" else Status.FAIL)
+    assert graded[("fabric.status", "gpu0")] is Status.FAIL  # Insufficient Resources, or N/A: not Success

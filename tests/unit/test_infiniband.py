@@ -11,7 +11,7 @@ from healthcheck.core.model import CommandResult, Host, Status
 from healthcheck.core.profiles import Expectation, load_profile
 from healthcheck.core.spec import EvalContext, ParseError
 from healthcheck.probes.ib_parse import IbObservation, parse_ib_sysfs, parse_ibstat, parse_peermem_module, parse_rate
-from healthcheck.probes.infiniband import COMMANDS, evaluate_infiniband, parse_infiniband
+from healthcheck.probes.infiniband import COMMANDS, evaluate_infiniband, fabric_ports, parse_infiniband
 from healthcheck.store.jsoncodec import to_jsonable
 from tests.conftest import corpus_files, corpus_text, fixture_text
 
@@ -122,7 +122,11 @@ def test_healthy_h100_passes_and_storage_ports_are_left_out():
     assert {f.status for f in findings} == {Status.PASS}, [f.message for f in findings if f.status != Status.PASS]
     assert by_check(findings, "ib.hca.count")[0].value == 8
     assert by_check(findings, "ib.port.count")[0].value == 8
-    assert len(by_check(findings, "ib.port.rate")) == 8
+    [rate] = by_check(findings, "ib.port.rate")  # the 8 fabric ports pass: one finding
+    assert (rate.component, rate.value) == ("node", "400 Gb/sec (4X NDR)")
+    assert rate.message == "all 8 ports: rate 400 Gb/sec (4X NDR), within == 400 Gb/s, == 4X, == NDR"
+    [counters] = by_check(findings, "ib.port.counters")
+    assert counters.message == "all 8 ports: error-counter checks within thresholds: 11"
     assert by_check(findings, "ib.gpudirect_rdma")[0].message.endswith("(nvidia_peermem)")
 
 
@@ -278,9 +282,9 @@ def test_link_downed_growth_through_cli_previous_run(tmp_path):
 def test_ibstat_only_width_and_speed_unknown_are_not_graded_the_rate_is():
     """ibstat prints no width or speed: with only ibstat, every healthy port used to be ERROR."""
     _, findings = evaluate({"ibstat": corpus_text("ib/ibstat-h100-node-ib400-some-ports-down.txt")})
-    rates = by_check(findings, "ib.port.rate")
-    assert len(rates) == 8 and {f.status for f in rates} == {Status.PASS}
-    assert rates[0].message.endswith("rate 400 Gb/sec (width, speed not reported by ibstat: not graded)")
+    [rate] = by_check(findings, "ib.port.rate")  # the 8 ports pass: one finding, which keeps the note
+    assert rate.status is Status.PASS and rate.message == ("all 8 ports: rate 400 Gb/sec, within == 400 Gb/s "
+                                                           "(width, speed not reported by ibstat: not graded)")
     assert {f.status for f in by_check(findings, "ib.port.state")} == {Status.PASS}
 
 
@@ -309,7 +313,8 @@ def test_virtual_functions_of_another_type_at_the_profiles_rate_are_graded_and_t
     assert "graded as fabric ports by link layer InfiniBand at the profile's rate (== 200 Gb/s)" in kind.message
     assert "add their CA type to ib.hca.type" in kind.remedy
     assert {f.status for f in by_check(findings, "ib.port.rate")} == {Status.PASS}
-    assert len(by_check(findings, "ib.port.state")) == 8
+    assert [f.message for f in by_check(findings, "ib.port.state")] == [
+        "all 8 ports: state ACTIVE / LinkUp, within == ACTIVE, == LinkUp"]
     assert not [f for f in findings if f.status in (Status.FAIL, Status.ERROR)]
     # derived fault: mlx5_2's port Down/Polling at rate 10; its type runs the fabric, so it stays a fabric port
     head, rest = corpus_text("ib/ibstat-a100-node-all-active.txt").split("CA 'mlx5_2'", 1)
@@ -361,11 +366,13 @@ def test_without_a_profile_a_port_not_active_is_a_warning_naming_it():
     _, findings = evaluate({"ib-sysfs": own("sysfs-h100-degraded-2x-hdr-down-symbol-errors.txt")},
                            profile=EMPTY_PROFILE)
     state = by_check(findings, "ib.port.state")
-    assert len(state) == 12
     bad = [(f.component, f.status, f.value) for f in state if f.status is not Status.PASS]
     assert bad == [("mlx5_10/1", Status.WARN, "DOWN / Disabled")]
     assert "NHC check_hw_ib" in next(f for f in state if f.component == "mlx5_10/1").message
-    assert "graded by the rule for any hardware" in state[0].message
+    [up] = [f for f in state if f.status is Status.PASS]  # the 11 other ports: one finding naming the rule
+    assert up.message == ("mlx5_0/1,mlx5_1/1,mlx5_2/1,mlx5_3/1,mlx5_4/1,mlx5_5/1,mlx5_6/1,mlx5_7/1,mlx5_8/1,mlx5_9/1,"
+                          "mlx5_11/1: state ACTIVE / LinkUp, within == ACTIVE, == LinkUp (no ib.port.state in "
+                          "the profile: graded by the rule for any hardware, NHC check_hw_ib)")
     assert {f.status for f in by_check(findings, "ib.port.rate")} == {Status.SKIP}
     _, polling = evaluate({"ibstat": own("ibstat-h100-8x-ib-mlx5_3-down-polling.txt")}, profile=EMPTY_PROFILE)
     assert [(f.component, f.value) for f in by_check(polling, "ib.port.state") if f.status is Status.WARN] == \
@@ -383,7 +390,9 @@ def test_without_a_profile_the_corpus_ports_down_are_named_and_the_host_is_check
     state = by_check(findings, "ib.port.state")
     assert [(f.component, f.value) for f in state if f.status is Status.WARN] == \
         [("mlx5_2/1", "DOWN / Disabled"), ("mlx5_7/1", "DOWN / Disabled"), ("mlx5_8/1", "DOWN / Disabled")]
-    assert [f.status for f in state].count(Status.PASS) == 9
+    [up] = [f for f in state if f.status is Status.PASS]
+    assert up.message.startswith("mlx5_0/1,mlx5_1/1,mlx5_3/1,mlx5_4/1,mlx5_5/1,mlx5_6/1,mlx5_9/1,mlx5_10/1,"
+                                 "mlx5_11/1: state ACTIVE / LinkUp")
     assert not [f for f in findings if f.status in (Status.FAIL, Status.ERROR)]
 
     class Result:
@@ -405,16 +414,18 @@ def test_roce_site_profile_selects_the_fabric_by_rate_on_a_real_node():
     count = by_check(findings, "ib.hca.count")[0]
     assert (count.status, count.value) == (Status.PASS, 8)
     assert [(f.status, f.value) for f in by_check(findings, "ib.hca.type")] == [(Status.PASS, "MT4129")]
-    assert len(by_check(findings, "ib.port.rate")) == 8
+    assert [f.message for f in by_check(findings, "ib.port.rate")] == [
+        "all 8 ports: rate 400 Gb/sec, within == 400 Gb/s (width, speed not reported by ibstat: not graded)"]
     # the same node with its ConnectX-7 listed as another id (a VF): still the fabric at 400, type WARN
     text = corpus_text("ib/ibstat-h100-node-8x400G-roce-all-active.txt").replace("MT4129", "MT4130")
-    _, findings = evaluate({"ibstat": text}, profile=roce)
+    obs, findings = evaluate({"ibstat": text}, profile=roce)
     assert [(f.status, f.value) for f in by_check(findings, "ib.hca.count")] == [(Status.PASS, 8)]
     (kind,) = by_check(findings, "ib.hca.type")
     assert (kind.status, kind.value) == (Status.WARN, "MT4130")
     assert "by link layer Ethernet at the profile's rate (== 400 Gb/s)" in kind.message
-    assert sorted(f.component for f in by_check(findings, "ib.port.rate")) == \
+    assert sorted(p.name for p in fabric_ports(obs.devices, roce).fabric) == \
         ["mlx5_0/1", "mlx5_10/1", "mlx5_11/1", "mlx5_3/1", "mlx5_4/1", "mlx5_5/1", "mlx5_6/1", "mlx5_9/1"]
+    assert [f.message.split(":")[0] for f in by_check(findings, "ib.port.rate")] == ["all 8 ports"]
 
 
 def test_a_name_selector_that_matches_nothing_is_the_profiles_error():
@@ -435,7 +446,7 @@ def test_port_state_and_rate_graded_once_per_distinct_values_as_each_port_alone(
     """``_PortFacets`` grades each facet's values once a host: every port's finding is still exactly what a
     port graded alone gives (healthy ports alike, degraded ones apart, ibstat's unprinted width and speed,
     and a value that cannot be a key)."""
-    from healthcheck.probes.infiniband import _PortFacets, fabric_ports
+    from healthcheck.probes.infiniband import _PortFacets
 
     obs, _ = evaluate({"ib-sysfs": own(name)})
     ports = list(fabric_ports(obs.devices, H100).fabric)
@@ -443,7 +454,7 @@ def test_port_state_and_rate_graded_once_per_distinct_values_as_each_port_alone(
               replace(ports[2], state=["ACTIVE"])]
     facets = _PortFacets("gpu001", H100, "ib-sysfs")
     for port in ports + ports:
-        assert facets.findings(port) == _PortFacets("gpu001", H100, "ib-sysfs").findings(port)
+        assert facets.outcomes(port) == _PortFacets("gpu001", H100, "ib-sysfs").outcomes(port)
     assert len(facets.grades["ib.port.state"]._grades) < len(ports)  # alike ports shared one grading
 
 

@@ -103,8 +103,9 @@ def test_healthy_h100_passes():
                   body("nvlink/h100-8gpu-errors-all-zero.txt"))
     findings = evaluate_nvlink(obs, ctx())
     assert not bad(findings)
-    links = [f for f in findings if f.check == "nvlink.links"]
-    assert len(links) == 8 and {f.value for f in links} == {18}
+    [links] = [f for f in findings if f.check == "nvlink.links"]  # the 8 GPUs that pass: one finding
+    assert (links.component, links.value) == ("node", 18)
+    assert links.message == "all 8 GPUs: NVLinks active 18 links, within >= 18 links"
     replay = next(f for f in findings if f.check == "nvlink.errors.replay")
     assert replay.status is Status.PASS and replay.value == 144  # 8 GPUs x 18 links graded
     assert not [f for f in findings if f.check.endswith(".growth")]  # no previous run
