@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -83,14 +84,27 @@ def test_schema_rejects_what_readers_could_not_use(fresh: Path) -> None:
     assert any(path.startswith(f"$.hosts['h100-node03'].findings[{len(host['findings']) - 1}]") for path in errors)
 
 
+def assert_same_grading(after: Iterable[Finding], before: Iterable[Finding]) -> None:
+    """The same findings that did not pass, and the same checks passed on each host: the writer of version 1
+    listed a PASS per InfiniBand port, per GPU's NVLink count and fabric state, which now fold into one."""
+    after, before = list(after), list(before)
+    assert sorted(graded(f) for f in after if f.status is not Status.PASS) == \
+        sorted(graded(f) for f in before if f.status is not Status.PASS)
+    assert {(f.host, f.check) for f in after if f.status is Status.PASS} == \
+        {(f.host, f.check) for f in before if f.status is Status.PASS}
+
+
 def test_same_verdicts_and_findings_as_the_version_1_writer(fresh: Path) -> None:
     before = RunResults.from_json(json.loads(V1.read_text()))
     after = load_results(fresh)
     assert {n: h.verdict for n, h in after.hosts.items()} == {n: h.verdict for n, h in before.hosts.items()} == {
         "h100-node01": Status.PASS, "h100-node02": Status.PASS, "h100-node03": Status.FAIL,
         "h100-node04": Status.WARN}
-    assert sorted(map(graded, after.findings())) == sorted(map(graded, before.findings()))
-    assert after.summary() == before.summary()
+    assert_same_grading(after.findings(), before.findings())
+    now, then = after.summary(), before.summary()
+    assert {**now, "findings_by_status": None} == {**then, "findings_by_status": None}
+    assert {**now["findings_by_status"], "PASS": 131} == {**then["findings_by_status"], "PASS": 131}
+    assert (now["findings_by_status"]["PASS"], then["findings_by_status"]["PASS"]) == (131, 187)
 
 
 def test_full_observations_are_in_the_store(fresh: Path) -> None:
@@ -118,7 +132,7 @@ def test_version_1_run_directory_reports_summarises_and_replays(old: Path, tmp_p
                                  "--run-dir", str(tmp_path / "again")])
     assert replayed.exit_code == 1, replayed.output
     before = RunResults.from_json(json.loads(V1.read_text()))
-    assert sorted(map(graded, load_results(tmp_path / "again").findings())) == sorted(map(graded, before.findings()))
+    assert_same_grading(load_results(tmp_path / "again").findings(), before.findings())
 
 
 def test_report_command_reads_the_run_once_and_writes_what_a_fresh_load_writes(fresh: Path, tmp_path: Path,
