@@ -10,7 +10,7 @@ the passing checks counted in one testcase per host (bounded: hosts + non-PASS f
           <failure message="7 GPUs visible, expected 8" type="FAIL">...remedy...</failure>
 
 With the report option ``junit_full`` (``--junit-full`` on ``run`` and ``report``) every finding is its own
-testcase, PASS included (about 120 per host). FAIL -> ``<failure>``, ERROR -> ``<error>``, SKIP ->
+testcase, PASS included (about 80 per 8-GPU host). FAIL -> ``<failure>``, ERROR -> ``<error>``, SKIP ->
 ``<skipped>``; PASS and WARN pass (a WARN says so in ``<system-out>``). A host without findings gets one
 ``<error>`` testcase. The output validates against the JUnit schema of Jenkins' xUnit plugin
 (``reports/schemas/junit-jenkins-xunit-10.xsd``).

@@ -162,7 +162,7 @@ def plan_option(command: Callable[..., Any]) -> Callable[..., Any]:
 def junit_full_option(command: Callable[..., Any]) -> Callable[..., Any]:
     """``--junit-full``: junit.xml lists every finding, PASS included (``run``, ``report``)."""
     return click.option("--junit-full", is_flag=True, help="junit.xml: a testcase for every check of every host, "
-                        "PASS included (~120 per host; the default lists the checks that did not pass and counts "
+                        "PASS included (~80 per 8-GPU host; the default lists the checks that did not pass and counts "
                         "the passing ones per host).")(command)
 
 
