@@ -9,8 +9,8 @@ This probe owns the per-GPU fabric checks (``fabric.state``, ``fabric.status``, 
 profile; the R570+ identity and health block, ``fabric.health.*``, ``fabric.cluster_uuid`` and
 ``fabric.clique.consistent``, in ``probes/fabric_health.py``); the gpu probe reads the same field but
 does not grade it. GPUs that pass a check fold into one finding (``all 8 GPUs: fabric state Completed``);
-a GPU that does not keeps its own. The clique, cluster UUID and tray position of each GPU are what the NVLink domain
-check (``probes/nvl_domain.py``) groups hosts by. On GB200/GB300 NVL72 compute trays the Fabric
+a GPU that does not keeps its own. The clique, cluster UUID and tray position of each GPU are what the
+NVLink domain check (``probes/nvl_domain.py``) groups hosts by. On GB200/GB300 NVL72 compute trays the Fabric
 Manager runs on the NVLink switch trays, not on the tray: their profiles expect no ``fabric.manager``.
 NVSwitch SXid lines of the kernel log are graded by the xid probe (check ``fabric.sxid.<code>``),
 which reads the kernel log once for both.

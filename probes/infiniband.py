@@ -176,7 +176,7 @@ def _port_findings(obs: IbObservation, ctx: EvalContext) -> list[Finding]:
     graded: list[Finding | Outcome] = []
     for port in selection.fabric:
         graded += facets.outcomes(port)
-        graded += _counter_findings(host, port, source, previous.get(port.name), rules)
+        graded += _counter_findings(port, previous.get(port.name), rules)
     # a port that is not as expected keeps its own finding; the ports that pass a check fold into one
     findings += fold(host, source, [o for o in graded if isinstance(o, Outcome)], total=len(selection.fabric),
                      noun="ports", names=PORT_NAMES)
@@ -205,7 +205,7 @@ class _PortFacets:
     physical state; rate + width + speed), each facet's values graded once on the host."""
 
     def __init__(self, host: str, profile: Profile, source: str) -> None:
-        self.host, self.source = host, source
+        self.source = source
         exps = {key: profile.expect(key) for key in ("ib.port.state", "ib.port.phys_state", "ib.port.rate_gbps",
                                                      "ib.port.width", "ib.port.speed")}
         self.built_in = exps["ib.port.state"] is None and exps["ib.port.phys_state"] is None
@@ -308,7 +308,7 @@ def _counter_rules(host: str, profile: Profile, source: str, growth: bool = True
             for name, (exp, growth_exp) in sorted(rules.items())]
 
 
-def _counter_findings(host: str, port: IbPort, source: str, before: Mapping[str, int] | None,
+def _counter_findings(port: IbPort, before: Mapping[str, int] | None,
                       rules: list[_CounterRule]) -> list[Finding | Outcome]:
     """Every counter over its threshold or grown too fast (a Finding is built only for those), else the
     port's PASS outcome (folded with the other ports')."""

@@ -53,6 +53,11 @@ def test_fabric_manager_down_and_gpu_not_in_fabric():
     assert got == {("fabric.manager", "node", "failed"), ("fabric.state", "gpu3", "In Progress"),
                    ("fabric.status", "gpu3", "N/A")}
     assert all(f.status is Status.FAIL and f.remedy for f in findings)
+    passed = {f.check: f.message for f in grade("failed\n", 3, smi) if f.status is Status.PASS and f.check in (
+        "fabric.state", "fabric.status")}  # the seven other GPUs: one PASS a check, naming them
+    assert passed == {
+        "fabric.state": "gpu0,gpu1,gpu2,gpu4,gpu5,gpu6,gpu7: fabric state Completed, within == Completed",
+        "fabric.status": "gpu0,gpu1,gpu2,gpu4,gpu5,gpu6,gpu7: fabric status Success, within == Success"}
 
 
 def test_fabric_is_graded_here_only_not_again_by_the_gpu_probe():

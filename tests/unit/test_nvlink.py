@@ -122,6 +122,10 @@ def test_inactive_and_slow_links_named():
     }
     speed = next(f for f in findings if f.check == "nvlink.link.speed_gbps")
     assert speed.expected == ">= 26.562 GB/s" and speed.remedy and speed.source == "nvidia-smi-nvlink-s"
+    # the seven GPUs with 18 active links share one PASS naming them; gpu3 keeps its FAIL
+    [passed] = [f for f in evaluate_nvlink(obs, ctx()) if f.check == "nvlink.links" and f.status is Status.PASS]
+    assert (passed.component, passed.value, passed.source) == ("node", 18, "nvidia-smi-nvlink-s")
+    assert passed.message == "gpu0,gpu1,gpu2,gpu4,gpu5,gpu6,gpu7: NVLinks active 18 links, within >= 18 links"
 
 
 def test_all_inactive_gpu_fails_with_zero_links():
