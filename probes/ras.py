@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from healthcheck.core.grading import finding_from_expectation, grade_value
+from healthcheck.core.grading import Outcome, finding_from_expectation, fold, grade_value
 from healthcheck.core.model import CommandResult, Finding, Status
 from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 from healthcheck.probes import register
@@ -80,24 +80,24 @@ def _edac_findings(obs: RasObservation, ctx: EvalContext) -> list[Finding]:
         return [Finding(host=host, check="ras.edac", status=Status.SKIP, source="edac-sysfs",
                         message="no EDAC memory-controller driver loaded: DIMM errors cannot be counted",
                         remedy="Load the platform EDAC driver (e.g. skx_edac, i10nm_edac, amd64_edac)")]
-    out = []
+    out: list[Outcome] = []
     before = _previous(ctx, "edac")
     for mc, counts in sorted(obs.edac.items()):
-        out.append(finding_from_expectation(host, "ras.edac.uncorrected",
-                                            profile.expect("ras.edac.uncorrected"), counts.ue,
-                                            source="edac-sysfs", component=mc, profile=profile,
-                                            remedy=_REMEDY_UE))
+        out.append(Outcome(mc, grade_value("ras.edac.uncorrected", profile.expect("ras.edac.uncorrected"), counts.ue,
+                                           profile=profile, remedy=_REMEDY_UE)))
         if profile.expect("ras.edac.corrected") is not None:
-            out.append(finding_from_expectation(host, "ras.edac.corrected",
-                                                profile.expect("ras.edac.corrected"), counts.ce,
-                                                source="edac-sysfs", component=mc, profile=profile,
-                                                remedy=_REMEDY_CE))
+            out.append(Outcome(mc, grade_value("ras.edac.corrected", profile.expect("ras.edac.corrected"), counts.ce,
+                                               profile=profile, remedy=_REMEDY_CE)))
         growth = _growth(counts.ce, (before.get(mc) or {}).get("ce"))
         if growth is not None:
-            out.append(finding_from_expectation(
-                host, "ras.edac.corrected_growth", profile.expect("ras.edac.corrected_growth"), growth,
-                source="edac-sysfs", component=mc, profile=profile, remedy=_REMEDY_CE))
-    return out
+            out.append(Outcome(mc, grade_value("ras.edac.corrected_growth", profile.expect("ras.edac.corrected_growth"),
+                                               growth, profile=profile, remedy=_REMEDY_CE)))
+    # a controller over its bound keeps its own finding; those within it fold into one a check
+    return fold(host, "edac-sysfs", out, total=len(obs.edac), noun="memory controllers", names=_EDAC_NAMES)
+
+
+_EDAC_NAMES = {"ras.edac.uncorrected": "uncorrected errors", "ras.edac.corrected": "corrected errors",
+               "ras.edac.corrected_growth": "corrected errors since the previous run"}
 
 
 def _aer_findings(obs: RasObservation, ctx: EvalContext) -> list[Finding]:

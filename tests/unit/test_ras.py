@@ -73,6 +73,11 @@ def test_uncorrected_edac_and_fatal_aer_fail():
     assert [(f.component, f.status, f.value) for f in fatal] == [("0000:1b:00.0", Status.FAIL, 1)]
     assert "CmpltTO 1" in fatal[0].message
     assert [f.status for f in findings if f.check == "ras.aer.nonfatal"] == [Status.PASS]
+    # mc1 repaired: both controllers within the bound share one PASS
+    _, findings = evaluate({"edac-sysfs": own("edac-sysfs-mc1-uncorrected.txt").replace("ue_count:1", "ue_count:0")})
+    [ue] = [f for f in findings if f.check == "ras.edac.uncorrected"]
+    assert (ue.component, ue.status, ue.value) == ("node", Status.PASS, 0)
+    assert ue.message == "all 2 memory controllers: uncorrected errors 0 errors, within <= 0 errors"
 
 
 def test_growth_since_previous_run():
