@@ -73,8 +73,8 @@ class FindingIndex:
 
 def index_findings(hosts: Iterable[HostResult]) -> FindingIndex:
     """The index of ``hosts``' findings. Hosts without a bad finding that tally alike share one ``counts``
-    and one ``worst`` (most of a fleet passes the same checks the same way: one copy a host was most of
-    the reports' memory on a large run)."""
+    and one ``worst`` (most of a fleet passes the same checks the same way: a copy per host would be
+    most of the reports' memory on a large run)."""
     tallies: dict[str, HostTally] = {}
     by_check: defaultdict[str, list[Finding]] = defaultdict(list)
     not_passing: list[Finding] = []

@@ -443,8 +443,8 @@ def test_a_name_selector_that_matches_nothing_is_the_profiles_error():
 
 @pytest.mark.parametrize("name", ["sysfs-h100-8x-ndr-healthy.txt", "sysfs-h100-degraded-2x-hdr-down-symbol-errors.txt"])
 def test_port_state_and_rate_graded_once_per_distinct_values_as_each_port_alone(name):
-    """``_PortFacets`` grades each facet's values once a host: every port's finding is still exactly what a
-    port graded alone gives (healthy ports alike, degraded ones apart, ibstat's unprinted width and speed,
+    """``_PortFacets`` grades each facet's values once a host: every port's outcome is exactly what a port
+    graded alone gives (healthy ports alike, degraded ones apart, ibstat's unprinted width and speed,
     and a value that cannot be a key)."""
     from healthcheck.probes.infiniband import _PortFacets
 

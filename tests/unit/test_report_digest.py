@@ -280,7 +280,7 @@ def test_tally_of_a_passing_host_counts_each_check_as_the_general_pass_does() ->
 
 def test_hosts_that_tally_alike_share_one_tally_and_a_bad_host_keeps_its_own() -> None:
     """Most of a fleet passes the same checks the same way: the index holds their counts and worst statuses
-    once (held per host, they were most of the reports' memory on a large run); values are as unshared."""
+    once (a copy per host would be most of the reports' memory on a large run); values are as unshared."""
     from healthcheck.reports.findings_index import index_findings, tally
     from healthcheck.store.results import HostResult
 
