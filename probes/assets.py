@@ -30,6 +30,7 @@ from healthcheck.core.spec import EvalContext, ParseError, ProbeSpec
 from healthcheck.probes import register
 from healthcheck.probes.gpu import BUNDLE_SOURCES, GPU_ID, parse_gpu_sources
 from healthcheck.probes.gpu import COMMANDS as GPU_COMMANDS
+from healthcheck.probes.ib_parse import parse_ib_sysfs
 from healthcheck.probes.parse_memo import shared_parser
 
 _HCA_FILES = ("node_guid", "sys_image_guid", "fw_ver", "board_id", "hca_type", "hw_rev")
@@ -140,6 +141,19 @@ def parse_hca_ids(text: str, end: str = "# hca-ids end") -> tuple[HcaAsset, ...]
                           hw_rev=a.get("hw_rev")) for dev, a in sorted(attrs.items()))
 
 
+def ib_sysfs_hcas(text: str) -> tuple[HcaAsset, ...]:
+    """The HCAs of the infiniband probe's ``ib-sysfs`` dump (bundles from before ``hca-ids``: no GUIDs), from
+    that probe's parse of it (shared: one parse per host); a dump it refuses is read as ``parse_hca_ids`` reads
+    one (a truncated dump still raises ``ParseError``)."""
+    try:
+        devices = parse_ib_sysfs(text)
+    except ParseError:
+        return parse_hca_ids(text, end="# ib-sysfs")
+    found = ((d.name, _value(d.fw_ver), _value(d.board_id), _value(d.hca_type)) for d in devices)
+    return tuple(HcaAsset(name=name, fw_ver=fw_ver, psid=psid, hca_type=hca_type)
+                 for name, fw_ver, psid, hca_type in sorted(found) if fw_ver or psid or hca_type)
+
+
 def parse_dmi_sysfs(text: str) -> dict[str, str]:
     """``grep -H`` lines of /sys/class/dmi/id/<file> -> {file: value} (absent placeholders dropped)."""
     out = {}
@@ -178,7 +192,7 @@ def parse_assets(outputs: Mapping[str, CommandResult]) -> AssetsObservation:
     if (ids := outputs.get("hca-ids")) is not None:
         hcas = parse_hca_ids(ids.text)
     elif (ib := outputs.get("ib-sysfs")) is not None:  # bundles from before hca-ids: firmware and PSID only
-        hcas = parse_hca_ids(ib.text, end="# ib-sysfs")
+        hcas = ib_sysfs_hcas(ib.text)
     system: dict[str, str] = {}
     sources: dict[str, str] = {}
     if (dmi := outputs.get("dmi-sysfs")) is not None:

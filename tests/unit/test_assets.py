@@ -9,12 +9,14 @@ from healthcheck.core.profiles import EMPTY_PROFILE
 from healthcheck.core.spec import EvalContext, ParseError
 from healthcheck.probes.assets import (
     evaluate_assets,
+    ib_sysfs_hcas,
     parse_assets,
     parse_dmi_sysfs,
     parse_dmidecode,
     parse_gpu_assets,
     parse_hca_ids,
 )
+from healthcheck.probes.ib_parse import parse_ib_sysfs
 from tests.conftest import corpus_text, fixture_text
 
 
@@ -51,6 +53,25 @@ def test_hca_ids_from_sysfs_and_from_the_ib_sysfs_dump():
     assert mlx1.sys_image_guid == "946d:ae03:0093:77da"
     with pytest.raises(ParseError, match="truncated"):
         parse_hca_ids(fixture_text("assets/hca-ids-2x-cx7.txt").replace("# hca-ids end", ""))
+
+
+def test_hcas_of_an_ib_sysfs_dump_come_from_the_infiniband_parse():
+    """Bundles from before hca-ids: firmware, PSID and type from the infiniband probe's (shared) parse of
+    ib-sysfs, the HCAs the line scan finds; a dump that parse refuses is still read line by line."""
+    text = fixture_text("ib/sysfs-h100-link-downed-grew-fw-28.41.txt")
+    hcas = ib_sysfs_hcas(text)
+    assert [h.name for h in hcas] == sorted(f"mlx5_{i}" for i in range(12))  # mlx5_0, mlx5_1, mlx5_10, ...
+    assert {(h.fw_ver, h.psid, h.hca_type, h.node_guid) for h in hcas} == {("28.41.1000", "MT_0000000838",
+                                                                            "MT4129", None)}
+    assert hcas == parse_hca_ids(text, end="# ib-sysfs")
+    assert parse_assets({"ib-sysfs": result("ib-sysfs", text)}).hcas == hcas
+    refused = text.replace("/sys/class/infiniband/mlx5_0/ports/1/rate:", "no sysfs path\n"
+                           "/sys/class/infiniband/mlx5_0/ports/1/rate:", 1)
+    with pytest.raises(ParseError, match="not '<sysfs path>:<value>'"):
+        parse_ib_sysfs(refused)
+    assert ib_sysfs_hcas(refused) == hcas
+    with pytest.raises(ParseError, match="truncated"):
+        ib_sysfs_hcas(text.replace("# ib-sysfs end", ""))
 
 
 def test_dmi_sysfs_without_root_has_no_serials_and_dmidecode_adds_them():
