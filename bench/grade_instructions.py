@@ -73,13 +73,14 @@ def counted(bundle: Path) -> tuple[int, int]:
     """(instructions of the run's own process, of every process it forked) for one replay of ``bundle``."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONHASHSEED"] = "0"  # the same string hashes, so the same dict probing, in every run
-    proc = subprocess.run(["valgrind", "--tool=callgrind", "--trace-children=yes", "--callgrind-out-file=/dev/null",
+    with subprocess.Popen(["valgrind", "--tool=callgrind", "--trace-children=yes", "--callgrind-out-file=/dev/null",
                            sys.executable, __file__, "--child", str(bundle)],
-                          env=env, capture_output=True, text=True, check=False)
-    counts = {int(pid): int(n) for pid, n in COLLECTED.findall(proc.stderr)}
-    if proc.returncode != 0 or not counts:
-        sys.exit(f"replay under valgrind failed (rc {proc.returncode}):\n{proc.stderr[-2000:]}")
-    own = counts.pop(min(counts))  # the first process: the one valgrind started
+                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as proc:
+        _, stderr = proc.communicate()
+    counts = {int(pid): int(n) for pid, n in COLLECTED.findall(stderr)}
+    if proc.returncode != 0 or proc.pid not in counts:
+        sys.exit(f"replay under valgrind failed (rc {proc.returncode}):\n{stderr[-2000:]}")
+    own = counts.pop(proc.pid)  # valgrind runs the program in its own process: the pid it was started as
     return own, sum(counts.values())
 
 
