@@ -112,7 +112,7 @@ def parse_rate(text: str) -> tuple[float | None, str | None, str | None]:
     return float(m["gbps"]), m["width"], m["speed"]
 
 
-@shared_parser  # the infiniband, rates and versions probes all read ib-sysfs: one parse per host
+@shared_parser  # the infiniband, rates, versions and assets probes all read ib-sysfs: one parse per host
 def parse_ib_sysfs(text: str) -> tuple[IbDevice, ...]:
     """``grep -H`` lines of /sys/class/infiniband files (any path prefix), in the layout of the corpus file
     ``ib/sysfs-class-infiniband-h100-cx7-ndr-counters``. The command prints a closing ``# ib-sysfs end``

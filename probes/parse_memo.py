@@ -3,15 +3,15 @@
     @shared_parser
     def parse_ib_sysfs(text: str) -> tuple[IbDevice, ...]: ...
 
-Several probes read the same command's output: ``ib-sysfs`` (infiniband, rates, versions), ``nvidia-smi
-nvlink -e`` (nvlink, rates), ``pcie-aer`` (ras, rates), ``hca-ids`` (assets, and the asset diff of a
-sweep). Their parser is wrapped once, where it is defined, so every reader of one host's output gets
-the same parse. The key is the parser and all its arguments (the exact text, and any option such as an
-end marker), so a different text is always parsed again; ``ParseError`` is not cached (each reader
-sees it raised). A wrapped parser must return immutable values (tuples, frozen dataclasses,
-``MappingProxyType``): every caller gets the same object. The nvidia-smi report (``probes/gpu.py``:
-gpu, xid, fabric, versions, pci, assets) is one of them, keyed on the result's bytes (they keep their
-hash), so it is decoded once too.
+Several probes read the same command's output: ``ib-sysfs`` (infiniband, rates, versions, and assets where
+a bundle has no ``hca-ids``), ``nvidia-smi nvlink -e`` (nvlink, rates), ``pcie-aer`` (ras, rates),
+``hca-ids`` (assets, and the asset diff of a sweep). Their parser is wrapped once, where it is defined, so
+every reader of one host's output gets the same parse. The key is the parser and all its arguments (the
+exact text, and any option such as an end marker), so a different text is always parsed again;
+``ParseError`` is not cached (each reader sees it raised). A wrapped parser must return immutable values
+(tuples, frozen dataclasses, ``MappingProxyType``): every caller gets the same object. The nvidia-smi
+report (``probes/gpu.py``: gpu, xid, fabric, versions, pci, assets) is one of them, keyed on the result's
+bytes (they keep their hash), so it is decoded once too.
 
 Each memo holds the last ``MEMO_SIZE`` texts per parser: graded hosts are handled one after another
 in a process, so the readers of one host always find its parse, and memory stays flat in the fleet

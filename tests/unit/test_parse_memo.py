@@ -69,8 +69,8 @@ def test_shared_results_cannot_be_changed_by_a_reader():
 
 
 def test_every_shared_output_is_parsed_once_per_host():
-    """ib-sysfs (infiniband, rates, versions), nvidia-smi nvlink -e (nvlink, rates) and pcie-aer (ras,
-    rates): one parse each while every probe grades the host."""
+    """ib-sysfs (infiniband, rates, versions, and assets: the sample has no hca-ids), nvidia-smi nvlink -e
+    (nvlink, rates) and pcie-aer (ras, rates): one parse each while every probe grades the host."""
     results = dict(read_host(SAMPLE / "h100-node01").results)
     aer = fixture_text("system/pcie-aer-gpu-fatal-cmplto.txt").split("\n", 1)[1]  # the sample has no pcie-aer
     results["pcie-aer"] = CommandResult(host="h100-node01", command_id="pcie-aer", stdout=aer.encode(), rc=0)
@@ -80,7 +80,8 @@ def test_every_shared_output_is_parsed_once_per_host():
     for probe in all_probes():
         run_probe(probe, host, results, ctx)
     counts = parse_memo.hits()
-    assert counts["parse_ib_sysfs"] == (2, 1)
+    assert counts["parse_ib_sysfs"] == (3, 1)
+    assert counts["parse_hca_ids"] == (0, 0)  # the assets probe reads the same parse, not the dump again
     assert counts["parse_nvidia_smi_nvlink_e"] == (1, 1)
     assert counts["parse_aer_sysfs"] == (1, 1)
     assert counts["_parse_result"] == (5, 1)  # gpu, then xid, fabric, versions, pci, assets: decoded once
