@@ -46,7 +46,7 @@ def old(tmp_path: Path) -> Path:
 
 def _graded(run_dir: Path) -> set[tuple[str, str, str, str]]:
     """Each finding that did not pass, and each check passed per host (the version-2 writer listed a PASS per
-    InfiniBand port, per GPU's NVLink count and fabric state, which now fold into one)."""
+    InfiniBand port, per GPU's NVLink count and fabric state, where this writer folds the passing ones into one)."""
     return {(f.host, f.check, f.component if f.status is not Status.PASS else "", f.status.value)
             for f in load_results(run_dir).findings()}
 
