@@ -66,7 +66,10 @@ def warm_up(bundle: Path) -> None:
     """One replay outside valgrind first: every module it imports has its bytecode written before counting
     (writing it inside a counted run would be counted)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    subprocess.run([sys.executable, __file__, "--child", str(bundle)], env=env, capture_output=True, check=True)
+    proc = subprocess.run([sys.executable, __file__, "--child", str(bundle)], env=env, capture_output=True, text=True,
+                          check=False)
+    if proc.returncode != 0:
+        sys.exit(f"the warm-up replay failed (rc {proc.returncode}):\n{proc.stderr[-2000:]}")
 
 
 def counted(bundle: Path) -> tuple[int, int]:
